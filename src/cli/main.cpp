@@ -25,7 +25,7 @@ int main(int argc, char** argv) {
   dsv4::cli::register_logits(app);
   try {
     app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
+  } catch (const CLI::Error& e) {
     return app.exit(e);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dsv4: error: %s\n", e.what());

@@ -1,0 +1,102 @@
+// Weights: every tensor of a DeepSeek-V4 checkpoint bound to a typed field, with dtype and shape
+// checked against the ModelConfig. Views point into the checkpoint's mmap (nothing is copied here).
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "io/config.h"
+#include "io/safetensors.h"
+
+namespace dsv4 {
+
+// How a linear layer's weight is stored.
+enum class WeightFormat : uint8_t {
+  Dense,  // bf16 / f16 / f32 [out, in], no scale
+  FP8,    // e4m3 [out, in] + scale [ceil(out/128), ceil(in/128)] (e8m0 or f32 multipliers)
+  FP4,    // e2m1 packed two per byte [out, in/2] (even k in the low nibble) + e8m0 scale [out, in/32]
+};
+const char* weight_format_name(WeightFormat f);
+
+struct LinearWeight {
+  std::string name;  // canonical name of the weight tensor
+  WeightFormat format = WeightFormat::Dense;
+  int64_t out = 0, in = 0;  // logical shape
+  TensorView weight;        // as stored
+  TensorView scale;         // FP8 / FP4 only
+  bool present() const { return weight.data != nullptr; }
+  uint64_t bytes() const { return weight.nbytes + scale.nbytes; }
+};
+
+// Logical float32 values [out, in] = code x scale (exact: every product is representable).
+Tensor dequantize(const LinearWeight& w);
+
+struct HcWeights {         // mHC mixing parameters of one sub-layer (or the head)
+  TensorView fn;           // [(2+n)n, nD] f32 (head: [n, nD])
+  TensorView base;         // [(2+n)n] f32 (head: [n])
+  TensorView scale;        // [3] f32 (head: [1])
+};
+
+struct CompressorWeights {
+  LinearWeight wkv, wgate;  // [c*d_c, D] (c = 2 with overlap), computed in fp32
+  TensorView ape;           // [ratio, c*d_c] f32, added to the gate
+  TensorView norm;          // [d_c]
+};
+
+struct IndexerWeights {
+  LinearWeight wq_b;          // [H_I*d_I, q_lora]
+  LinearWeight weights_proj;  // [H_I, D]
+  CompressorWeights compressor;
+};
+
+struct AttentionWeights {
+  LinearWeight wq_a, wq_b, wkv, wo_a, wo_b;
+  TensorView q_norm, kv_norm, attn_sink;
+  std::optional<CompressorWeights> compressor;  // CSA / HCA
+  std::optional<IndexerWeights> indexer;        // CSA
+};
+
+struct ExpertWeights {
+  LinearWeight w1, w2, w3;  // gate [I, D], down [D, I], up [I, D]
+};
+
+struct MoeWeights {
+  LinearWeight gate;    // router [E, D]
+  TensorView bias;      // [E] f32, top-k layers only
+  TensorView tid2eid;   // [V, k] int32/int64, hash layers only
+  std::vector<ExpertWeights> experts;
+  ExpertWeights shared;
+};
+
+struct BlockWeights {
+  HcWeights hc_attn, hc_ffn;
+  TensorView attn_norm, ffn_norm;
+  AttentionWeights attn;
+  MoeWeights ffn;
+};
+
+struct MtpWeights {
+  BlockWeights block;
+  LinearWeight e_proj, h_proj;
+  TensorView enorm, hnorm, norm;
+  HcWeights hc_head;
+};
+
+struct Weights {
+  TensorView embed;  // [V, D]
+  LinearWeight head; // [V, D]
+  TensorView norm;   // [D]
+  HcWeights hc_head;
+  std::vector<BlockWeights> layers;
+  std::vector<MtpWeights> mtp;           // the mtp.K blocks present in the checkpoint
+  std::vector<std::string> unused;       // checkpoint tensors no field claimed
+};
+
+// Binds and validates every tensor. Throws dsv4::Error on the first problem, naming the tensor, its
+// file, and the expected dtype/shape vs what was found. `problems`, when given, instead collects every
+// problem (one line each) and binding continues where possible (for `dsv4 inspect`).
+Weights bind_weights(const ModelConfig& cfg, const Checkpoint& ckpt, std::vector<std::string>* problems = nullptr);
+
+}  // namespace dsv4

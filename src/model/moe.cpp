@@ -1,0 +1,101 @@
+// Mixture of experts (MODEL.md §7): sqrt-softplus router in fp32, hash or biased top-k selection,
+// renormalized weights x routed_scaling_factor, clamped SwiGLU experts, shared expert.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "backend/cpu/ops.h"
+#include "core/error.h"
+#include "model/model.h"
+#include "model/quantize.h"
+
+namespace dsv4 {
+namespace {
+
+// SwiGLU expert on rows x[T, D]; `weight[t]` multiplies the activation before the down projection.
+Tensor expert_forward(const ExpertF& e, const Tensor& x, const std::vector<float>& weight, float limit,
+                      const QuantSim& q) {
+  const int64_t T = x.dim(0), I = e.w1.dim(0), D = e.w2.dim(0);
+  Tensor g({T, I}), u({T, I}), y({T, D});
+  q.linear(e.w1, x, g);
+  q.linear(e.w3, x, u);
+  for (int64_t t = 0; t < T; ++t) {
+    float* gt = g.row(t);
+    const float* ut = u.row(t);
+    for (int64_t i = 0; i < I; ++i) {
+      float gv = gt[i], uv = ut[i];
+      if (limit > 0) {
+        gv = std::min(gv, limit);
+        uv = std::clamp(uv, -limit, limit);
+      }
+      gt[i] = weight[size_t(t)] * cpu::silu(gv) * uv;
+    }
+  }
+  q.bf16(g.ptr(), g.numel());
+  q.linear(e.w2, g, y);
+  return y;
+}
+
+}  // namespace
+
+Tensor Model::moe(const MoeF& w, const LayerSpec& spec, const Tensor& x, const std::vector<int32_t>& tokens) const {
+  const int64_t T = x.dim(0), D = x.dim(1), E = cfg_.n_routed_experts, K = cfg_.experts_per_tok;
+  const float limit = float(cfg_.swiglu_limit);
+  const QuantSim q(numerics_);
+
+  // Router in fp32.
+  Tensor logits({T, E});
+  cpu::matmul(x.ptr(), T, D, w.gate.ptr(), E, logits.ptr());
+  std::vector<std::vector<std::pair<int64_t, float>>> picks(static_cast<size_t>(T));  // (expert, weight) per token
+  std::vector<int64_t> order(static_cast<size_t>(E));
+  for (int64_t t = 0; t < T; ++t) {
+    float* s = logits.row(t);
+    for (int64_t e = 0; e < E; ++e) s[e] = std::sqrt(cpu::softplus(s[e]));
+    auto& p = picks[size_t(t)];
+    if (spec.route == RouteKind::Hash) {
+      for (int64_t i = 0; i < K; ++i) {
+        const int32_t e = w.tid2eid[size_t(int64_t(tokens[size_t(t)]) * K + i)];
+        if (e < 0 || e >= E) fail("tid2eid[", tokens[size_t(t)], "] names expert ", e, ", expected 0..", E - 1);
+        p.emplace_back(e, s[e]);
+      }
+    } else {
+      std::iota(order.begin(), order.end(), 0);
+      const float* b = w.bias.ptr();
+      std::partial_sort(order.begin(), order.begin() + K, order.end(), [&](int64_t a, int64_t c) {
+        const float va = s[a] + b[a], vc = s[c] + b[c];
+        return va != vc ? va > vc : a < c;
+      });
+      for (int64_t i = 0; i < K; ++i) p.emplace_back(order[size_t(i)], s[order[size_t(i)]]);
+    }
+    float sum = 0;
+    for (auto& [e, v] : p) sum += v;
+    for (auto& [e, v] : p) v = (cfg_.norm_topk_prob ? v / sum : v) * float(cfg_.routed_scaling_factor);
+  }
+
+  // Routed experts in ascending id order, each over the tokens that picked it; fp32 accumulation.
+  Tensor y({T, D});
+  for (int64_t e = 0; e < E; ++e) {
+    std::vector<int64_t> rows;
+    std::vector<float> weight;
+    for (int64_t t = 0; t < T; ++t)
+      for (auto& [pe, v] : picks[size_t(t)])
+        if (pe == e) {
+          rows.push_back(t);
+          weight.push_back(v);
+        }
+    if (rows.empty()) continue;
+    Tensor xe({int64_t(rows.size()), D});
+    for (size_t r = 0; r < rows.size(); ++r) std::copy(x.row(rows[r]), x.row(rows[r]) + D, xe.row(int64_t(r)));
+    Tensor ye = expert_forward(w.experts[size_t(e)], xe, weight, limit, q);
+    for (size_t r = 0; r < rows.size(); ++r)
+      for (int64_t c = 0; c < D; ++c) y.row(rows[r])[c] += ye.row(int64_t(r))[c];
+  }
+  if (w.shared) {
+    Tensor ys = expert_forward(*w.shared, x, std::vector<float>(size_t(T), 1.0f), limit, q);
+    for (int64_t i = 0; i < y.numel(); ++i) y.data[size_t(i)] += ys.data[size_t(i)];
+  }
+  q.bf16(y.ptr(), y.numel());
+  return y;
+}
+
+}  // namespace dsv4
