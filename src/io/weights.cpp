@@ -52,6 +52,8 @@ std::string dtypes_str(const std::vector<DType>& ts) {
 class Binder {
  public:
   Binder(const Checkpoint& ckpt, std::vector<std::string>* problems) : problems_(problems) {
+    const auto& files = ckpt.files();
+    where_ = files.empty() ? "checkpoint" : files.size() == 1 ? files[0]->path() : files[0]->path() + " (and other shards)";
     for (const TensorEntry* e : ckpt.all()) {
       std::string c = names::canonical(e->name);
       auto [it, fresh] = by_name_.emplace(c, e);
@@ -130,7 +132,7 @@ class Binder {
   const TensorEntry* get(const std::string& name) {
     auto it = by_name_.find(name);
     if (it == by_name_.end()) {
-      report(cat("tensor '", name, "' is missing from the checkpoint"));
+      report(cat(where_, ": tensor '", name, "' is missing"));
       return nullptr;
     }
     used_.insert(name);
@@ -153,6 +155,7 @@ class Binder {
   std::map<std::string, const TensorEntry*> by_name_;
   std::set<std::string> used_;
   std::vector<std::string>* problems_;
+  std::string where_;
 };
 
 HcWeights bind_hc(Binder& b, const std::string& prefix, int64_t rows, int64_t width, int64_t nscale) {
