@@ -23,6 +23,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   dsv4::cli::register_inspect(app);
   dsv4::cli::register_logits(app);
+  dsv4::cli::register_tokenize(app);
+  dsv4::cli::register_template(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::Error& e) {
