@@ -4,7 +4,13 @@ namespace dsv4 {
 namespace {
 
 Tensor dense(const TensorView& v) { return v.data ? to_tensor(v) : Tensor(); }
-Tensor dense(const LinearWeight& w) { return w.present() ? dequantize(w) : Tensor(); }
+LinearF dense(const LinearWeight& w) {
+  LinearF l;
+  if (!w.present()) return l;
+  static_cast<Tensor&>(l) = dequantize(w);
+  l.quant_act = w.format != WeightFormat::Dense;
+  return l;
+}
 HcF hc(const HcWeights& w) { return {dense(w.fn), dense(w.base), dense(w.scale)}; }
 CompressorF comp(const CompressorWeights& w) { return {dense(w.wkv), dense(w.wgate), dense(w.ape), dense(w.norm)}; }
 ExpertF expert(const ExpertWeights& w) { return {dense(w.w1), dense(w.w2), dense(w.w3)}; }

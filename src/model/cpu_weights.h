@@ -10,18 +10,25 @@
 
 namespace dsv4 {
 
+// A linear weight decoded to float32 [out, in]; quant_act marks FP8 / FP4 storage, whose input the
+// official numerics quantize to FP8 (the reference's linear() dispatches on the weight dtype).
+struct LinearF : Tensor {
+  bool quant_act = false;
+};
+
 struct HcF { Tensor fn, base, scale; };
-struct CompressorF { Tensor wkv, wgate, ape, norm; };            // [c*dc, D] x2, [ratio, c*dc], [dc]
-struct IndexerF { Tensor wq_b, weights_proj; CompressorF comp; };  // [HI*dI, qr], [HI, D]
+struct CompressorF { LinearF wkv, wgate; Tensor ape, norm; };            // [c*dc, D] x2, [ratio, c*dc], [dc]
+struct IndexerF { LinearF wq_b, weights_proj; CompressorF comp; };  // [HI*dI, qr], [HI, D]
 struct AttentionF {
-  Tensor wq_a, wq_b, wkv, wo_a, wo_b;  // dequantized [out, in]
+  LinearF wq_a, wq_b, wkv, wo_a, wo_b;
   Tensor q_norm, kv_norm, sink;
   std::optional<CompressorF> comp;
   std::optional<IndexerF> idx;
 };
-struct ExpertF { Tensor w1, w2, w3; };
+struct ExpertF { LinearF w1, w2, w3; };
 struct MoeF {
-  Tensor gate, bias;             // [E, D], [E] (top-k layers)
+  LinearF gate;                  // [E, D]
+  Tensor bias;                   // [E] (top-k layers)
   std::vector<int32_t> tid2eid;  // [V * k] (hash layers)
   std::vector<ExpertF> experts;
   std::optional<ExpertF> shared;
@@ -34,11 +41,13 @@ struct BlockF {
 };
 struct MtpF {
   BlockF block;
-  Tensor e_proj, h_proj, enorm, hnorm, norm;
+  LinearF e_proj, h_proj;
+  Tensor enorm, hnorm, norm;
   HcF hc_head;
 };
 struct CpuWeights {
-  Tensor embed, head, norm;
+  Tensor embed, norm;
+  LinearF head;
   HcF hc_head;
   std::vector<BlockF> layers;
   std::vector<MtpF> mtp;

@@ -1,9 +1,11 @@
 #include "model/model.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "backend/cpu/ops.h"
 #include "core/error.h"
+#include "model/quantize.h"
 
 namespace dsv4 {
 
@@ -22,6 +24,17 @@ std::unique_ptr<Model> Model::load(const std::string& dir, Numerics numerics) {
 
 Model::Model(ModelConfig cfg, std::unique_ptr<Checkpoint> ckpt, Numerics numerics)
     : cfg_(std::move(cfg)), ckpt_(std::move(ckpt)), numerics_(numerics) {
+  if (numerics_ == Numerics::Official) {
+    // The reference's quantizers tile these widths exactly; refuse shapes they cannot handle.
+    if ((cfg_.head_dim - cfg_.rope_dim) % 64 != 0)
+      fail(cfg_.source, ": official numerics need head_dim - qk_rope_head_dim divisible by 64 (FP8 KV blocks), got ",
+           cfg_.head_dim - cfg_.rope_dim, "; use --numerics reference");
+    const bool any_csa = std::any_of(cfg_.layers.begin(), cfg_.layers.end(),
+                                     [](const LayerSpec& l) { return l.attn == AttnKind::CSA; });
+    if (any_csa && (cfg_.index_head_dim % 32 != 0 || (cfg_.index_head_dim & (cfg_.index_head_dim - 1)) != 0))
+      fail(cfg_.source, ": official numerics need index_head_dim a power of two >= 32, got ", cfg_.index_head_dim,
+           "; use --numerics reference");
+  }
   views_ = bind_weights(cfg_, *ckpt_);
   w_ = to_cpu_weights(views_);
 }
@@ -97,6 +110,7 @@ Tensor Model::forward(SequenceState& state, const std::vector<int32_t>& tokens, 
     block(w_.layers[i], cfg_.layers[i], state.layers[i], X, tokens, p0);
     if (opt.hidden && i + 1 < w_.layers.size()) opt.hidden->push_back(X);
   }
+  if (opt.streams) *opt.streams = X;
   if (opt.hidden) {
     // hidden_L: after hc_head and the final norm
     Tensor h({T, D});
@@ -112,6 +126,39 @@ Tensor Model::forward(SequenceState& state, const std::vector<int32_t>& tokens, 
   }
   state.pos += T;
   return head_logits(w_.hc_head, w_.norm, X, opt.all_logits);
+}
+
+Tensor Model::forward_mtp(SequenceState& state, const Tensor& streams, const std::vector<int32_t>& next_ids,
+                         size_t k) const {
+  const int64_t T = int64_t(next_ids.size()), n = cfg_.hc_mult, D = cfg_.hidden_size;
+  if (k >= w_.mtp.size()) fail("the checkpoint has ", w_.mtp.size(), " MTP block(s), block ", k, " requested");
+  if (streams.shape != Shape{T, n, D})
+    fail("MTP input streams are ", shape_str(streams.shape), ", expected ", shape_str({T, n, D}));
+  for (int32_t id : next_ids)
+    if (id < 0 || id >= cfg_.vocab_size) fail("token id ", id, " is outside the vocabulary [0, ", cfg_.vocab_size, ")");
+  const MtpF& m = w_.mtp[k];
+  const QuantSim q(numerics_);
+  const float eps = float(cfg_.rms_norm_eps);
+  // X0[t, j] = e_proj(enorm(embed(next id))) + h_proj(hnorm(X[t, j]))
+  Tensor e({T, D}), ep({T, D}), h = streams, hp({T * n, D});
+  for (int64_t t = 0; t < T; ++t) std::memcpy(e.row(t), w_.embed.row(next_ids[size_t(t)]), size_t(D) * sizeof(float));
+  cpu::rms_norm(e.ptr(), T, D, m.enorm.ptr(), eps, e.ptr());
+  q.bf16(e.ptr(), e.numel());
+  q.linear(m.e_proj, e, ep);
+  h.shape = {T * n, D};
+  cpu::rms_norm(h.ptr(), T * n, D, m.hnorm.ptr(), eps, h.ptr());
+  q.bf16(h.ptr(), h.numel());
+  q.linear(m.h_proj, h, hp);
+  Tensor X({T, n, D});
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t c = 0; c < D; ++c) X.ptr()[(t * n + j) * D + c] = ep.row(t)[c] + hp.row(t * n + j)[c];
+  q.bf16(X.ptr(), X.numel());
+  LayerSpec spec = k < cfg_.mtp_layers.size() ? cfg_.mtp_layers[k] : LayerSpec{};
+  spec.route = RouteKind::TopK;  // MTP blocks never hash-route
+  block(m.block, spec, state.mtp[k], X, next_ids, state.mtp_pos);
+  state.mtp_pos += T;
+  return head_logits(m.hc_head, m.norm, X, true);
 }
 
 }  // namespace dsv4

@@ -24,6 +24,7 @@ const char* numerics_name(Numerics n);
 struct ForwardOptions {
   bool all_logits = true;                // logits for every position of the chunk (else only the last)
   std::vector<Tensor>* hidden = nullptr;  // if set: streams at each layer boundary (fixtures' hidden_i)
+  Tensor* streams = nullptr;              // if set: the last layer's output streams [T, n, D] (MTP input)
 };
 
 class Model {

@@ -28,7 +28,7 @@ Tensor expert_forward(const ExpertF& e, const Tensor& x, const std::vector<float
         gv = std::min(gv, limit);
         uv = std::clamp(uv, -limit, limit);
       }
-      gt[i] = weight[size_t(t)] * cpu::silu(gv) * uv;
+      gt[i] = weight[size_t(t)] * (cpu::silu(gv) * uv);
     }
   }
   q.bf16(g.ptr(), g.numel());

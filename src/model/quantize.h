@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "core/tensor.h"
+#include "model/cpu_weights.h"
 #include "model/model.h"
 
 namespace dsv4 {
@@ -15,9 +16,9 @@ class QuantSim {
 
   // Rounds to bf16 where the reference holds a bf16 tensor.
   void bf16(float* x, int64_t n) const;
-  // y[T, out] = x[T, in] . W^T at an FP8/FP4-weight site: official quantizes x to e4m3 in 1x128
-  // blocks (power-of-two scales) and rounds y to bf16.
-  void linear(const Tensor& W, const Tensor& x, Tensor& y) const;
+  // y[T, out] = x[T, in] . W^T. Official: when W is stored FP8/FP4, x is first quantized to e4m3
+  // in 1x128 blocks (power-of-two scales); y is rounded to bf16 (bf16 weights: a bf16 GEMM).
+  void linear(const LinearF& W, const Tensor& x, Tensor& y) const;
   // Unweighted RMS norm of each of H heads of width d (q after wq_b).
   void head_norm(float* q, int64_t H, int64_t d, float eps) const;
   // KV grid: the first `nope` dims snapped to FP8 in 64-blocks (window KV and main compressed entries).
