@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -50,7 +51,8 @@ std::vector<int32_t> read_tokens(const std::string& path) {
 }
 
 struct LogitsArgs {
-  std::string model, tokens, schedule = "full", numerics = "reference", out;
+  std::string model, tokens, schedule = "full", numerics = "official", out;
+  bool mtp = false;
 };
 
 void run_logits(const LogitsArgs& a) {
@@ -58,18 +60,33 @@ void run_logits(const LogitsArgs& a) {
   auto model = Model::load(a.model, parse_numerics(a.numerics));
   const int64_t n = int64_t(ids.size()), V = model->config().vocab_size;
   std::vector<int64_t> chunks = parse_schedule(a.schedule, n);
+  if (a.mtp && model->num_mtp() == 0) fail(a.model, ": --mtp: the checkpoint has no mtp.0 block");
   SequenceState st = model->new_state();
-  Tensor logits({n, V});
+  Tensor logits({n, V}), mtp_logits({std::max<int64_t>(n - 1, 0), V});
   int64_t done = 0;
   for (int64_t c : chunks) {
     std::vector<int32_t> part(ids.begin() + done, ids.begin() + done + c);
-    Tensor l = model->forward(st, part);
+    Tensor streams;
+    ForwardOptions opt;
+    opt.streams = a.mtp ? &streams : nullptr;
+    Tensor l = model->forward(st, part, opt);
     std::copy(l.data.begin(), l.data.end(), logits.row(done));
+    // MTP at position t: the main streams at t and the id of token t+1 (known for t < n-1).
+    const int64_t m = std::min(c, n - 1 - done);
+    if (a.mtp && m > 0) {
+      const int64_t width = streams.numel() / c;
+      Tensor x({m, streams.dim(1), streams.dim(2)});
+      std::copy(streams.ptr(), streams.ptr() + m * width, x.ptr());
+      Tensor ml = model->forward_mtp(st, x, std::vector<int32_t>(ids.begin() + done + 1, ids.begin() + done + 1 + m));
+      std::copy(ml.data.begin(), ml.data.end(), mtp_logits.row(done));
+    }
     done += c;
   }
-  std::vector<std::pair<std::string, TensorView>> out = {
-      {"logits", TensorView{DType::F32, logits.shape, reinterpret_cast<const uint8_t*>(logits.ptr()),
-                            logits.data.size() * sizeof(float)}}};
+  auto view = [](const Tensor& t) {
+    return TensorView{DType::F32, t.shape, reinterpret_cast<const uint8_t*>(t.ptr()), t.data.size() * sizeof(float)};
+  };
+  std::vector<std::pair<std::string, TensorView>> out = {{"logits", view(logits)}};
+  if (a.mtp) out.emplace_back("mtp_logits", view(mtp_logits));
   write_safetensors(a.out, out, {{"schedule", a.schedule}, {"numerics", a.numerics}});
   std::fprintf(stderr, "wrote logits [%lld, %lld] to %s\n", (long long)n, (long long)V, a.out.c_str());
 }
@@ -85,7 +102,11 @@ void register_logits(CLI::App& app) {
       ->required();
   c->add_option("--schedule", a->schedule, "full | decode:P (prefill P, then one per step) | chunks:A,B,...")
       ->capture_default_str();
-  c->add_option("--numerics", a->numerics, "reference (float32) | official")->capture_default_str();
+  c->add_option("--numerics", a->numerics,
+                "official (DeepSeek's quantization-aware numerics) | reference (float32, matches transformers)")
+      ->capture_default_str();
+  c->add_flag("--mtp", a->mtp,
+              "Also run the MTP block (mtp.0) and write 'mtp_logits' [n_tokens-1, vocab]: row t predicts token t+2");
   c->add_option("--out", a->out, "Output safetensors file (tensor 'logits' float32 [n_tokens, vocab])")->required();
   c->callback([a] { run_logits(*a); });
 }
