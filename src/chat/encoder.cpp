@@ -14,10 +14,8 @@ namespace {
 using nlohmann::ordered_json;
 using Messages = std::vector<ordered_json>;
 
-const ordered_json kNull;
-
-// Python's msg.get(key) / msg.get(key, default).
-const ordered_json& get(const ordered_json& obj, const char* key, const ordered_json& dflt = kNull) {
+// Python's msg.get(key) / msg.get(key, default). By value: the default is often a temporary.
+ordered_json get(const ordered_json& obj, const char* key, const ordered_json& dflt = nullptr) {
   if (obj.is_object()) {
     auto it = obj.find(key);
     if (it != obj.end()) return *it;
@@ -25,7 +23,10 @@ const ordered_json& get(const ordered_json& obj, const char* key, const ordered_
   return dflt;
 }
 
-std::string role_of(const ordered_json& m) { return get(m, "role").is_string() ? get(m, "role").get<std::string>() : ""; }
+std::string role_of(const ordered_json& m) {
+  auto it = m.is_object() ? m.find("role") : m.end();
+  return it != m.end() && it->is_string() ? it->get<std::string>() : "";
+}
 
 // `value or ""` formatted into a template.
 std::string text_or_empty(const ordered_json& v, const char* what) {
@@ -256,6 +257,8 @@ Messages drop_thinking_messages(const Messages& ms) {
   return out;
 }
 
+std::string encode_messages_impl(const ordered_json& messages_json, const EncodeOptions& opt);
+
 Messages as_list(const ordered_json& v, const char* what) {
   if (v.is_null()) return {};
   if (!v.is_array()) fail(what, ": expected a JSON array of messages");
@@ -268,6 +271,16 @@ Messages as_list(const ordered_json& v, const char* what) {
 }  // namespace
 
 std::string encode_messages(const ordered_json& messages_json, const EncodeOptions& opt) {
+  try {
+    return encode_messages_impl(messages_json, opt);
+  } catch (const ordered_json::exception& e) {
+    fail("malformed messages: ", e.what());
+  }
+}
+
+namespace {
+
+std::string encode_messages_impl(const ordered_json& messages_json, const EncodeOptions& opt) {
   Messages context = as_list(opt.context, "context");
   Messages messages = merge_tool_messages(as_list(messages_json, "messages"));
   {
@@ -298,6 +311,8 @@ std::string encode_messages(const ordered_json& messages_json, const EncodeOptio
     prompt += render_message(i + offset, full, opt.thinking_mode, drop, opt.reasoning_effort);
   return prompt;
 }
+
+}  // namespace
 
 ThinkingMode parse_thinking_mode(std::string_view s) {
   if (s == "chat") return ThinkingMode::Chat;

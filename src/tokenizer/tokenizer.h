@@ -61,6 +61,8 @@ class Tokenizer {
 
  private:
   explicit Tokenizer(std::unique_ptr<Impl> impl);
+  static Tokenizer from_json_checked(std::string_view tokenizer_json, std::string_view config_json,
+                                     const std::string& name);
   std::unique_ptr<Impl> impl_;
 };
 

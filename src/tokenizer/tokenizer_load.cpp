@@ -110,6 +110,15 @@ Tokenizer Tokenizer::load(const std::filesystem::path& dir) {
 }
 
 Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view config_json, const std::string& name) {
+  try {
+    return from_json_checked(tokenizer_json, config_json, name);
+  } catch (const json::exception& e) {
+    fail(name, ": unexpected JSON content: ", e.what());  // a field of the wrong type
+  }
+}
+
+Tokenizer Tokenizer::from_json_checked(std::string_view tokenizer_json, std::string_view config_json,
+                                       const std::string& name) {
   const json root = parse_json(tokenizer_json, name);
   if (!root.is_object()) fail(name, ": expected a JSON object at the top level");
   auto impl = std::make_unique<Impl>();

@@ -130,6 +130,8 @@ TEST(ChatEncoder, MalformedInputIsAClearError) {
   EXPECT_NE(error_of([] { enc(R"([{"role": "user", "content": [{"type": "text", "text": "x"}]}])"); }).find("expected a string"), std::string::npos);
   EXPECT_NE(error_of([] { enc(R"([{"role": "assistant", "tool_calls": [{"function": {"arguments": "{}"}}]}])"); }).find("missing \"name\""), std::string::npos);
   EXPECT_NE(error_of([] { enc(R"([{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "[1]"}}]}])"); }).find("must be a JSON object"), std::string::npos);
+  EXPECT_NE(error_of([] { enc(R"([{"role": "assistant", "tool_calls": {"a": 1}}])"); }).find("malformed messages"), std::string::npos);
+  EXPECT_NE(error_of([] { enc(R"([{"role": "user", "content": "x"}, {"role": "tool", "content": {"a": 1}}])"); }).find("tool message content"), std::string::npos);
   EXPECT_NE(error_of([] { parse_thinking_mode("deep"); }).find("invalid thinking_mode"), std::string::npos);
   EXPECT_NE(error_of([] { parse_reasoning_effort(oj("low")); }).find("invalid reasoning effort"), std::string::npos);
   EXPECT_NE(error_of([] { messages_from_document(oj::parse(R"({"msgs": []})")); }).find("\"messages\""), std::string::npos);

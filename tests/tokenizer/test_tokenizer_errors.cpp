@@ -72,6 +72,18 @@ TEST(TokenizerErrors, BadSplitBehaviorAndPattern) {
   expect_error(j.dump(), "pre_tokenizer[0].pattern");
 }
 
+TEST(TokenizerErrors, FieldOfTheWrongType) {
+  json j = dsv4::test::tiny_tokenizer_json();
+  j["pre_tokenizer"]["pretokenizers"][0]["invert"] = "yes";
+  expect_error(j.dump(), "tok/tokenizer.json: unexpected JSON content");
+  j = dsv4::test::tiny_tokenizer_json();
+  j["model"]["type"] = 7;
+  expect_error(j.dump(), "tok/tokenizer.json");
+  j = dsv4::test::tiny_tokenizer_json();
+  j["added_tokens"][0]["special"] = "true";
+  expect_error(j.dump(), "added_tokens[0].special: expected true or false");
+}
+
 TEST(TokenizerErrors, BadVocabularyAndMerges) {
   json j = dsv4::test::tiny_tokenizer_json();
   j["model"]["merges"].push_back("zz q");
