@@ -66,6 +66,13 @@ std::vector<StreamEvent> StreamParser::feed(std::string_view piece) {
 }
 
 bool StreamParser::step(std::vector<StreamEvent>& ev) {
+  const State before = state_;
+  bool progressed = dispatch(ev);
+  if (state_ != before) scan_ = 0;
+  return progressed;
+}
+
+bool StreamParser::dispatch(std::vector<StreamEvent>& ev) {
   switch (state_) {
     case State::Reasoning:
     case State::Content: return step_delta(ev);
@@ -171,8 +178,11 @@ bool StreamParser::step_expect(std::vector<StreamEvent>& ev) {
 }
 
 bool StreamParser::step_invoke_header(std::vector<StreamEvent>& ev) {
-  Hit h = scan(buf_, pos_, {kParamOpen, kInvokeClose});
-  if (h.which < 0) return false;
+  Hit h = scan(buf_, std::max(pos_, scan_), {kParamOpen, kInvokeClose});
+  if (h.which < 0) {
+    scan_ = h.at == std::string_view::npos ? buf_.size() : h.at;
+    return false;
+  }
   std::string name;
   if (!parse_invoke_name(std::string_view(buf_).substr(pos_, h.at - pos_), &name)) {
     state_ = State::Failed;
@@ -203,8 +213,11 @@ bool StreamParser::step_param_header(std::vector<StreamEvent>& ev) {
     return false;
   }
   const size_t name_at = pos_ + open.size();
-  Hit h = scan(buf_, name_at, {kTrue, kFalse, kParamEnd});
-  if (h.which < 0) return false;
+  Hit h = scan(buf_, std::max(name_at, scan_), {kTrue, kFalse, kParamEnd});
+  if (h.which < 0) {
+    scan_ = h.at == std::string_view::npos ? buf_.size() : h.at;
+    return false;
+  }
   if (h.which == 2) {
     state_ = State::Failed;
     return false;

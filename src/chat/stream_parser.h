@@ -48,6 +48,7 @@ class StreamParser {
     Ended, Failed
   };
   bool step(std::vector<StreamEvent>& ev);  // one transition; false when more text is needed
+  bool dispatch(std::vector<StreamEvent>& ev);
   bool step_delta(std::vector<StreamEvent>& ev);
   bool step_expect(std::vector<StreamEvent>& ev);
   bool step_invoke_header(std::vector<StreamEvent>& ev);
@@ -60,6 +61,7 @@ class StreamParser {
   State state_;
   std::string buf_;   // everything fed so far
   size_t pos_ = 0;    // start of the text not yet consumed by the current state
+  size_t scan_ = 0;   // header states: no tag starts before this offset (keeps rescans linear)
   // Streamed so far, to reconcile with the batch result in finish().
   std::string reasoning_, content_;
   std::vector<ToolCall> calls_;

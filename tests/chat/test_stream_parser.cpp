@@ -3,6 +3,8 @@
 // deltas add up to the final fields, and no reasoning/content delta contains markup.
 #include <gtest/gtest.h>
 
+#include <chrono>
+
 #include "chat/encoder.h"
 #include "chat/stream_parser.h"
 #include "chat_fixtures.h"
@@ -146,6 +148,25 @@ TEST(StreamParser, ToolCallEventsArriveWhileGenerating) {
   EXPECT_EQ(args, "{\"city\": \"Par");
   sp.feed("is</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls><｜end▁of▁sentence｜>");
   EXPECT_TRUE(sp.ended());
+}
+
+TEST(StreamParser, LongPiecesStayLinear) {
+  // A 200 kB content, tool name and parameter value, fed one byte at a time.
+  const std::string big(200000, 'x');
+  const std::string text = big + "\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"" + big + "\">\n<｜DSML｜parameter name=\"" +
+                           big + "\" string=\"true\">" + big + "</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>" +
+                           "<｜end▁of▁sentence｜>";
+  auto t0 = std::chrono::steady_clock::now();
+  StreamParser sp(ThinkingMode::Chat);
+  Collected got;
+  for (size_t i = 0; i < text.size(); ++i) collect(sp.feed(std::string_view(text).substr(i, 1)), got, false);
+  collect(sp.finish(), got, false);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
+  ASSERT_TRUE(got.done);
+  ASSERT_EQ(got.calls.size(), 1u);
+  EXPECT_EQ(got.calls[0].name, big);
+  EXPECT_EQ(got.content, big);
+  EXPECT_EQ(got.done->tool_calls, got.calls);
 }
 
 TEST(StreamParser, StopsEmittingOnceTheTextCannotParse) {
