@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "support/test_paths.h"
 #include "tiny_json.h"
+#include "tokenizer/regex.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/utf8.h"
 
@@ -161,6 +162,29 @@ TEST(StreamDecoder, SkipsSpecialTokensWhenAsked) {
   std::string all;
   for (int32_t id : t.encode("<｜User｜>hi<｜end▁of▁sentence｜>")) all += dec.push(id);
   EXPECT_EQ(all + dec.flush(), "hi");
+}
+
+}  // namespace
+
+namespace {
+
+// Oniguruma's \s (what Hugging Face uses) is Unicode White_Space: U+0085 yes, U+180E and U+200B no.
+TEST(TokenizerRegex, WhitespaceMeansUnicodeWhiteSpace) {
+  auto matches = [](const char* pattern, const std::string& s) {
+    dsv4::tok::Regex re(pattern, false, "test");
+    size_t n = 0;
+    re.for_each_match(s, [&](size_t b, size_t e) { n += e - b; });
+    return n == s.size();
+  };
+  EXPECT_TRUE(matches("\\s", "\xC2\x85"));
+  EXPECT_TRUE(matches("\\s", "\xE3\x80\x80"));        // U+3000
+  EXPECT_FALSE(matches("\\s", "\xE1\xA0\x8E"));       // U+180E
+  EXPECT_FALSE(matches("\\s", "\xE2\x80\x8B"));       // U+200B
+  EXPECT_TRUE(matches("\\S", "\xE1\xA0\x8E"));
+  EXPECT_TRUE(matches("[^\\s\\p{L}]", "\xE1\xA0\x8E"));
+  EXPECT_FALSE(matches("[^\\s\\p{L}]", "\xC2\x85"));
+  EXPECT_TRUE(matches("[\\]\\s]", "]"));
+  EXPECT_EQ(dsv4::tok::translate_oniguruma("a\\p{N}[x]\\\\s"), "a\\p{N}[x]\\\\s");  // an escaped backslash, then 's'
 }
 
 }  // namespace
