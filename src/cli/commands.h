@@ -12,6 +12,9 @@ void register_inspect(CLI::App& app);
 void register_logits(CLI::App& app);
 void register_tokenize(CLI::App& app);
 void register_template(CLI::App& app);
+void register_run(CLI::App& app);
+void register_chat(CLI::App& app);
+void register_perplexity(CLI::App& app);
 
 // The bundled model directory (models/tiny-shakespeare next to the binary's source tree, or
 // $DSV4_MODEL_DIR), used whenever -m is not given.

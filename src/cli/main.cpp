@@ -21,6 +21,9 @@ std::string default_model_dir() {
 int main(int argc, char** argv) {
   CLI::App app{"dsv4 - a DeepSeek-V4 inference engine"};
   app.require_subcommand(1);
+  dsv4::cli::register_run(app);
+  dsv4::cli::register_chat(app);
+  dsv4::cli::register_perplexity(app);
   dsv4::cli::register_inspect(app);
   dsv4::cli::register_logits(app);
   dsv4::cli::register_tokenize(app);

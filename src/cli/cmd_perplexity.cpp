@@ -1,0 +1,88 @@
+// dsv4 perplexity: mean negative log-likelihood and perplexity of a text file, over windows of
+// --window tokens taken every --stride tokens (each window scores the tokens no earlier window scored).
+#include <CLI/CLI.hpp>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "cli/gen_options.h"
+#include "core/error.h"
+
+namespace dsv4::cli {
+namespace {
+
+struct PplArgs {
+  GenOptions gen;
+  std::string file;
+  int64_t window = 1024, stride = 0, limit = 0;
+  bool json = false;
+};
+
+void perplexity(const PplArgs& a) {
+  std::ifstream in(a.file, std::ios::binary);
+  if (!in) fail(a.file, ": cannot open text file");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  Loaded l = load_model_and_tokenizer(a.gen);
+  std::vector<int32_t> ids = l.tok.encode(ss.str());
+  if (a.limit > 0 && int64_t(ids.size()) > a.limit) ids.resize(size_t(a.limit));
+  if (ids.size() < 2) fail(a.file, ": needs at least 2 tokens, has ", ids.size());
+  const int64_t W = std::min<int64_t>(a.window, l.model->config().max_position_embeddings);
+  const int64_t S = a.stride > 0 ? a.stride : W;
+  if (W < 2) fail("--window must be >= 2");
+  if (S > W) fail("--stride (", S, ") must not exceed --window (", W, ")");
+  const int64_t n = int64_t(ids.size()), V = l.model->config().vocab_size;
+  const bool tty = isatty(STDERR_FILENO) != 0;
+
+  double nll = 0;
+  int64_t scored = 0, next_target = 1;  // first position whose token has not been scored yet
+  for (int64_t start = 0; next_target < n; start += S) {
+    const int64_t end = std::min(start + W, n);
+    SequenceState st = l.model->new_state();
+    Tensor logits = l.model->forward(st, std::vector<int32_t>(ids.begin() + start, ids.begin() + end));
+    for (int64_t t = std::max(next_target, start + 1); t < end; ++t) {
+      const float* row = logits.row(t - 1 - start);
+      const float mx = *std::max_element(row, row + V);
+      double sum = 0;
+      for (int64_t v = 0; v < V; ++v) sum += std::exp(double(row[v]) - mx);
+      nll += (double(mx) + std::log(sum)) - row[ids[size_t(t)]];
+      ++scored;
+    }
+    next_target = end;
+    if (tty) {
+      const int width = 30, done = int(width * next_target / n);
+      std::fprintf(stderr, "\r[%s%s] %lld/%lld tokens  ppl %.3f", std::string(size_t(done), '#').c_str(),
+                   std::string(size_t(width - done), '.').c_str(), (long long)next_target, (long long)n,
+                   std::exp(nll / double(scored)));
+    }
+    if (end == n) break;
+  }
+  if (tty) std::fputs("\n", stderr);
+  const double mean = nll / double(scored);
+  if (a.json)
+    std::printf("{\"tokens\": %lld, \"scored\": %lld, \"mean_nll\": %.8f, \"perplexity\": %.8f}\n", (long long)n,
+                (long long)scored, mean, std::exp(mean));
+  else
+    std::printf("%lld tokens, %lld scored (window %lld, stride %lld): mean NLL %.6f, perplexity %.4f\n", (long long)n,
+                (long long)scored, (long long)W, (long long)S, mean, std::exp(mean));
+}
+
+}  // namespace
+
+void register_perplexity(CLI::App& app) {
+  auto a = std::make_shared<PplArgs>();
+  CLI::App* c = app.add_subcommand("perplexity", "Mean NLL and perplexity of a text file");
+  a->gen.add_to(*c);
+  c->add_option("-f,--file", a->file, "Text file")->required();
+  c->add_option("--window", a->window, "Tokens per forward window")->capture_default_str()->check(CLI::PositiveNumber);
+  c->add_option("--stride", a->stride, "Tokens between window starts (default: the window, no overlap)");
+  c->add_option("--limit", a->limit, "Score only the first N tokens of the file");
+  c->add_flag("--json", a->json, "Print the result as JSON");
+  c->callback([a] { perplexity(*a); });
+}
+
+}  // namespace dsv4::cli

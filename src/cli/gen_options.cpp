@@ -1,0 +1,76 @@
+#include "cli/gen_options.h"
+
+#include <CLI/CLI.hpp>
+#include <unistd.h>
+
+#include <cstdio>
+#include <random>
+
+#include "cli/commands.h"
+#include "core/error.h"
+
+namespace dsv4::cli {
+
+void GenOptions::add_to(CLI::App& c) {
+  model = default_model_dir();
+  c.add_option("-m,--model", model, "Model directory (default: the bundled tiny-shakespeare)")
+      ->each([this](const std::string&) { model_given = true; });
+  c.add_option("-n,--max-tokens", max_tokens, "Generate at most N tokens")->capture_default_str()->check(CLI::PositiveNumber);
+  c.add_option("--temp,--temperature", temperature, "Sampling temperature; 0 = greedy")->capture_default_str();
+  c.add_option("--top-p", top_p, "Nucleus sampling: keep the smallest set with probability >= P")->capture_default_str();
+  c.add_option("--top-k", top_k, "Keep the K most likely tokens (0 = all)")->capture_default_str();
+  c.add_option("--min-p", min_p, "Keep tokens with p >= MIN_P * p(most likely)")->capture_default_str();
+  c.add_option("--repeat-penalty", repeat_penalty, "Divide positive / multiply negative logits of seen tokens")
+      ->capture_default_str();
+  c.add_option("--presence-penalty", presence_penalty, "Subtract from the logits of seen tokens")->capture_default_str();
+  c.add_option("--frequency-penalty", frequency_penalty, "Subtract count x F from the logits of seen tokens")
+      ->capture_default_str();
+  c.add_option("--seed", seed, "Random seed (same seed, same output); default: random");
+  c.add_option("--stop", stop, "Stop before this text (repeatable)");
+  c.add_option("--numerics", numerics, "official (DeepSeek's quantization-aware numerics) | reference (float32)")
+      ->capture_default_str();
+  auto* th = c.add_flag("--thinking", thinking, "Chat: let the model reason first (thinking mode)");
+  c.add_flag("--no-thinking", no_thinking, "Chat: answer directly (chat mode; the default)")->excludes(th);
+  c.add_option("--effort", effort, "Chat, thinking mode: reasoning effort")->check(CLI::IsMember({"high", "max"}));
+  c.add_flag("--stats", stats, "Print time to first token and tokens/s on stderr");
+}
+
+SamplingParams GenOptions::sampling() const {
+  SamplingParams p;
+  p.temperature = temperature;
+  p.top_k = top_k;
+  p.top_p = top_p;
+  p.min_p = min_p;
+  p.repetition_penalty = repeat_penalty;
+  p.presence_penalty = presence_penalty;
+  p.frequency_penalty = frequency_penalty;
+  p.seed = seed >= 0 ? uint64_t(seed) : std::random_device{}();
+  return p;
+}
+
+StopConditions GenOptions::stops(const Tokenizer& tok) const {
+  StopConditions s;
+  s.max_tokens = max_tokens;
+  s.stop_strings = stop;
+  if (auto eos = tok.eos_id()) s.stop_ids.push_back(*eos);
+  return s;
+}
+
+bool stdout_is_terminal() { return isatty(STDOUT_FILENO) != 0; }
+
+Loaded load_model_and_tokenizer(const GenOptions& o) {
+  const bool tty = isatty(STDERR_FILENO) != 0;
+  if (tty) std::fprintf(stderr, "loading %s ...", o.model.c_str());
+  Loaded l{Model::load(o.model, parse_numerics(o.numerics)), Tokenizer::load(o.model)};
+  if (tty) std::fprintf(stderr, "\r\033[K");
+  return l;
+}
+
+void print_stats(const GenerationStats& s) {
+  std::fflush(stdout);
+  std::fprintf(stderr, "prompt %lld tok, %.1f tok/s | ttft %.3f s | generated %lld tok, %.1f tok/s\n",
+               (long long)s.prompt_tokens, s.prompt_tok_s(), s.ttft_s, (long long)s.generated_tokens,
+               s.decode_tok_s());
+}
+
+}  // namespace dsv4::cli

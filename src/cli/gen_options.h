@@ -1,0 +1,50 @@
+// Options shared by the generating commands (run, chat): model, sampling, stops, numerics, stats.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/model.h"
+#include "runtime/generate.h"
+#include "runtime/sampler.h"
+#include "tokenizer/tokenizer.h"
+
+namespace CLI {
+class App;
+}
+
+namespace dsv4::cli {
+
+struct GenOptions {
+  std::string model;  // default: the bundled model
+  bool model_given = false;
+  int max_tokens = 200;
+  float temperature = 1.0f, top_p = 1.0f, min_p = 0.0f;
+  int top_k = 0;
+  float repeat_penalty = 1.0f, presence_penalty = 0.0f, frequency_penalty = 0.0f;
+  int64_t seed = -1;  // -1: a random seed
+  std::vector<std::string> stop;
+  std::string numerics = "official";
+  bool thinking = false, no_thinking = false;
+  std::string effort;  // "", "high", "max"
+  bool stats = false;
+
+  void add_to(CLI::App& c);  // registers -m, -n, --temp, ... on a subcommand
+  SamplingParams sampling() const;
+  StopConditions stops(const Tokenizer& tok) const;  // adds the tokenizer's EOS as a stop id
+};
+
+// A loaded model and its tokenizer, with a progress line on a terminal while loading.
+struct Loaded {
+  std::unique_ptr<Model> model;
+  Tokenizer tok;
+};
+Loaded load_model_and_tokenizer(const GenOptions& o);
+
+// "prompt 12 tok, 350.1 tok/s | ttft 0.034 s | 120 tok, 250.3 tok/s" on stderr.
+void print_stats(const GenerationStats& s);
+
+bool stdout_is_terminal();
+
+}  // namespace dsv4::cli
