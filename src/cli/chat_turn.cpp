@@ -16,13 +16,13 @@ ChatTurn run_chat_turn(const Loaded& l, const nlohmann::ordered_json& messages, 
   const std::string prompt = chat::encode_messages(messages, eo);
 
   chat::StreamParser parser(eo.thinking_mode);
-  bool in_reasoning = false, printed_reasoning = false;
+  bool in_reasoning = false;
   auto print = [&](const std::vector<chat::StreamEvent>& events) {
     for (const auto& e : events) {
       switch (e.kind) {
         case chat::StreamEventKind::ReasoningDelta:
           if (!in_reasoning && dim_reasoning) std::fputs("\033[2m", stdout);
-          in_reasoning = printed_reasoning = true;
+          in_reasoning = true;
           std::fputs(e.text.c_str(), stdout);
           break;
         case chat::StreamEventKind::ContentDelta:
@@ -46,20 +46,31 @@ ChatTurn run_chat_turn(const Loaded& l, const nlohmann::ordered_json& messages, 
   };
 
   ChatTurn t;
+  std::string reasoning, content;
+  auto track = [&](const std::vector<chat::StreamEvent>& events) {
+    for (const auto& e : events) {
+      if (e.kind == chat::StreamEventKind::ReasoningDelta) reasoning += e.text;
+      if (e.kind == chat::StreamEventKind::ContentDelta) content += e.text;
+    }
+    print(events);
+  };
   t.gen = generate(*l.model, l.tok, l.tok.encode(prompt), sampler, o.stops(l.tok), -1,
-                   [&](const std::string& piece) { print(parser.feed(piece)); });
+                   [&](const std::string& piece) { track(parser.feed(piece)); });
+  // The turn's end-of-sentence token ended generation: the parser expects its text.
+  if (t.gen.stop_id >= 0) track(parser.feed(l.tok.token_bytes(t.gen.stop_id)));
   try {
     auto events = parser.finish();
-    print(events);
+    track(events);
     t.message = events.back().message.to_json();
   } catch (const Error& e) {
-    // A model that does not follow the format (the bundled tiny model is not a chat model): keep the
-    // raw text as the answer.
-    std::fprintf(stderr, "\n(the completion is not a well-formed DeepSeek-V4 message: %s)", e.what());
-    t.message = {{"role", "assistant"}, {"content", t.gen.text}};
+    // Cut by the token limit, or a model that does not follow the format (the bundled tiny model is
+    // not a chat model): keep what was said.
+    if (t.gen.finish != FinishReason::Length)
+      std::fprintf(stderr, "\n(the completion is not a well-formed DeepSeek-V4 message: %s)", e.what());
+    t.message = {{"role", "assistant"}, {"content", content.empty() ? t.gen.text : content}};
+    if (!reasoning.empty()) t.message["reasoning_content"] = reasoning;
   }
   if (in_reasoning && dim_reasoning) std::fputs("\033[0m", stdout);
-  (void)printed_reasoning;
   std::fputs("\n", stdout);
   std::fflush(stdout);
   return t;

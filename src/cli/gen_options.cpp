@@ -26,7 +26,9 @@ void GenOptions::add_to(CLI::App& c) {
   c.add_option("--frequency-penalty", frequency_penalty, "Subtract count x F from the logits of seen tokens")
       ->capture_default_str();
   c.add_option("--seed", seed, "Random seed (same seed, same output); default: random");
-  c.add_option("--stop", stop, "Stop before this text (repeatable)");
+  c.add_option("--stop", stop, "Stop before this text (repeatable)")
+      ->allow_extra_args(false)  // `--stop X PROMPT`: PROMPT is not a second stop string
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   c.add_option("--numerics", numerics, "official (DeepSeek's quantization-aware numerics) | reference (float32)")
       ->capture_default_str();
   auto* th = c.add_flag("--thinking", thinking, "Chat: let the model reason first (thinking mode)");

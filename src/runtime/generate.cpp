@@ -79,6 +79,7 @@ GenerationResult generate(const Model& model, const Tokenizer& tok, const std::v
     }
     if (std::find(stop.stop_ids.begin(), stop.stop_ids.end(), id) != stop.stop_ids.end()) {
       r.finish = FinishReason::Stop;
+      r.stop_id = id;
       break;
     }
     r.ids.push_back(id);

@@ -35,6 +35,7 @@ struct GenerationResult {
   std::vector<int32_t> ids;  // generated ids (a stop id is not included)
   std::string text;          // their text, cut before a stop string
   FinishReason finish = FinishReason::Length;
+  int32_t stop_id = -1;            // the stop id that ended generation, if one did
   std::vector<Logprobs> logprobs;  // per generated id, when requested
   GenerationStats stats;
 };
