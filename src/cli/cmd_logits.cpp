@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/gen_options.h"
 #include "core/error.h"
 #include "io/safetensors.h"
 #include "model/model.h"
@@ -57,7 +58,7 @@ struct LogitsArgs {
 
 void run_logits(const LogitsArgs& a) {
   std::vector<int32_t> ids = read_tokens(a.tokens);
-  auto model = Model::load(a.model, parse_numerics(a.numerics));
+  auto model = Model::load(a.model, parse_numerics(a.numerics), terminal_load_progress(a.model));
   const int64_t n = int64_t(ids.size()), V = model->config().vocab_size;
   std::vector<int64_t> chunks = parse_schedule(a.schedule, n);
   if (a.mtp && model->num_mtp() == 0) fail(a.model, ": --mtp: the checkpoint has no mtp.0 block");

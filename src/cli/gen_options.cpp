@@ -3,7 +3,9 @@
 #include <CLI/CLI.hpp>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
+#include <memory>
 #include <random>
 
 #include "cli/commands.h"
@@ -61,11 +63,23 @@ StopConditions GenOptions::stops(const Tokenizer& tok) const {
 bool stdout_is_terminal() { return isatty(STDOUT_FILENO) != 0; }
 
 Loaded load_model_and_tokenizer(const GenOptions& o) {
-  const bool tty = isatty(STDERR_FILENO) != 0;
-  if (tty) std::fprintf(stderr, "loading %s ...", o.model.c_str());
-  Loaded l{Model::load(o.model, parse_numerics(o.numerics)), Tokenizer::load(o.model)};
-  if (tty) std::fprintf(stderr, "\r\033[K");
+  Loaded l{Model::load(o.model, parse_numerics(o.numerics), terminal_load_progress(o.model)),
+           Tokenizer::load(o.model)};
   return l;
+}
+
+LoadProgress terminal_load_progress(const std::string& what) {
+  if (!isatty(STDERR_FILENO)) return {};
+  auto last = std::make_shared<std::chrono::steady_clock::time_point>();
+  return [what, last](const LoadStatus& s) {
+    const auto now = std::chrono::steady_clock::now();
+    const bool done = s.bytes_done >= s.bytes_total;
+    if (!done && now - *last < std::chrono::milliseconds(100)) return;
+    *last = now;
+    const double gib = 1024.0 * 1024.0 * 1024.0;
+    std::fprintf(stderr, "\rloading %s: %.2f / %.2f GiB, %zu tensors%s", what.c_str(), double(s.bytes_done) / gib,
+                 double(s.bytes_total) / gib, s.tensors_done, done ? "\r\033[K" : "");
+  };
 }
 
 void print_stats(const GenerationStats& s) {

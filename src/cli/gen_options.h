@@ -41,6 +41,8 @@ struct Loaded {
   Tokenizer tok;
 };
 Loaded load_model_and_tokenizer(const GenOptions& o);
+// A progress line on stderr while weights load (nothing when stderr is not a terminal).
+LoadProgress terminal_load_progress(const std::string& what);
 
 // "prompt 12 tok, 350.1 tok/s | ttft 0.034 s | 120 tok, 250.3 tok/s" on stderr.
 void print_stats(const GenerationStats& s);

@@ -2,6 +2,7 @@
 // exactly, code x scale). Built once from the checkpoint views.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -53,6 +54,13 @@ struct CpuWeights {
   std::vector<MtpF> mtp;
 };
 
-CpuWeights to_cpu_weights(const Weights& w);
+struct LoadStatus {
+  uint64_t bytes_done = 0, bytes_total = 0;
+  size_t tensors_done = 0;
+};
+using LoadProgress = std::function<void(const LoadStatus&)>;
+
+// Decodes every weight; `progress` (optional) is called after each tensor.
+CpuWeights to_cpu_weights(const Weights& w, uint64_t total_bytes = 0, LoadProgress progress = {});
 
 }  // namespace dsv4

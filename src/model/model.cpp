@@ -16,13 +16,13 @@ Numerics parse_numerics(const std::string& s) {
 }
 const char* numerics_name(Numerics n) { return n == Numerics::Reference ? "reference" : "official"; }
 
-std::unique_ptr<Model> Model::load(const std::string& dir, Numerics numerics) {
+std::unique_ptr<Model> Model::load(const std::string& dir, Numerics numerics, const LoadProgress& progress) {
   ModelConfig cfg = load_config(dir);
   auto ckpt = Checkpoint::open(dir);
-  return std::make_unique<Model>(std::move(cfg), std::move(ckpt), numerics);
+  return std::make_unique<Model>(std::move(cfg), std::move(ckpt), numerics, progress);
 }
 
-Model::Model(ModelConfig cfg, std::unique_ptr<Checkpoint> ckpt, Numerics numerics)
+Model::Model(ModelConfig cfg, std::unique_ptr<Checkpoint> ckpt, Numerics numerics, const LoadProgress& progress)
     : cfg_(std::move(cfg)), ckpt_(std::move(ckpt)), numerics_(numerics) {
   if (numerics_ == Numerics::Official) {
     // The reference's quantizers tile these widths exactly; refuse shapes they cannot handle.
@@ -36,7 +36,7 @@ Model::Model(ModelConfig cfg, std::unique_ptr<Checkpoint> ckpt, Numerics numeric
            "; use --numerics reference");
   }
   views_ = bind_weights(cfg_, *ckpt_);
-  w_ = to_cpu_weights(views_);
+  w_ = to_cpu_weights(views_, ckpt_->total_bytes(), progress);
 }
 
 void Model::block(const BlockF& w, const LayerSpec& spec, LayerState& st, Tensor& X,

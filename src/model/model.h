@@ -30,8 +30,9 @@ struct ForwardOptions {
 class Model {
  public:
   // Loads config.json and the safetensors of a model directory.
-  static std::unique_ptr<Model> load(const std::string& dir, Numerics numerics);
-  Model(ModelConfig cfg, std::unique_ptr<Checkpoint> ckpt, Numerics numerics);
+  // `progress` (optional) is called as weights are decoded.
+  static std::unique_ptr<Model> load(const std::string& dir, Numerics numerics, const LoadProgress& progress = {});
+  Model(ModelConfig cfg, std::unique_ptr<Checkpoint> ckpt, Numerics numerics, const LoadProgress& progress = {});
 
   const ModelConfig& config() const { return cfg_; }
   Numerics numerics() const { return numerics_; }
