@@ -18,6 +18,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "io/json_text.h"
 
 namespace dsv4 {
 
@@ -40,71 +41,14 @@ constexpr int64_t kMaxI64 = std::numeric_limits<int64_t>::max();
 // allocating gigabytes.
 constexpr int64_t kMaxMtpLayers = 1024;
 
-// Text from the file, made safe for a one-line message: control bytes escaped, long strings cut.
-std::string printable(std::string_view s, size_t max_len = 120) {
-  std::string out;
-  for (size_t i = 0; i < s.size() && i < max_len; ++i) {
-    unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c < 0x20 || c == 0x7f) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", c);
-      out += buf;
-    } else {
-      out += char(c);
-    }
-  }
-  if (s.size() > max_len) out += "...";
-  return out;
-}
-
-// Compact JSON text of `j` for a message, bounded in depth and length: dump() recurses without limit,
-// so a deeply nested value in a hostile file would overflow the stack while we describe it.
-void render(const json& j, std::string& out, int depth) {
-  if (!j.is_structured()) {
-    out += j.dump(-1, ' ', false, json::error_handler_t::replace);
-    return;
-  }
-  const bool arr = j.is_array();
-  if (depth >= 3) {
-    out += arr ? "[...]" : "{...}";
-    return;
-  }
-  out += arr ? '[' : '{';
-  size_t i = 0;
-  for (auto it = j.begin(); it != j.end(); ++it, ++i) {
-    if (i) out += ',';
-    if (i == 8 || out.size() > 100) {
-      out += "...";
-      break;
-    }
-    if (!arr) out += json(it.key()).dump(-1, ' ', false, json::error_handler_t::replace) + ':';
-    render(*it, out, depth + 1);
-  }
-  out += arr ? ']' : '}';
-}
-
-std::string dump(const json& j) {
-  std::string text;
-  render(j, text, 0);
-  return printable(text, 60);
-}
+using json_text::printable;
+std::string dump(const json& j) { return json_text::excerpt(j, 60); }
 
 // "nothing (the field is missing)", "null", "string \"abc\"", "number 2.5", ...
 std::string describe(const json* j) {
   if (!j) return "nothing (the field is missing)";
   if (j->is_null()) return "null";
   return cat(j->type_name(), ' ', dump(*j));
-}
-
-// nlohmann's what() is "[json.exception.parse_error.101] parse error at line 1, column 5: <reason>";
-// keep the reason (the position is reported as a byte offset by the caller).
-std::string json_reason(const json::exception& e) {
-  std::string_view w = e.what();
-  size_t start = w.find("] ");
-  if (start != std::string_view::npos) w = w.substr(start + 2);
-  if (size_t col = w.find("column "); col != std::string_view::npos)
-    if (size_t colon = w.find(": ", col); colon != std::string_view::npos) w = w.substr(colon + 2);
-  return printable(w, 240);
 }
 
 bool as_int(const json& j, int64_t* out) {
@@ -460,23 +404,23 @@ ModelConfig parse_object(const json& j, const std::string& source) {
 
 }  // namespace
 
-ModelConfig parse_config(const std::string& json_text, const std::string& source) {
+ModelConfig parse_config(const std::string& text, const std::string& source) {
   // nlohmann treats a NUL byte as the end of the input, which would silently drop whatever follows.
-  if (size_t nul = json_text.find('\0'); nul != std::string::npos)
+  if (size_t nul = text.find('\0'); nul != std::string::npos)
     fail(source, ": malformed JSON at byte ", nul, ": NUL byte");
   json j;
   try {
-    j = json::parse(json_text);
+    j = json::parse(text);
   } catch (const json::parse_error& e) {
-    fail(source, ": malformed JSON at byte ", e.byte, ": ", json_reason(e));
+    fail(source, ": malformed JSON at byte ", e.byte, ": ", json_text::reason(e));
   } catch (const json::exception& e) {  // e.g. a number too large for a double
-    fail(source, ": malformed JSON: ", json_reason(e));
+    fail(source, ": malformed JSON: ", json_text::reason(e));
   }
   try {
     return parse_object(j, source);
   } catch (const json::exception& e) {
     // Every access above checks types first; this only turns a missed case into the documented error type.
-    fail(source, ": unexpected JSON content: ", json_reason(e));
+    fail(source, ": unexpected JSON content: ", json_text::reason(e));
   }
 }
 

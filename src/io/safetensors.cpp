@@ -23,6 +23,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "io/json_text.h"
 
 namespace dsv4 {
 namespace {
@@ -34,65 +35,8 @@ namespace fs = std::filesystem;
 // and refusing it early keeps a bad length from making us parse hundreds of MB of tensor bytes as JSON.
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 
-// Text from the file, made safe for a one-line message: control bytes escaped, long strings cut.
-std::string printable(std::string_view s, size_t max_len = 160) {
-  std::string out;
-  for (size_t i = 0; i < s.size() && i < max_len; ++i) {
-    unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c < 0x20 || c == 0x7f) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", c);
-      out += buf;
-    } else {
-      out += char(c);
-    }
-  }
-  if (s.size() > max_len) out += "...";
-  return out;
-}
-
-// Compact JSON text of `j` for a message, bounded in depth and length: dump() recurses without limit,
-// so a deeply nested value in a hostile file would overflow the stack while we describe it.
-void render(const json& j, std::string& out, int depth) {
-  if (!j.is_structured()) {
-    out += j.dump(-1, ' ', false, json::error_handler_t::replace);
-    return;
-  }
-  const bool arr = j.is_array();
-  if (depth >= 3) {
-    out += arr ? "[...]" : "{...}";
-    return;
-  }
-  out += arr ? '[' : '{';
-  size_t i = 0;
-  for (auto it = j.begin(); it != j.end(); ++it, ++i) {
-    if (i) out += ',';
-    if (i == 8 || out.size() > 100) {
-      out += "...";
-      break;
-    }
-    if (!arr) out += json(it.key()).dump(-1, ' ', false, json::error_handler_t::replace) + ':';
-    render(*it, out, depth + 1);
-  }
-  out += arr ? ']' : '}';
-}
-
-// A JSON value as it appears in the file, shortened ("found string \"F7\"", "found array [1,-2]").
-std::string describe(const json& j) {
-  std::string text;
-  render(j, text, 0);
-  return cat(j.type_name(), ' ', printable(text, 80));
-}
-
-// nlohmann's what() reads "[json.exception.parse_error.101] parse error at line 1, column 5: <reason>";
-// keep the reason (parse errors report their position as a byte offset in our own words).
-std::string parse_reason(const json::exception& e) {
-  std::string_view w = e.what();
-  if (size_t start = w.find("] "); start != std::string_view::npos) w = w.substr(start + 2);
-  if (size_t col = w.find("column "); col != std::string_view::npos)
-    if (size_t colon = w.find(": ", col); colon != std::string_view::npos) w = w.substr(colon + 2);
-  return printable(w, 240);
-}
+using json_text::describe;
+using json_text::printable;
 
 std::string range_str(uint64_t b, uint64_t e) { return cat('[', b, ", ", e, ']'); }
 
@@ -190,9 +134,9 @@ std::map<std::string, std::string> read_weight_map(const fs::path& index) {
   try {
     j = json::parse(read_text(index));
   } catch (const json::parse_error& e) {
-    fail(file, ": malformed JSON at byte ", e.byte, ": ", parse_reason(e));
+    fail(file, ": malformed JSON at byte ", e.byte, ": ", json_text::reason(e));
   } catch (const json::exception& e) {
-    fail(file, ": malformed JSON: ", parse_reason(e));
+    fail(file, ": malformed JSON: ", json_text::reason(e));
   }
   if (!j.is_object()) fail(file, ": expected a JSON object with 'weight_map', found ", describe(j));
   auto wm = j.find("weight_map");
@@ -241,9 +185,9 @@ std::vector<TensorEntry> parse_safetensors(const uint8_t* data, size_t size, con
   try {
     h = json::parse(data + 8, data + 8 + n, on_event);
   } catch (const json::parse_error& e) {
-    fail(file, ": header is not valid JSON (at byte ", e.byte, " of the ", n, "-byte header): ", parse_reason(e));
+    fail(file, ": header is not valid JSON (at byte ", e.byte, " of the ", n, "-byte header): ", json_text::reason(e));
   } catch (const json::exception& e) {  // e.g. out_of_range: a number too large for a double
-    fail(file, ": header is not valid JSON: ", parse_reason(e));
+    fail(file, ": header is not valid JSON: ", json_text::reason(e));
   }
   if (!h.is_object())
     fail(file, ": header is a JSON ", h.type_name(), ", expected an object {name: {dtype, shape, data_offsets}}");
