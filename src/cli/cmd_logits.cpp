@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "cli/cli_io.h"
 #include "cli/commands.h"
 #include "cli/gen_options.h"
 #include "core/error.h"
@@ -31,13 +32,10 @@ std::vector<int32_t> read_tokens(const std::string& path) {
       }
     fail(path, ": no tensor 'input_ids'");
   }
-  std::ifstream in(path);
-  if (!in) fail(path, ": cannot open token file");
-  std::stringstream ss;
-  ss << in.rdbuf();
+  const std::string text = read_input_file(path);
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(ss.str());
+    j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     fail(path, ": malformed JSON: ", e.what());
   }

@@ -5,9 +5,8 @@
 
 #include <cmath>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 
+#include "cli/cli_io.h"
 #include "cli/commands.h"
 #include "cli/gen_options.h"
 #include "core/error.h"
@@ -23,12 +22,9 @@ struct PplArgs {
 };
 
 void perplexity(const PplArgs& a) {
-  std::ifstream in(a.file, std::ios::binary);
-  if (!in) fail(a.file, ": cannot open text file");
-  std::stringstream ss;
-  ss << in.rdbuf();
+  const std::string text = read_input_file(a.file);
   Loaded l = load_model_and_tokenizer(a.gen);
-  std::vector<int32_t> ids = l.tok.encode(ss.str());
+  std::vector<int32_t> ids = l.tok.encode(text);
   if (a.limit > 0 && int64_t(ids.size()) > a.limit) ids.resize(size_t(a.limit));
   if (ids.size() < 2) fail(a.file, ": needs at least 2 tokens, has ", ids.size());
   const int64_t W = std::min<int64_t>(a.window, l.model->config().max_position_embeddings);

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "chat/encoder.h"
+#include "cli/cli_io.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "tokenizer/tokenizer.h"
@@ -18,27 +19,6 @@ namespace dsv4::cli {
 
 namespace {
 
-std::string read_input_file(const std::string& path) {
-  std::ostringstream ss;
-  if (path == "-") {
-    ss << std::cin.rdbuf();
-    return ss.str();
-  }
-  std::ifstream f(path, std::ios::binary);
-  if (!f) fail(path, ": cannot open");
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-void print_ids(const std::vector<int32_t>& ids, bool json) {
-  std::string out = json ? "[" : "";
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (i) out += json ? ", " : " ";
-    out += std::to_string(ids[i]);
-  }
-  out += json ? "]\n" : "\n";
-  std::fwrite(out.data(), 1, out.size(), stdout);
-}
 
 struct TemplateArgs {
   std::string model = default_model_dir();
