@@ -73,10 +73,9 @@ void Model::block(const BlockF& w, const LayerSpec& spec, LayerState& st, Tensor
   sublayer(w.hc_ffn, w.ffn_norm, [&](const Tensor& x) { return moe(w.ffn, spec, x, tokens); });
 }
 
-Tensor Model::head_logits(const HcF& hc, const Tensor& norm, const Tensor& X, bool all) const {
-  const int64_t T = X.dim(0), n = cfg_.hc_mult, D = cfg_.hidden_size, V = cfg_.vocab_size;
-  const int64_t first = all ? 0 : T - 1, rows = T - first;
-  Tensor h({rows, D});
+Tensor Model::head_hidden(const HcF& hc, const Tensor& norm, const Tensor& X, int64_t first) const {
+  const int64_t T = X.dim(0), n = cfg_.hc_mult, D = cfg_.hidden_size;
+  Tensor h({T - first, D});
   std::vector<float> pre(static_cast<size_t>(n));
   for (int64_t t = first; t < T; ++t) {
     const float* Xt = X.ptr() + t * n * D;
@@ -84,14 +83,17 @@ Tensor Model::head_logits(const HcF& hc, const Tensor& norm, const Tensor& X, bo
                          float(cfg_.hc_eps), pre.data());
     cpu::mhc_collapse(Xt, n, D, pre.data(), h.row(t - first));
   }
-  const bool official = numerics_ == Numerics::Official;
-  if (official)
-    for (float& v : h.data) v = round_bf16(v);
-  cpu::rms_norm(h.ptr(), rows, D, norm.ptr(), float(cfg_.rms_norm_eps), h.ptr());
-  if (official)
-    for (float& v : h.data) v = round_bf16(v);
-  Tensor logits({rows, V});
-  cpu::matmul(h.ptr(), rows, D, w_.head.ptr(), V, logits.ptr());
+  const QuantSim q(numerics_);
+  q.bf16(h.ptr(), h.numel());
+  cpu::rms_norm(h.ptr(), h.dim(0), D, norm.ptr(), float(cfg_.rms_norm_eps), h.ptr());
+  q.bf16(h.ptr(), h.numel());
+  return h;
+}
+
+Tensor Model::head_logits(const HcF& hc, const Tensor& norm, const Tensor& X, bool all) const {
+  const Tensor h = head_hidden(hc, norm, X, all ? 0 : X.dim(0) - 1);
+  Tensor logits({h.dim(0), cfg_.vocab_size});
+  cpu::matmul(h.ptr(), h.dim(0), cfg_.hidden_size, w_.head.ptr(), cfg_.vocab_size, logits.ptr());
   return logits;
 }
 
@@ -111,19 +113,7 @@ Tensor Model::forward(SequenceState& state, const std::vector<int32_t>& tokens, 
     if (opt.hidden && i + 1 < w_.layers.size()) opt.hidden->push_back(X);
   }
   if (opt.streams) *opt.streams = X;
-  if (opt.hidden) {
-    // hidden_L: after hc_head and the final norm
-    Tensor h({T, D});
-    std::vector<float> pre(static_cast<size_t>(n));
-    for (int64_t t = 0; t < T; ++t) {
-      const float* Xt = X.ptr() + t * n * D;
-      cpu::mhc_head_coeffs(Xt, n, D, w_.hc_head.fn.ptr(), w_.hc_head.base.ptr(), w_.hc_head.scale.ptr(),
-                           float(cfg_.rms_norm_eps), float(cfg_.hc_eps), pre.data());
-      cpu::mhc_collapse(Xt, n, D, pre.data(), h.row(t));
-    }
-    cpu::rms_norm(h.ptr(), T, D, w_.norm.ptr(), float(cfg_.rms_norm_eps), h.ptr());
-    opt.hidden->push_back(std::move(h));
-  }
+  if (opt.hidden) opt.hidden->push_back(head_hidden(w_.hc_head, w_.norm, X, 0));  // hidden_L: after hc_head + norm
   state.pos += T;
   return head_logits(w_.hc_head, w_.norm, X, opt.all_logits);
 }

@@ -53,6 +53,8 @@ class Model {
              int64_t p0) const;
   Tensor attention(const AttentionF& w, const LayerSpec& spec, LayerState& st, const Tensor& x, int64_t p0) const;
   Tensor moe(const MoeF& w, const LayerSpec& spec, const Tensor& x, const std::vector<int32_t>& tokens) const;
+  // hc_head collapse + final norm of rows first.. of X [T, n, D] -> [T - first, D]
+  Tensor head_hidden(const HcF& hc, const Tensor& norm, const Tensor& X, int64_t first) const;
   Tensor head_logits(const HcF& hc, const Tensor& norm, const Tensor& X, bool all) const;
 
   ModelConfig cfg_;
