@@ -1,0 +1,211 @@
+// Microbenchmark of the CUDA backend's GEMM paths at DeepSeek-V4-Flash shapes (PERFORMANCE.md):
+//   * device-to-device copy and a bf16 8192^3 GEMM: the same-run ceilings;
+//   * FP8 block-scaled GEMM (cuBLASLt) for wq_a [1024, 4096], wq_b [32768, 1024], wo_b [4096, 8192] at
+//     M = 1, 8, 32, 1024, 8192 tokens: TFLOP/s vs the 1410 TFLOP/s FP8 ceiling, GB/s vs 4.26 TB/s;
+//   * the FP4 routed-expert GEMV: one expert [2048, 4096], six experts with w1||w3 stacked [4096, 4096]
+//     sharing one input, six w2 [4096, 2048] with their own inputs: GB/s of weight bytes.
+// Method (docs/.library METHOD.md): random data (never zeros), weights rotated through copies that
+// together exceed the 60 MB L2, a batch of launches captured in a CUDA graph, warm-up replays, then
+// the median over timed replays with CUDA events.
+//
+//   bench_cuda_ops [--json FILE] [--quick]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/buffer.h"
+#include "backend/cuda/check.h"
+#include "backend/cuda/context.h"
+#include "backend/cuda/fill.h"
+#include "backend/cuda/fp4_gemv.h"
+#include "backend/cuda/gemm.h"
+
+using namespace dsv4::cuda;
+
+namespace {
+
+constexpr double kFp8PeakTflops = 1410.0;  // PERFORMANCE.md, torch _scaled_mm 8192^3, 2026-11-30
+constexpr double kBf16PeakTflops = 777.0;
+constexpr double kHbmTBs = 4.26;           // device-to-device copy, bytes read + written
+constexpr size_t kRotateBytes = size_t(320) << 20;  // weights cycled per graph: > 5x the L2
+
+bool g_quick = false;
+FILE* g_json = nullptr;
+
+// Median time of one call of `launch(i)` (i = 0..batch-1 inside a captured graph), in microseconds.
+double time_us(const DeviceContext& ctx, int batch, const std::function<void(int)>& launch) {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  DSV4_CUDA_CHECK(cudaStreamBeginCapture(ctx.stream(), cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < batch; ++i) launch(i);
+  DSV4_CUDA_CHECK(cudaStreamEndCapture(ctx.stream(), &graph));
+  DSV4_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  cudaEvent_t a, b;
+  DSV4_CUDA_CHECK(cudaEventCreate(&a));
+  DSV4_CUDA_CHECK(cudaEventCreate(&b));
+  for (int w = 0; w < 3; ++w) DSV4_CUDA_CHECK(cudaGraphLaunch(exec, ctx.stream()));
+  std::vector<double> t;
+  const int trials = g_quick ? 5 : 15;
+  for (int r = 0; r < trials; ++r) {
+    DSV4_CUDA_CHECK(cudaEventRecord(a, ctx.stream()));
+    DSV4_CUDA_CHECK(cudaGraphLaunch(exec, ctx.stream()));
+    DSV4_CUDA_CHECK(cudaEventRecord(b, ctx.stream()));
+    DSV4_CUDA_CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    DSV4_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(1000.0 * ms / batch);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+void report(const char* what, const std::string& shape, double us, double flops, double bytes, double peak_tflops) {
+  const double tflops = flops / us * 1e-6, gbs = bytes / us * 1e-3;
+  std::printf("%-26s %-34s %10.2f us %9.1f TFLOP/s (%5.1f%%) %8.0f GB/s (%5.1f%% of HBM)\n", what, shape.c_str(), us,
+              tflops, 100.0 * tflops / peak_tflops, gbs, 100.0 * gbs / (kHbmTBs * 1000.0));
+  if (g_json)
+    std::fprintf(g_json,
+                 "{\"op\": \"%s\", \"shape\": \"%s\", \"us\": %.3f, \"tflops\": %.2f, \"tflops_ratio\": %.4f, "
+                 "\"gbs\": %.1f, \"hbm_ratio\": %.4f}\n",
+                 what, shape.c_str(), us, tflops, tflops / peak_tflops, gbs, gbs / (kHbmTBs * 1000.0));
+}
+
+void bench_copy(const DeviceContext& ctx) {
+  const size_t n = size_t(2) << 30;
+  DeviceBuffer<uint8_t> a(n), b(n);
+  fill_random_bytes(ctx, a.get(), n, 1);
+  const double us = time_us(ctx, 4, [&](int) { DSV4_CUDA_CHECK(cudaMemcpyAsync(b.get(), a.get(), n, cudaMemcpyDeviceToDevice, ctx.stream())); });
+  report("d2d copy (ceiling)", "2 GiB", us, 0, 2.0 * double(n), kFp8PeakTflops);
+}
+
+void bench_bf16(const DeviceContext& ctx, int64_t n) {
+  DeviceBuffer<__nv_bfloat16> x(size_t(n * n)), w(size_t(n * n)), y(size_t(n * n));
+  fill_random_bf16(ctx, x.get(), x.size(), 2, 1.0f);
+  fill_random_bf16(ctx, w.get(), w.size(), 3, 0.02f);
+  LtMatmul mm(ctx, GemmKind::Bf16, n, n, n);
+  const double us = time_us(ctx, 5, [&](int) { mm.run_bf16(ctx, x.get(), w.get(), y.get()); });
+  report("bf16 gemm (ceiling)", std::to_string(n) + "^3", us, 2.0 * double(n) * n * n, 6.0 * double(n) * n,
+         kBf16PeakTflops);
+}
+
+void bench_fp8(const DeviceContext& ctx, const char* name, int64_t out, int64_t in, int64_t m) {
+  const size_t wbytes = size_t(out * in);
+  const int copies = int(std::clamp<size_t>(kRotateBytes / wbytes, 1, 16));
+  const int64_t ob = (out + 127) / 128, ld = ((in + 127) / 128 + 3) / 4 * 4;
+  DeviceBuffer<uint8_t> wc(wbytes * copies);
+  DeviceBuffer<float> ws(size_t(ob * ld) * copies);
+  DeviceBuffer<uint8_t> xc(size_t(m * in));
+  DeviceBuffer<float> xs(size_t(m * (in / 128)));
+  DeviceBuffer<__nv_bfloat16> y(size_t(m * out));
+  fill_random_e4m3(ctx, wc.get(), wc.size(), 4);
+  fill_random_pow2(ctx, ws.get(), ws.size(), 5, -12, -8);
+  fill_random_e4m3(ctx, xc.get(), xc.size(), 6);
+  fill_random_pow2(ctx, xs.get(), xs.size(), 7, -8, -4);
+  LtMatmul mm(ctx, GemmKind::Fp8BlockScaled, out, in, m);
+  const double flops = 2.0 * double(m) * double(out) * double(in);
+  const int batch = flops > 1e11 ? 4 : std::max(copies, 20);
+  const double us = time_us(ctx, batch, [&](int i) {
+    const int c = i % copies;
+    mm.run_fp8_raw(ctx, xc.get(), xs.get(), wc.get() + size_t(c) * wbytes, ws.get() + size_t(c) * size_t(ob * ld),
+                   y.get());
+  });
+  const double bytes = double(wbytes) + 4.0 * ob * ld + double(m * in) + 4.0 * m * (in / 128) + 2.0 * m * out;
+  report("fp8 gemm", std::string(name) + " [" + std::to_string(out) + "," + std::to_string(in) + "] M=" + std::to_string(m),
+         us, flops, bytes, kFp8PeakTflops);
+}
+
+// `selections` matrices [rows, K] per call, chosen round-robin from a pool larger than L2.
+void bench_fp4(const DeviceContext& ctx, const char* name, int64_t rows, int64_t K, int selections, int tokens,
+               bool shared_input) {
+  const size_t mat_bytes = size_t(rows * K / 2 + rows * K / 32);
+  const int pool = int(std::max<size_t>(kRotateBytes / mat_bytes, size_t(selections) * 2));
+  DeviceBuffer<uint8_t> wp(size_t(pool) * size_t(rows * K / 2)), wsc(size_t(pool) * size_t(rows * K / 32));
+  fill_random_bytes(ctx, wp.get(), wp.size(), 8);
+  fill_random_bytes(ctx, wsc.get(), wsc.size(), 9, 118, 124);
+  const int inputs = shared_input ? 1 : selections;
+  DeviceBuffer<uint8_t> xc(size_t(inputs * tokens * K));
+  DeviceBuffer<float> xs(size_t(inputs * tokens * K / 128));
+  fill_random_e4m3(ctx, xc.get(), xc.size(), 10);
+  fill_random_pow2(ctx, xs.get(), xs.size(), 11, -8, -4);
+  DeviceBuffer<__nv_bfloat16> y(size_t(selections * tokens * rows));
+  const int batch = std::max(20, pool / selections);
+  std::vector<int32_t> ids(size_t(batch * selections));
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t(i % size_t(pool));
+  DeviceBuffer<int32_t> dids(ids);
+
+  Fp4GemvParams p;
+  p.w_packed = wp.get();
+  p.w_scales = wsc.get();
+  p.x_codes = xc.get();
+  p.x_scales = xs.get();
+  p.y = y.get();
+  p.selections = selections;
+  p.tokens = tokens;
+  p.rows = rows;
+  p.K = K;
+  p.x_tok_stride = K;
+  p.x_sel_stride = shared_input ? 0 : tokens * K;
+  p.xs_blk_stride = 1;
+  p.xs_tok_stride = K / 128;
+  p.xs_sel_stride = shared_input ? 0 : tokens * K / 128;
+  p.y_tok_stride = rows;
+  p.y_sel_stride = tokens * rows;
+  const double us = time_us(ctx, batch, [&](int i) {
+    Fp4GemvParams q = p;
+    q.expert_ids = dids.get() + i * selections;
+    fp4_gemv(ctx, q);
+  });
+  const double bytes = double(mat_bytes) * selections;
+  report("fp4 gemv", std::string(name) + " " + std::to_string(selections) + "x[" + std::to_string(rows) + "," +
+             std::to_string(K) + "] M=" + std::to_string(tokens),
+         us, 2.0 * double(tokens) * double(rows) * double(K) * selections, bytes, kFp8PeakTflops);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const char* json_path = nullptr;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
+    else if (!std::strcmp(argv[i], "--quick")) g_quick = true;
+    else {
+      std::fprintf(stderr, "usage: %s [--json FILE] [--quick]\n", argv[0]);
+      return 2;
+    }
+  }
+  try {
+    if (!have_hopper_device()) {
+      std::fprintf(stderr, "bench_cuda_ops: no sm_90 CUDA device\n");
+      return 1;
+    }
+    DeviceContext ctx;
+    if (json_path && !(g_json = std::fopen(json_path, "w"))) dsv4::fail("cannot write ", json_path);
+    std::printf("device: %s, %d SMs; ceilings: FP8 %.0f TFLOP/s, bf16 %.0f TFLOP/s, HBM %.2f TB/s\n",
+                ctx.name().c_str(), ctx.sm_count(), kFp8PeakTflops, kBf16PeakTflops, kHbmTBs);
+    bench_copy(ctx);
+    bench_bf16(ctx, 8192);
+    struct Shape { const char* name; int64_t out, in; };
+    const Shape shapes[] = {{"wq_a", 1024, 4096}, {"wq_b", 32768, 1024}, {"wo_b", 4096, 8192}};
+    for (const Shape& s : shapes)
+      for (int64_t m : {1, 8, 32, 1024, 8192}) bench_fp8(ctx, s.name, s.out, s.in, m);
+    bench_fp4(ctx, "expert w1", 2048, 4096, 1, 1, true);
+    bench_fp4(ctx, "6 experts w1||w3", 4096, 4096, 6, 1, true);
+    bench_fp4(ctx, "6 experts w1||w3", 4096, 4096, 6, 8, true);
+    bench_fp4(ctx, "6 experts w2", 4096, 2048, 6, 1, false);
+    bench_fp4(ctx, "64 experts w1||w3", 4096, 4096, 64, 1, true);
+    if (g_json) std::fclose(g_json);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_cuda_ops: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,184 @@
+// Sparse decode attention with sinks (contract in ops.h; MODEL.md §4.4).
+//
+// One block per (token, group of G heads), three phases over the token's key list:
+//   1. logits: each warp takes keys s = warp, warp + nwarps, ...; a key row is read once for the G heads
+//      (q of the G heads sits in registers) and z_s goes to shared memory;
+//   2. per head: M = max z, p_s = exp(z_s - M) (kept unrounded for the denominator, as the reference);
+//   3. P.V: each thread owns two output dims and walks all keys with bf16(p_s).
+// The exact max is known before any p is formed, so bf16(p) is rounded exactly where the reference
+// rounds it (an online softmax would round rescaled values instead). This is the correctness-first
+// decode kernel: it re-reads the key rows once per head group from L2; a split-K, tensor-core version
+// comes with the model's decode step.
+#include <cstdint>
+
+#include "backend/cuda/check.h"
+#include "backend/cuda/kernel_util.cuh"
+#include "backend/cuda/ops.h"
+
+namespace dsv4::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+
+// Lane `lane` holds DIM/32 elements of a row: for DIM >= 256, chunks of 8 at c*256 + lane*8 (16-byte
+// loads, a warp covers 512 contiguous bytes per chunk); for DIM = 128, 4 elements at lane*4.
+template <int DIM>
+struct RowSlice {
+  static constexpr int kPerLane = DIM / 32;
+  __device__ static void load(const bf16* row, int lane, float (&v)[kPerLane]) {
+    if constexpr (kPerLane >= 8) {
+#pragma unroll
+      for (int c = 0; c < kPerLane / 8; ++c) {
+        uint4 raw = *reinterpret_cast<const uint4*>(row + c * 256 + lane * 8);
+        const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          float2 f = __bfloat1622float2(h[i]);
+          v[c * 8 + 2 * i] = f.x;
+          v[c * 8 + 2 * i + 1] = f.y;
+        }
+      }
+    } else {
+      uint2 raw = *reinterpret_cast<const uint2*>(row + lane * 4);
+      const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        float2 f = __bfloat1622float2(h[i]);
+        v[2 * i] = f.x;
+        v[2 * i + 1] = f.y;
+      }
+    }
+  }
+};
+
+template <int DIM, int G>
+__global__ void __launch_bounds__(kThreads) sparse_attention_kernel(SparseAttentionParams p) {
+  extern __shared__ float smem[];
+  float* z = smem;                                                  // [G][max_keys]
+  int32_t* idx = reinterpret_cast<int32_t*>(smem + G * p.max_keys); // [max_keys]
+  __shared__ float den_s[G], max_s[G];
+
+  const int groups = p.heads / G;
+  const int64_t token = blockIdx.x / groups;
+  const int h0 = (blockIdx.x % groups) * G;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  constexpr int PL = RowSlice<DIM>::kPerLane;
+
+  float q[G][PL];
+#pragma unroll
+  for (int g = 0; g < G; ++g) RowSlice<DIM>::load(p.q + (token * p.heads + h0 + g) * DIM, lane, q[g]);
+
+  // Phase 1: logits.
+  const int32_t* ind = p.indices + token * p.max_keys;
+  for (int s = warp; s < p.max_keys; s += kWarps) {
+    const int32_t e = ind[s];
+    if (lane == 0) idx[s] = e;
+    if (e < 0) {
+      if (lane < G) z[lane * p.max_keys + s] = -INFINITY;
+      continue;
+    }
+    float k[PL];
+    RowSlice<DIM>::load(p.kv + int64_t(e) * DIM, lane, k);
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      float acc = 0.0f;
+#pragma unroll
+      for (int i = 0; i < PL; ++i) acc += q[g][i] * k[i];
+      acc = warp_sum(acc);
+      if (lane == 0) z[g * p.max_keys + s] = acc * p.scale;
+    }
+  }
+  __syncthreads();
+
+  // Phase 2: one warp per head of the group.
+  if (warp < G) {
+    float* zg = z + warp * p.max_keys;
+    float m = -INFINITY;
+    for (int s = lane; s < p.max_keys; s += 32) m = fmaxf(m, zg[s]);
+    m = warp_max(m);
+    float sum = 0.0f;
+    if (m != -INFINITY) {
+      for (int s = lane; s < p.max_keys; s += 32) {
+        const float e = expf(zg[s] - m);  // exp(-inf) = 0 for missing keys
+        zg[s] = e;
+        sum += e;
+      }
+    }
+    sum = warp_sum(sum);
+    if (lane == 0) {
+      max_s[warp] = m;
+      den_s[warp] = m == -INFINITY ? 0.0f : sum + expf(p.sinks[h0 + warp] - m);
+    }
+  }
+  __syncthreads();
+
+  // Phase 3: P.V over the same rows, two dims per thread.
+  const int d = threadIdx.x * 2;
+  if (d >= DIM) return;
+  float acc[G][2];
+#pragma unroll
+  for (int g = 0; g < G; ++g) acc[g][0] = acc[g][1] = 0.0f;
+#pragma unroll 4
+  for (int s = 0; s < p.max_keys; ++s) {
+    const int32_t e = idx[s];
+    if (e < 0) continue;
+    const float2 kv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p.kv + int64_t(e) * DIM + d));
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      const float pr = __bfloat162float(__float2bfloat16_rn(z[g * p.max_keys + s]));  // bf16(p) for P.V
+      acc[g][0] += pr * kv.x;
+      acc[g][1] += pr * kv.y;
+    }
+  }
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    float o0 = 0.0f, o1 = 0.0f;
+    if (max_s[g] != -INFINITY) {
+      o0 = acc[g][0] / den_s[g];
+      o1 = acc[g][1] / den_s[g];
+    }
+    *reinterpret_cast<__nv_bfloat162*>(p.out + (token * p.heads + h0 + g) * DIM + d) = __floats2bfloat162_rn(o0, o1);
+  }
+}
+
+template <int DIM, int G>
+void launch(const DeviceContext& ctx, const SparseAttentionParams& p) {
+  const size_t smem = size_t(G + 1) * size_t(p.max_keys) * sizeof(float);
+  auto kernel = sparse_attention_kernel<DIM, G>;
+  if (smem > 48 * 1024)
+    DSV4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  const int grid = narrow_int(p.tokens * (p.heads / G), "sparse_attention grid");
+  kernel<<<grid, kThreads, smem, ctx.stream()>>>(p);
+  DSV4_CUDA_CHECK_LAUNCH();
+}
+
+template <int DIM>
+void dispatch_group(const DeviceContext& ctx, const SparseAttentionParams& p) {
+  // Four heads per block share each key read; fall back to fewer when the logits would not fit in
+  // shared memory or when too few blocks would be launched to cover the GPU.
+  auto fits = [&](int g) { return size_t(g + 1) * size_t(p.max_keys) * 4 <= ctx.max_smem_per_block(); };
+  const bool many = p.tokens * p.heads / 4 >= 2 * ctx.sm_count();
+  if (p.heads % 4 == 0 && fits(4) && many) return launch<DIM, 4>(ctx, p);
+  if (p.heads % 2 == 0 && fits(2) && p.tokens * p.heads / 2 >= ctx.sm_count()) return launch<DIM, 2>(ctx, p);
+  if (fits(1)) return launch<DIM, 1>(ctx, p);
+  fail("sparse_attention: ", p.max_keys, " keys per query exceed the shared-memory logits buffer (",
+       ctx.max_smem_per_block(), " bytes)");
+}
+
+}  // namespace
+
+void sparse_attention(const DeviceContext& ctx, const SparseAttentionParams& p) {
+  if (p.tokens == 0) return;
+  if (!p.q || !p.kv || !p.indices || !p.sinks || !p.out) fail("sparse_attention: null pointer");
+  if (p.heads <= 0 || p.max_keys <= 0) fail("sparse_attention: heads and max_keys must be positive");
+  narrow_int(p.entries, "sparse_attention entries");
+  switch (p.dim) {
+    case 128: return dispatch_group<128>(ctx, p);
+    case 256: return dispatch_group<256>(ctx, p);
+    case 512: return dispatch_group<512>(ctx, p);
+    default: fail("sparse_attention: head dim ", p.dim, " (supported: 128, 256, 512)");
+  }
+}
+
+}  // namespace dsv4::cuda

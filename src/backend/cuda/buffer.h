@@ -1,0 +1,66 @@
+// DeviceBuffer<T>: an owned, typed device allocation (cudaMalloc / cudaFree), move-only. Copies to and
+// from the host are synchronous helpers for setup and tests; hot paths enqueue their own async copies.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <utility>
+#include <vector>
+
+#include "backend/cuda/check.h"
+
+namespace dsv4::cuda {
+
+template <typename T>
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t n) : n_(n) {
+    if (n_ > 0) DSV4_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&ptr_), n_ * sizeof(T)));
+  }
+  // Allocates and copies `host` over.
+  explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) { upload(host); }
+  ~DeviceBuffer() { reset(); }
+  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(std::exchange(o.ptr_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    if (this != &o) {
+      reset();
+      ptr_ = std::exchange(o.ptr_, nullptr);
+      n_ = std::exchange(o.n_, 0);
+    }
+    return *this;
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  T* get() { return ptr_; }
+  const T* get() const { return ptr_; }
+  size_t size() const { return n_; }
+  size_t bytes() const { return n_ * sizeof(T); }
+
+  void upload(const T* host, size_t n, size_t offset = 0) {
+    if (offset + n > n_) fail("DeviceBuffer::upload: ", n, " elements at ", offset, " overflow a buffer of ", n_);
+    if (n) DSV4_CUDA_CHECK(cudaMemcpy(ptr_ + offset, host, n * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  void upload(const std::vector<T>& host) { upload(host.data(), host.size()); }
+  std::vector<T> download() const {
+    std::vector<T> h(n_);
+    if (n_) DSV4_CUDA_CHECK(cudaMemcpy(h.data(), ptr_, bytes(), cudaMemcpyDeviceToHost));
+    return h;
+  }
+  // Every byte set to `byte` (synchronous).
+  void fill_bytes(int byte) {
+    if (n_) DSV4_CUDA_CHECK(cudaMemset(ptr_, byte, bytes()));
+  }
+
+ private:
+  void reset() {
+    if (ptr_) cudaFree(ptr_);  // no throw from a destructor path
+    ptr_ = nullptr;
+    n_ = 0;
+  }
+  T* ptr_ = nullptr;
+  size_t n_ = 0;
+};
+
+}  // namespace dsv4::cuda

@@ -1,0 +1,35 @@
+// Routed-expert GEMV for decode (MODEL.md §7): y = x . W^T with W in FP4 (e2m1 + E8M0 per 1 x 32, kept
+// packed in HBM as in the checkpoint) and x in FP8 (e4m3 + fp32 power-of-two scale per 1 x 128), for
+// 1..8 tokens. Memory-bound: the weights are read once, decoded in registers, multiplied on the FP8
+// tensor cores (mma.sync m16n8k32, which holds exactly one 32-wide weight-scale block per row), and the
+// per-block partial sums are scaled and accumulated in fp32. Output bf16.
+//
+// Grouped: one launch serves `selections` (expert, input) pairs, e.g. the 6 routed experts of a token;
+// expert ids are read on the device, so the launch is graph-capturable.
+// CPU twin: dequantize (io/weights.h) the weight and the activation, cpu::matmul, compare in bf16.
+#pragma once
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "backend/cuda/context.h"
+
+namespace dsv4::cuda {
+
+struct Fp4GemvParams {
+  const uint8_t* w_packed = nullptr;    // [experts, rows, K/2] e2m1 pairs, even k in the low nibble
+  const uint8_t* w_scales = nullptr;    // [experts, rows, K/32] E8M0 bytes (<= 248: 2^121 and above unsupported)
+  const int32_t* expert_ids = nullptr;  // [selections] expert of each selection; null: selection i uses expert i
+  const uint8_t* x_codes = nullptr;     // e4m3; (selection i, token m) row of K codes at
+                                        // x_codes + i * x_sel_stride + m * x_tok_stride (x_sel_stride 0: shared input)
+  const float* x_scales = nullptr;      // fp32 pow2; (i, m, block b) at i * xs_sel_stride + m * xs_tok_stride + b * xs_blk_stride
+  __nv_bfloat16* y = nullptr;           // (i, m, row) at y + i * y_sel_stride + m * y_tok_stride + row
+  int selections = 1, tokens = 1;       // tokens 1..8 (the MMA's n)
+  int64_t rows = 0, K = 0;              // rows % 16 == 0, K % 128 == 0
+  int64_t x_sel_stride = 0, x_tok_stride = 0;
+  int64_t xs_sel_stride = 0, xs_tok_stride = 0, xs_blk_stride = 0;
+  int64_t y_sel_stride = 0, y_tok_stride = 0;
+};
+void fp4_gemv(const DeviceContext& ctx, const Fp4GemvParams& p);
+
+}  // namespace dsv4::cuda

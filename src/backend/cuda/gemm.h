@@ -1,0 +1,75 @@
+// Dense linears on the GPU through cuBLASLt (MODEL.md §6): y[T, out] = x[T, in] . W[out, in]^T.
+//
+// * bf16 x bf16 -> bf16, fp32 accumulate (wo_a, compressor, indexer weights_proj).
+// * FP8 block-scaled (DeepSeek's "official" linears): x as e4m3 codes with one fp32 power-of-two scale
+//   per 1 x 128 block of a row (CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F), W as e4m3 codes with one fp32
+//   scale per 128 x 128 tile (CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F); bf16 out. The checkpoint's
+//   E8M0 scales become fp32 on upload (exact).
+//
+// cuBLASLt is column-major: we compute D[out, T] (column-major) = W (op T) . X^T, which is row-major
+// y[T, out]; both operands then have K contiguous (the "TN" layout FP8 requires on Hopper).
+// A LtMatmul is planned once per shape (descriptors + heuristic algorithm) and run many times.
+#pragma once
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "backend/cuda/buffer.h"
+#include "backend/cuda/context.h"
+#include "core/tensor.h"
+
+namespace dsv4::cuda {
+
+using bf16 = __nv_bfloat16;
+
+// An FP8 linear weight in device memory.
+struct Fp8Weight {
+  DeviceBuffer<uint8_t> codes;  // [out, in] e4m3, row-major, exactly as stored in the checkpoint
+  DeviceBuffer<float> scales;   // [ceil(out/128), scale_ld] fp32: cuBLASLt's BLK128x128 layout
+  int64_t out = 0, in = 0;
+  int64_t scale_ld = 0;         // round_up(ceil(in/128), 4): cuBLASLt pads the K blocks to 4
+};
+// Copies a checkpoint FP8 weight (e4m3 [out, in] + scale [ceil(out/128), ceil(in/128)] as E8M0 or F32)
+// to the device. Checks dtypes and shapes; `in` must be a multiple of 16 (cuBLASLt alignment).
+Fp8Weight upload_fp8_weight(const TensorView& weight, const TensorView& scale);
+
+// Scales of an FP8 GEMM input in cuBLASLt's VEC128 layout: block b of row t at b * rows + t.
+inline int64_t act_scale_index(int64_t row, int64_t block, int64_t rows) { return block * rows + row; }
+
+enum class GemmKind { Bf16, Fp8BlockScaled };
+
+class LtMatmul {
+ public:
+  // Plans y[tokens, out] = x[tokens, in] . W^T. Throws dsv4::Error (naming the shape) when cuBLASLt
+  // has no algorithm for it.
+  LtMatmul(const DeviceContext& ctx, GemmKind kind, int64_t out, int64_t in, int64_t tokens);
+  ~LtMatmul();
+  LtMatmul(const LtMatmul&) = delete;
+  LtMatmul& operator=(const LtMatmul&) = delete;
+
+  // x [tokens, in] bf16, w [out, in] bf16, y [tokens, out] bf16 (row-major, contiguous).
+  void run_bf16(const DeviceContext& ctx, const bf16* x, const bf16* w, bf16* y);
+  // x_codes [tokens, in] e4m3; x_scales fp32 [ceil(in/128), tokens] (act_scale_index); y [tokens, out].
+  void run_fp8(const DeviceContext& ctx, const uint8_t* x_codes, const float* x_scales, const Fp8Weight& w, bf16* y);
+  // As run_fp8 with the weight given as raw device pointers (benchmarks rotate through copies).
+  void run_fp8_raw(const DeviceContext& ctx, const uint8_t* x_codes, const float* x_scales, const uint8_t* w_codes,
+                   const float* w_scales, bf16* y);
+
+  GemmKind kind() const { return kind_; }
+  int64_t out() const { return out_; }
+  int64_t in() const { return in_; }
+  int64_t tokens() const { return tokens_; }
+
+ private:
+  void run(const DeviceContext& ctx, const void* a, const void* b, void* d);
+  void release();
+  GemmKind kind_;
+  int64_t out_, in_, tokens_;
+  cublasLtMatmulDesc_t desc_ = nullptr;
+  cublasLtMatrixLayout_t a_ = nullptr, b_ = nullptr, d_ = nullptr;
+  cublasLtMatmulAlgo_t algo_{};
+  size_t workspace_needed_ = 0;
+};
+
+}  // namespace dsv4::cuda

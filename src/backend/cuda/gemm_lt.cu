@@ -1,0 +1,125 @@
+// cuBLASLt planning and launch for the dense linears (contract in gemm.h).
+#include <cuda_fp8.h>
+
+#include <vector>
+
+#include "backend/cuda/check.h"
+#include "backend/cuda/gemm.h"
+#include "backend/cuda/kernel_util.cuh"
+#include "core/dtype.h"
+
+namespace dsv4::cuda {
+
+Fp8Weight upload_fp8_weight(const TensorView& weight, const TensorView& scale) {
+  if (weight.dtype != DType::F8_E4M3 || weight.shape.size() != 2)
+    fail("upload_fp8_weight: weight must be F8_E4M3 [out, in], got ", dtype_name(weight.dtype), " ",
+         shape_str(weight.shape));
+  Fp8Weight w;
+  w.out = weight.dim(0);
+  w.in = weight.dim(1);
+  if (w.in % 16 != 0) fail("upload_fp8_weight: in = ", w.in, " must be a multiple of 16 (cuBLASLt alignment)");
+  const int64_t ob = ceil_div(w.out, 128), kb = ceil_div(w.in, 128);
+  if (scale.shape != Shape{ob, kb})
+    fail("upload_fp8_weight: scale shape ", shape_str(scale.shape), ", expected ", shape_str(Shape{ob, kb}));
+  if (scale.dtype != DType::F8_E8M0 && scale.dtype != DType::F32)
+    fail("upload_fp8_weight: scale dtype ", dtype_name(scale.dtype), ", expected F8_E8M0 or F32");
+  w.scale_ld = (kb + 3) / 4 * 4;
+  std::vector<float> sf(size_t(ob * w.scale_ld), 0.0f);
+  for (int64_t r = 0; r < ob; ++r) to_f32(scale.dtype, scale.data, size_t(r * kb), size_t(kb), &sf[size_t(r * w.scale_ld)]);
+  w.codes = DeviceBuffer<uint8_t>(size_t(w.out * w.in));
+  w.codes.upload(weight.data, size_t(w.out * w.in));
+  w.scales = DeviceBuffer<float>(sf);
+  return w;
+}
+
+LtMatmul::LtMatmul(const DeviceContext& ctx, GemmKind kind, int64_t out, int64_t in, int64_t tokens)
+    : kind_(kind), out_(out), in_(in), tokens_(tokens) {
+  if (out <= 0 || in <= 0 || tokens <= 0) fail("LtMatmul: empty shape ", out, "x", in, " x ", tokens, " tokens");
+  if (in % 16 != 0) fail("LtMatmul: in = ", in, " must be a multiple of 16");
+  narrow_int(out * in, "LtMatmul weight elements");
+  const bool fp8 = kind == GemmKind::Fp8BlockScaled;
+  const cudaDataType_t ab_type = fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
+  try {
+    DSV4_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    DSV4_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    DSV4_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    if (fp8) {
+      // A = weights: one fp32 scale per 128 x 128 tile; B = activations: one per 1 x 128 block.
+      const int32_t a_mode = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+      const int32_t b_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+      DSV4_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &a_mode, sizeof a_mode));
+      DSV4_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &b_mode, sizeof b_mode));
+      // Placeholder scale pointers for the heuristic query (run_fp8 sets the real ones): some cuBLASLt
+      // versions reject a scaled layout whose scale pointer is null.
+      const void* placeholder = ctx.workspace();
+      DSV4_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &placeholder, sizeof placeholder));
+      DSV4_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &placeholder, sizeof placeholder));
+    }
+    // A: W stored [out, in] row-major = column-major [in, out] with ld = in, used transposed.
+    DSV4_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a_, ab_type, uint64_t(in), uint64_t(out), in));
+    // B: X stored [tokens, in] row-major = column-major [in, tokens], ld = in.
+    DSV4_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b_, ab_type, uint64_t(in), uint64_t(tokens), in));
+    // D: column-major [out, tokens], ld = out = row-major y[tokens, out].
+    DSV4_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d_, CUDA_R_16BF, uint64_t(out), uint64_t(tokens), out));
+
+    cublasLtMatmulPreference_t pref = nullptr;
+    DSV4_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    const size_t ws = ctx.workspace_bytes();
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    if (st == CUBLAS_STATUS_SUCCESS)
+      st = cublasLtMatmulAlgoGetHeuristic(ctx.lt(), desc_, a_, b_, d_, d_, pref, 1, &result, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    DSV4_CUBLAS_CHECK(st);
+    if (found == 0)
+      fail("LtMatmul: cuBLASLt has no ", fp8 ? "FP8 block-scaled" : "bf16", " algorithm for out ", out, ", in ", in,
+           ", tokens ", tokens);
+    algo_ = result.algo;
+    workspace_needed_ = result.workspaceSize;
+  } catch (...) {
+    release();  // the destructor does not run for a constructor that throws
+    throw;
+  }
+}
+
+LtMatmul::~LtMatmul() { release(); }
+
+void LtMatmul::release() {
+  if (d_) cublasLtMatrixLayoutDestroy(d_);
+  if (b_) cublasLtMatrixLayoutDestroy(b_);
+  if (a_) cublasLtMatrixLayoutDestroy(a_);
+  if (desc_) cublasLtMatmulDescDestroy(desc_);
+  d_ = b_ = a_ = nullptr;
+  desc_ = nullptr;
+}
+
+void LtMatmul::run(const DeviceContext& ctx, const void* a, const void* b, void* d) {
+  const float alpha = 1.0f, beta = 0.0f;
+  DSV4_CUBLAS_CHECK(cublasLtMatmul(ctx.lt(), desc_, &alpha, a, a_, b, b_, &beta, d, d_, d, d_, &algo_, ctx.workspace(),
+                                   ctx.workspace_bytes(), ctx.stream()));
+}
+
+void LtMatmul::run_bf16(const DeviceContext& ctx, const bf16* x, const bf16* w, bf16* y) {
+  if (kind_ != GemmKind::Bf16) fail("LtMatmul::run_bf16 on an FP8 plan");
+  run(ctx, w, x, y);
+}
+
+void LtMatmul::run_fp8_raw(const DeviceContext& ctx, const uint8_t* x_codes, const float* x_scales,
+                           const uint8_t* w_codes, const float* w_scales, bf16* y) {
+  if (kind_ != GemmKind::Fp8BlockScaled) fail("LtMatmul::run_fp8 on a bf16 plan");
+  // The scale pointers live in the descriptor; setting them is a host-side write (no device work).
+  DSV4_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scales, sizeof w_scales));
+  DSV4_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scales, sizeof x_scales));
+  run(ctx, w_codes, x_codes, y);
+}
+
+void LtMatmul::run_fp8(const DeviceContext& ctx, const uint8_t* x_codes, const float* x_scales, const Fp8Weight& w,
+                       bf16* y) {
+  if (w.out != out_ || w.in != in_)
+    fail("LtMatmul::run_fp8: weight [", w.out, ", ", w.in, "] for a plan of [", out_, ", ", in_, "]");
+  run_fp8_raw(ctx, x_codes, x_scales, w.codes.get(), w.scales.get(), y);
+}
+
+}  // namespace dsv4::cuda

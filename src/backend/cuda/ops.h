@@ -1,0 +1,116 @@
+// Elementwise and reduction ops of the forward pass on the GPU (MODEL.md §2-§6). Each op has a CPU twin
+// with the same contract (src/backend/cpu/ops.h, src/core/quant.h); tests/cuda compares the two.
+//
+// Conventions: every op enqueues on ctx.stream() and returns without synchronizing; pointers are device
+// pointers; shapes are in elements, strides in elements of the pointed-to type; bf16 is storage only —
+// the arithmetic is fp32 unless a contract says otherwise. Launch-time checks (shapes, 32-bit
+// narrowing) throw dsv4::Error before anything is enqueued.
+#pragma once
+#include <cuda_bf16.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/cuda/context.h"
+
+namespace dsv4::cuda {
+
+using bf16 = __nv_bfloat16;
+
+// ---- RMSNorm (MODEL.md §2): y = bf16((x * rsqrt(mean(x^2) + eps)) * w), fp32 math, one rounding.
+// CPU twin: cpu::rms_norm on the bf16 values, then round_bf16.
+struct RmsNormParams {
+  const bf16* x = nullptr;        // [rows, dim], row stride x_stride
+  const float* weight = nullptr;  // [dim] fp32 (checkpoint bf16/fp32 upcast on upload); null = unweighted
+  bf16* y = nullptr;              // [rows, dim], row stride y_stride; may alias x with the same stride
+  int64_t rows = 0;
+  int dim = 0;                    // multiple of 8 (16-byte vector loads)
+  int64_t x_stride = 0, y_stride = 0;
+  float eps = 1e-6f;
+};
+void rms_norm(const DeviceContext& ctx, const RmsNormParams& p);
+
+// ---- Interleaved RoPE on the trailing rope_dim dims of every head (MODEL.md §5), in place.
+// Pair i of the rope slice (x[2i], x[2i+1]) rotates by theta = fl32(pos * inv_freq[i]) (negated when
+// inverse); cos/sin and the rotation in fp32, result rounded to bf16. CPU twin: cpu::rope.
+struct RopeParams {
+  bf16* x = nullptr;                // [rows, heads, head_dim] with the strides below
+  const int32_t* positions = nullptr;  // [rows] position of each row (token)
+  const float* inv_freq = nullptr;  // [rope_dim / 2] fp32 (cpu::rope_inv_freq)
+  int64_t rows = 0;
+  int heads = 1, head_dim = 0, rope_dim = 64;  // rope on dims [head_dim - rope_dim, head_dim)
+  int64_t row_stride = 0, head_stride = 0;
+  bool inverse = false;             // de-rotation of the attention output (MODEL.md §4.5)
+};
+void rope(const DeviceContext& ctx, const RopeParams& p);
+
+// ---- FP8 activation quantization, 1 x block along each row (MODEL.md §6, core/quant.h act_quant_fp8).
+// Per block: s = pow2 ceil of max(amax, 1e-4) * fl32(1/448); code = e4m3_RNE(clamp(x / s, +-448)).
+// Bit-exact with act_quant_fp8 (codes and E8M0 bytes). Scales are written in either or both forms:
+// E8M0 bytes (row-major) and/or fp32 with free strides — cuBLASLt's VEC128 layout for the GEMM input
+// is sf_row_stride = 1, sf_block_stride = rows (block-major).
+struct ActQuantParams {
+  const bf16* x = nullptr;          // [rows, cols], row stride x_stride
+  uint8_t* codes = nullptr;         // [rows, cols] e4m3 codes, row stride codes_stride
+  uint8_t* scale_e8m0 = nullptr;    // optional [rows, cols / block], row stride e8m0_stride
+  float* scale_f32 = nullptr;       // optional: (row r, block b) at r * sf_row_stride + b * sf_block_stride
+  int64_t rows = 0;
+  int cols = 0, block = 128;        // block 64 or 128; cols a multiple of block
+  int64_t x_stride = 0, codes_stride = 0, e8m0_stride = 0;
+  int64_t sf_row_stride = 0, sf_block_stride = 0;
+};
+void act_quant_fp8(const DeviceContext& ctx, const ActQuantParams& p);
+
+// ---- mHC pre (MODEL.md §3, HCPre): coefficients (incl. Sinkhorn) and the collapse u = sum_j pre_j X_j.
+// CPU twin: cpu::mhc_coeffs + cpu::mhc_collapse (then round_bf16 on u). n must be 4.
+// Two launches: partial mixes over slices of the n*D inputs into `partial`, then per-token finish
+// (coefficients are recomputed by every collapse block from the partials; they are tiny).
+struct MhcPreParams {
+  const bf16* X = nullptr;      // [tokens, n, D] residual streams
+  const float* fn = nullptr;    // [(2+n)n, n*D] mixing projection (fp32)
+  const float* base = nullptr;  // [(2+n)n]
+  const float* scale = nullptr; // [3] (s_pre, s_post, s_comb)
+  float* pre = nullptr;         // [tokens, n]
+  float* post = nullptr;        // [tokens, n]
+  float* comb = nullptr;        // [tokens, n, n], row j / column k (X'_k uses column k)
+  bf16* u = nullptr;            // [tokens, D] sub-layer input
+  float* partial = nullptr;     // workspace: mhc_pre_partial_floats(tokens, n, D) floats
+  int64_t tokens = 0;
+  int n = 4, D = 0;             // D a multiple of 8
+  float norm_eps = 1e-6f, hc_eps = 1e-6f;
+  int sinkhorn_iters = 20;
+};
+size_t mhc_pre_partial_floats(int64_t tokens, int n, int D);
+void mhc_pre(const DeviceContext& ctx, const MhcPreParams& p);
+
+// ---- mHC post (MODEL.md §3, HCPost): X'_k = bf16(post_k * y + sum_j comb[j][k] * X_j), fp32 math.
+// CPU twin: cpu::mhc_post then round_bf16. out may alias X (each thread reads all streams of a column
+// before writing them).
+struct MhcPostParams {
+  const bf16* X = nullptr;      // [tokens, n, D]
+  const bf16* y = nullptr;      // [tokens, D] sub-layer output
+  const float* post = nullptr;  // [tokens, n]
+  const float* comb = nullptr;  // [tokens, n, n]
+  bf16* out = nullptr;          // [tokens, n, D]
+  int64_t tokens = 0;
+  int n = 4, D = 0;             // D a multiple of 8
+};
+void mhc_post(const DeviceContext& ctx, const MhcPostParams& p);
+
+// ---- Sparse attention with sinks, one query per token (MODEL.md §4.4), official numerics:
+// z_s = (q . k_s) * scale in fp32 (index < 0 -> no key), M = max z, p_s = exp(z_s - M),
+// den = sum p_s + exp(sink_h - M), o = (sum bf16(p_s) k_s) / den, rounded to bf16. K = V.
+// No valid key -> o = 0. CPU twin: cpu::attend_with_sink(round_p = true) over the valid keys.
+struct SparseAttentionParams {
+  const bf16* q = nullptr;          // [tokens, heads, dim]
+  const bf16* kv = nullptr;         // [entries, dim] key = value vectors (window ring + compressed pool)
+  const int32_t* indices = nullptr; // [tokens, max_keys] rows of kv each query sees; -1 = none
+  const float* sinks = nullptr;     // [heads] sink logits
+  bf16* out = nullptr;              // [tokens, heads, dim]
+  int64_t tokens = 0, entries = 0;
+  int heads = 0, dim = 512, max_keys = 0;  // dim 128, 256 or 512
+  float scale = 0;                  // 1/sqrt(dim)
+};
+void sparse_attention(const DeviceContext& ctx, const SparseAttentionParams& p);
+
+}  // namespace dsv4::cuda

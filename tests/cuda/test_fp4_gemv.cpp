@@ -1,0 +1,112 @@
+// FP4-weight x FP8-activation GEMV (routed experts at decode) against the CPU product of the dequantized
+// operands (io/weights.h dequantize, core/quant.h act_quant_fp8).
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "backend/cpu/ops.h"
+#include "backend/cuda/fp4_gemv.h"
+#include "core/quant.h"
+#include "harness.h"
+#include "io/weights.h"
+
+namespace dsv4::cuda::test {
+namespace {
+
+struct Case {
+  int experts, selections, tokens;
+  int64_t rows, K;
+  bool shared_input;  // all selections read the same activations (w1/w3); else one input each (w2)
+  std::vector<int32_t> ids;
+};
+
+void check_gemv(const Case& c, uint64_t seed) {
+  DeviceContext ctx;
+  Rng rng(seed);
+  const int64_t kb = c.K / 32, n_inputs = c.shared_input ? 1 : c.selections;
+  std::vector<uint8_t> packed = rng.bytes(size_t(c.experts * c.rows * c.K / 2));
+  std::vector<uint8_t> wscale = rng.bytes(size_t(c.experts * c.rows * kb), 118, 124);  // 2^-9 .. 2^-3
+  std::vector<float> x = rng.bf16_normal(size_t(n_inputs * c.tokens * c.K));
+  std::vector<uint8_t> xc(x.size()), xe(x.size() / 128);
+  dsv4::act_quant_fp8(x.data(), int64_t(x.size()), 128, xc.data(), xe.data());
+  std::vector<float> xs(xe.size());  // token-major fp32 scales: (input, token, block)
+  for (size_t i = 0; i < xe.size(); ++i) xs[i] = e8m0_to_f32(xe[i]);
+
+  DeviceBuffer<uint8_t> dw(packed), dws(wscale), dxc(xc);
+  DeviceBuffer<float> dxs(xs);
+  DeviceBuffer<int32_t> dids(c.ids);
+  Guarded<uint16_t> y(size_t(c.selections * c.tokens * c.rows));
+  Fp4GemvParams p;
+  p.w_packed = dw.get();
+  p.w_scales = dws.get();
+  p.expert_ids = dids.get();
+  p.x_codes = dxc.get();
+  p.x_scales = dxs.get();
+  p.y = reinterpret_cast<__nv_bfloat16*>(y.get());
+  p.selections = c.selections;
+  p.tokens = c.tokens;
+  p.rows = c.rows;
+  p.K = c.K;
+  p.x_tok_stride = c.K;
+  p.x_sel_stride = c.shared_input ? 0 : c.tokens * c.K;
+  p.xs_blk_stride = 1;
+  p.xs_tok_stride = c.K / 128;
+  p.xs_sel_stride = c.shared_input ? 0 : c.tokens * c.K / 128;
+  p.y_tok_stride = c.rows;
+  p.y_sel_stride = c.tokens * c.rows;
+  fp4_gemv(ctx, p);
+  ctx.synchronize();
+
+  std::vector<float> xq(x.size());
+  for (size_t i = 0; i < xq.size(); ++i) xq[i] = e4m3_to_f32(xc[i]) * e8m0_to_f32(xe[i / 128]);
+  std::vector<float> ref(size_t(c.selections * c.tokens * c.rows));
+  for (int s = 0; s < c.selections; ++s) {
+    const int64_t e = c.ids[size_t(s)];
+    LinearWeight lw;
+    lw.format = WeightFormat::FP4;
+    lw.out = c.rows;
+    lw.in = c.K;
+    lw.weight = {DType::F4_E2M1, {c.rows, c.K}, &packed[size_t(e * c.rows * c.K / 2)], size_t(c.rows * c.K / 2)};
+    lw.scale = {DType::F8_E8M0, {c.rows, kb}, &wscale[size_t(e * c.rows * kb)], size_t(c.rows * kb)};
+    Tensor wd = dequantize(lw);
+    const float* xin = &xq[size_t((c.shared_input ? 0 : s) * c.tokens * c.K)];
+    cpu::matmul(xin, c.tokens, c.K, wd.ptr(), c.rows, &ref[size_t(s * c.tokens * c.rows)]);
+  }
+  compare("fp4_gemv rows=" + std::to_string(c.rows) + " K=" + std::to_string(c.K) + " tokens=" +
+              std::to_string(c.tokens) + " selections=" + std::to_string(c.selections) +
+              (c.shared_input ? " shared-x" : " per-selection-x"),
+          from_bf16(y.download("fp4_gemv")), ref, Tol::GemvFp4);
+}
+
+TEST(CudaFp4Gemv, SingleExpertFlashShape) {
+  DSV4_REQUIRE_HOPPER();
+  check_gemv({1, 1, 1, 2048, 4096, true, {0}}, 51);  // w1 of one expert, batch 1
+  check_gemv({1, 1, 1, 4096, 2048, true, {0}}, 52);  // w2
+}
+TEST(CudaFp4Gemv, GroupedSelectionsAndTokens) {
+  DSV4_REQUIRE_HOPPER();
+  check_gemv({3, 4, 1, 256, 1024, true, {2, 0, 2, 1}}, 53);
+  check_gemv({3, 4, 3, 256, 1024, false, {1, 1, 0, 2}}, 54);
+  check_gemv({2, 2, 8, 128, 512, true, {1, 0}}, 55);
+  check_gemv({2, 3, 5, 48, 384, false, {0, 1, 0}}, 56);  // K/128 = 3: uneven split over the 4 warps
+}
+
+TEST(CudaFp4Gemv, RejectsUnsupportedShapes) {
+  DSV4_REQUIRE_HOPPER();
+  DeviceContext ctx;
+  DeviceBuffer<uint8_t> b(4096);
+  DeviceBuffer<float> f(64);
+  Fp4GemvParams p;
+  p.w_packed = p.w_scales = p.x_codes = b.get();
+  p.x_scales = f.get();
+  p.y = reinterpret_cast<__nv_bfloat16*>(f.get());
+  p.rows = 16;
+  p.K = 96;  // not a multiple of 128
+  EXPECT_THROW(fp4_gemv(ctx, p), Error);
+  p.K = 128;
+  p.tokens = 9;
+  EXPECT_THROW(fp4_gemv(ctx, p), Error);
+}
+
+}  // namespace
+}  // namespace dsv4::cuda::test

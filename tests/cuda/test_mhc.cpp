@@ -1,0 +1,120 @@
+// mHC pre (coefficients with Sinkhorn, collapse) and post against cpu::mhc_coeffs / mhc_collapse /
+// mhc_post.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "backend/cpu/ops.h"
+#include "backend/cuda/ops.h"
+#include "harness.h"
+
+namespace dsv4::cuda::test {
+namespace {
+
+constexpr int kN = 4;
+
+void check_mhc_pre(int64_t tokens, int D, uint64_t seed) {
+  DeviceContext ctx;
+  Rng rng(seed);
+  const int rows = (2 + kN) * kN, width = kN * D;
+  std::vector<float> X = rng.bf16_normal(size_t(tokens * width));
+  // fn ~ N(0, 1/width): the mixes come out O(1), so the sigmoids and the softmax are not saturated.
+  std::vector<float> fn = rng.f32_normal(size_t(rows * width), 1.0f / std::sqrt(float(width)));
+  std::vector<float> base = rng.f32_normal(size_t(rows), 0.5f);
+  std::vector<float> scale = {rng.uniform(0.5f, 2.0f), rng.uniform(0.5f, 2.0f), rng.uniform(0.5f, 2.0f)};
+  const float norm_eps = 1e-6f, hc_eps = 1e-6f;
+  const int iters = 20;
+
+  auto dX = upload_bf16(X);
+  DeviceBuffer<float> dfn(fn), dbase(base), dscale(scale);
+  DeviceBuffer<float> partial(mhc_pre_partial_floats(tokens, kN, D));
+  Guarded<float> pre(size_t(tokens * kN)), post(size_t(tokens * kN)), comb(size_t(tokens * kN * kN));
+  Guarded<uint16_t> u(size_t(tokens * D));
+  MhcPreParams p;
+  p.X = reinterpret_cast<const bf16*>(dX.get());
+  p.fn = dfn.get();
+  p.base = dbase.get();
+  p.scale = dscale.get();
+  p.pre = pre.get();
+  p.post = post.get();
+  p.comb = comb.get();
+  p.u = reinterpret_cast<bf16*>(u.get());
+  p.partial = partial.get();
+  p.tokens = tokens;
+  p.n = kN;
+  p.D = D;
+  p.norm_eps = norm_eps;
+  p.hc_eps = hc_eps;
+  p.sinkhorn_iters = iters;
+  mhc_pre(ctx, p);
+  ctx.synchronize();
+
+  std::vector<float> rpre(size_t(tokens * kN)), rpost(size_t(tokens * kN)), rcomb(size_t(tokens * kN * kN)),
+      ru(size_t(tokens * D));
+  for (int64_t t = 0; t < tokens; ++t) {
+    const float* Xt = &X[size_t(t * width)];
+    cpu::mhc_coeffs(Xt, kN, D, fn.data(), base.data(), scale.data(), norm_eps, hc_eps, iters, &rpre[size_t(t * kN)],
+                    &rpost[size_t(t * kN)], &rcomb[size_t(t * kN * kN)]);
+    cpu::mhc_collapse(Xt, kN, D, &rpre[size_t(t * kN)], &ru[size_t(t * D)]);
+  }
+  const std::string tag = " tokens=" + std::to_string(tokens) + " D=" + std::to_string(D);
+  compare("mhc_pre.pre" + tag, pre.download("pre"), rpre, Tol::F32Chain);
+  compare("mhc_pre.post" + tag, post.download("post"), rpost, Tol::F32Chain);
+  compare("mhc_pre.comb" + tag, comb.download("comb"), rcomb, Tol::F32Chain);
+  compare("mhc_pre.u" + tag, from_bf16(u.download("u")), round_bf16(ru), Tol::Bf16);
+}
+
+TEST(CudaMhc, PreAtHiddenSize) {
+  DSV4_REQUIRE_HOPPER();
+  check_mhc_pre(5, 4096, 31);
+}
+TEST(CudaMhc, PreSmallAndSingleToken) {
+  DSV4_REQUIRE_HOPPER();
+  check_mhc_pre(1, 4096, 32);
+  check_mhc_pre(3, 256, 33);  // the n*D inputs do not fill a whole 2048-wide slice
+}
+
+void check_mhc_post(int64_t tokens, int D, bool in_place, uint64_t seed) {
+  DeviceContext ctx;
+  Rng rng(seed);
+  std::vector<float> X = rng.bf16_normal(size_t(tokens * kN * D));
+  std::vector<float> y = rng.bf16_normal(size_t(tokens * D));
+  std::vector<float> post(size_t(tokens * kN)), comb(size_t(tokens * kN * kN));
+  for (auto& v : post) v = rng.uniform(0.0f, 2.0f);
+  for (auto& v : comb) v = rng.uniform(0.0f, 0.5f);
+
+  auto dX = upload_bf16(X);
+  auto dy = upload_bf16(y);
+  DeviceBuffer<float> dpost(post), dcomb(comb);
+  Guarded<uint16_t> out(size_t(tokens * kN * D));
+  MhcPostParams p;
+  p.X = reinterpret_cast<const bf16*>(dX.get());
+  p.y = reinterpret_cast<const bf16*>(dy.get());
+  p.post = dpost.get();
+  p.comb = dcomb.get();
+  p.out = in_place ? reinterpret_cast<bf16*>(dX.get()) : reinterpret_cast<bf16*>(out.get());
+  p.tokens = tokens;
+  p.n = kN;
+  p.D = D;
+  mhc_post(ctx, p);
+  ctx.synchronize();
+
+  std::vector<float> ref(size_t(tokens * kN * D));
+  for (int64_t t = 0; t < tokens; ++t)
+    cpu::mhc_post(&X[size_t(t * kN * D)], kN, D, &y[size_t(t * D)], &post[size_t(t * kN)],
+                  &comb[size_t(t * kN * kN)], &ref[size_t(t * kN * D)]);
+  const std::vector<float> got = in_place ? from_bf16(dX.download()) : from_bf16(out.download("mhc_post"));
+  compare("mhc_post tokens=" + std::to_string(tokens) + " D=" + std::to_string(D) + (in_place ? " in-place" : ""), got,
+          round_bf16(ref), Tol::Bf16);
+}
+
+TEST(CudaMhc, Post) {
+  DSV4_REQUIRE_HOPPER();
+  check_mhc_post(6, 4096, false, 34);
+  check_mhc_post(2, 4096, true, 35);
+  check_mhc_post(3, 264, false, 36);
+}
+
+}  // namespace
+}  // namespace dsv4::cuda::test

@@ -1,0 +1,152 @@
+// RMSNorm and RoPE against their CPU twins (cpu::rms_norm, cpu::rope).
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "backend/cpu/ops.h"
+#include "backend/cuda/ops.h"
+#include "harness.h"
+
+namespace dsv4::cuda::test {
+namespace {
+
+void check_rms_norm(int64_t rows, int dim, int64_t stride, bool weighted, uint64_t seed) {
+  DeviceContext ctx;
+  Rng rng(seed);
+  std::vector<float> x = rng.bf16_normal(size_t(rows * stride), 2.0f);
+  std::vector<float> w = rng.f32_normal(size_t(dim), 0.5f);
+  auto dx = upload_bf16(x);
+  DeviceBuffer<float> dw(w);
+  Guarded<uint16_t> dy(size_t(rows * dim));
+
+  RmsNormParams p;
+  p.x = reinterpret_cast<const bf16*>(dx.get());
+  p.weight = weighted ? dw.get() : nullptr;
+  p.y = reinterpret_cast<bf16*>(dy.get());
+  p.rows = rows;
+  p.dim = dim;
+  p.x_stride = stride;
+  p.y_stride = dim;
+  p.eps = 1e-6f;
+  rms_norm(ctx, p);
+  ctx.synchronize();
+
+  std::vector<float> ref(size_t(rows * dim));
+  for (int64_t r = 0; r < rows; ++r)
+    cpu::rms_norm(&x[size_t(r * stride)], 1, dim, weighted ? w.data() : nullptr, 1e-6f, &ref[size_t(r * dim)]);
+  compare("rms_norm rows=" + std::to_string(rows) + " dim=" + std::to_string(dim) + (weighted ? " weighted" : ""),
+          from_bf16(dy.download("rms_norm")), round_bf16(ref), Tol::Bf16);
+}
+
+TEST(CudaRmsNorm, HiddenWeighted) {
+  DSV4_REQUIRE_HOPPER();
+  check_rms_norm(7, 4096, 4096, true, 1);
+}
+TEST(CudaRmsNorm, StridedUnweightedHeads) {
+  DSV4_REQUIRE_HOPPER();
+  check_rms_norm(64 * 3, 512, 512 + 64, false, 2);  // per-head q norm shape, rows with padding
+}
+TEST(CudaRmsNorm, OddSmallDims) {
+  DSV4_REQUIRE_HOPPER();
+  check_rms_norm(5, 1024, 1024, true, 3);
+  check_rms_norm(3, 24, 32, true, 4);
+}
+
+void check_rope(int heads, int head_dim, bool yarn, bool inverse, uint64_t seed) {
+  DeviceContext ctx;
+  Rng rng(seed);
+  const int rows = 6, rope_dim = 64;
+  std::vector<int32_t> pos = {0, 1, 127, 4095, 65537, 1048575};
+  cpu::RopeParams rp;
+  if (yarn) {
+    rp.theta = 160000.0;
+    rp.yarn = true;
+    rp.factor = 16.0;
+    rp.original_max_position = 65536.0;
+  }
+  std::vector<float> f = cpu::rope_inv_freq(rope_dim, rp);
+  std::vector<float> x = rng.bf16_normal(size_t(rows) * heads * head_dim);
+
+  auto dx = upload_bf16(x);
+  DeviceBuffer<int32_t> dpos(pos);
+  DeviceBuffer<float> df(f);
+  RopeParams p;
+  p.x = reinterpret_cast<bf16*>(dx.get());
+  p.positions = dpos.get();
+  p.inv_freq = df.get();
+  p.rows = rows;
+  p.heads = heads;
+  p.head_dim = head_dim;
+  p.rope_dim = rope_dim;
+  p.row_stride = int64_t(heads) * head_dim;
+  p.head_stride = head_dim;
+  p.inverse = inverse;
+  rope(ctx, p);
+  ctx.synchronize();
+
+  std::vector<float> ref = x;
+  for (int r = 0; r < rows; ++r)
+    for (int h = 0; h < heads; ++h)
+      cpu::rope(&ref[size_t((r * heads + h) * head_dim + head_dim - rope_dim)], f, pos[size_t(r)], inverse);
+  std::vector<float> got = from_bf16(dx.download());
+  compare(std::string("rope heads=") + std::to_string(heads) + " dim=" + std::to_string(head_dim) +
+              (yarn ? " yarn" : " main") + (inverse ? " inverse" : ""),
+          got, round_bf16(ref), Tol::Bf16);
+  // The non-rope dims are not touched at all.
+  size_t changed = 0;
+  for (int r = 0; r < rows; ++r)
+    for (int h = 0; h < heads; ++h)
+      for (int i = 0; i < head_dim - rope_dim; ++i) {
+        size_t k = size_t((r * heads + h) * head_dim + i);
+        changed += got[k] != x[k];
+      }
+  EXPECT_EQ(changed, 0u);
+}
+
+TEST(CudaRope, QueryHeadsMainTable) {
+  DSV4_REQUIRE_HOPPER();
+  check_rope(64, 512, false, false, 10);
+}
+TEST(CudaRope, CompressTableAndInverse) {
+  DSV4_REQUIRE_HOPPER();
+  check_rope(64, 512, true, false, 11);
+  check_rope(64, 512, true, true, 12);
+}
+TEST(CudaRope, IndexerAndKvShapes) {
+  DSV4_REQUIRE_HOPPER();
+  check_rope(64, 128, true, false, 13);  // indexer q heads
+  check_rope(1, 512, false, false, 14);  // the single KV head
+}
+
+TEST(CudaRope, InverseUndoesForward) {
+  DSV4_REQUIRE_HOPPER();
+  // Rotation then de-rotation returns the input up to two bf16 roundings.
+  DeviceContext ctx;
+  Rng rng(15);
+  std::vector<float> x = rng.bf16_normal(4 * 512);
+  std::vector<int32_t> pos = {3, 1000, 77777, 500000};
+  std::vector<float> f = cpu::rope_inv_freq(64, {});
+  auto dx = upload_bf16(x);
+  DeviceBuffer<int32_t> dpos(pos);
+  DeviceBuffer<float> df(f);
+  RopeParams p;
+  p.x = reinterpret_cast<bf16*>(dx.get());
+  p.positions = dpos.get();
+  p.inv_freq = df.get();
+  p.rows = 4;
+  p.head_dim = 512;
+  p.row_stride = 512;
+  p.head_stride = 512;
+  rope(ctx, p);
+  p.inverse = true;
+  rope(ctx, p);
+  ctx.synchronize();
+  std::vector<float> got = from_bf16(dx.download());
+  CompareResult r;
+  for (size_t i = 0; i < got.size(); ++i) r.max_abs = std::max(r.max_abs, double(std::fabs(got[i] - x[i])));
+  std::printf("[rope forward+inverse] max|d|=%g\n", r.max_abs);
+  EXPECT_LT(r.max_abs, 0.05);
+}
+
+}  // namespace
+}  // namespace dsv4::cuda::test
