@@ -1,0 +1,113 @@
+// dsv4 serve: the OpenAI-compatible HTTP server (server/) over the continuous-batching engine
+// (runtime/engine.h). Prints the URL once it accepts connections; SIGINT/SIGTERM stop it cleanly:
+// new requests get 503, running ones may finish for --shutdown-timeout seconds, the rest are
+// cancelled, then the process exits with status 0.
+#include <CLI/CLI.hpp>
+#include <pthread.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+
+#include "cli/commands.h"
+#include "cli/gen_options.h"
+#include "runtime/engine.h"
+#include "server/context.h"
+#include "server/http_server.h"
+
+namespace dsv4::cli {
+namespace {
+
+struct ServeArgs {
+  std::string model, numerics = "official", served_name;
+  server::HttpOptions http;
+  EngineOptions engine;
+  double shutdown_timeout = 10;
+};
+
+std::string model_name_of(const std::string& dir) {
+  std::filesystem::path p(dir);
+  if (p.filename().empty()) p = p.parent_path();
+  return p.filename().string();
+}
+
+void serve(ServeArgs& a) {
+  // Signals are taken by sigwait below: block them before any thread (OpenMP, HTTP, engine) starts.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);  // a client that hangs up must not end the server
+
+  GenOptions g;
+  g.model = a.model;
+  g.numerics = a.numerics;
+  Loaded l = load_model_and_tokenizer(g);
+  Engine engine(*l.model, l.tok, a.engine);
+  server::ServerContext ctx(engine, l.tok, a.served_name.empty() ? model_name_of(a.model) : a.served_name);
+  server::HttpServer http(ctx, a.http);
+  const int port = http.bind();
+  std::thread accept_thread([&] { http.run(); });
+  std::printf("dsv4 serve: %s (%s numerics, context %lld, max %d sequences) on http://%s:%d\n",
+              ctx.model_name.c_str(), numerics_name(l.model->numerics()), (long long)engine.max_context(),
+              a.engine.max_num_seqs, a.http.host.c_str(), port);
+  std::fflush(stdout);
+
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  std::fprintf(stderr, "dsv4 serve: %s: finishing running requests\n", strsignal(sig));
+  ctx.draining = true;
+  engine.shutdown(std::chrono::milliseconds(int64_t(a.shutdown_timeout * 1000)));
+  // The cancelled and finished requests' last bytes go out before the connections close.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (ctx.http.active_streams() > 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  http.stop();
+  accept_thread.join();
+  std::fprintf(stderr, "dsv4 serve: stopped\n");
+}
+
+}  // namespace
+
+void register_serve(CLI::App& app) {
+  auto a = std::make_shared<ServeArgs>();
+  CLI::App* c = app.add_subcommand("serve", "OpenAI-compatible HTTP server with continuous batching");
+  a->model = default_model_dir();
+  c->add_option("-m,--model", a->model, "Model directory (default: the bundled tiny-shakespeare)");
+  c->add_option("--numerics", a->numerics, "official | reference")->capture_default_str();
+  c->add_option("--host", a->http.host, "Address to listen on")->capture_default_str();
+  c->add_option("--port", a->http.port, "Port (0: any free port)")->capture_default_str()->check(CLI::Range(0, 65535));
+  c->add_option("--api-key", a->http.api_key, "Require \"Authorization: Bearer KEY\" on /v1 (default: $DSV4_API_KEY)")
+      ->envname("DSV4_API_KEY");
+  c->add_option("--served-model-name", a->served_name, "The model id clients use (default: the directory's name)");
+  c->add_option("--max-num-seqs", a->engine.max_num_seqs, "Sequences generated at once")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  c->add_option("--max-step-tokens", a->engine.max_step_tokens, "Tokens (prefill + decode) per engine step")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  c->add_option("--prefill-chunk", a->engine.prefill_chunk, "Prefill is cut at multiples of this many tokens")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  c->add_option("--max-queue", a->engine.max_queue, "Requests waiting for admission before 503")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  c->add_option("--max-model-len", a->engine.max_context, "Context length (default: the model's)")
+      ->check(CLI::PositiveNumber);
+  c->add_option("--cache-tokens", a->engine.cache_tokens,
+                "Cache pool size in tokens (default: max-num-seqs full contexts)")
+      ->check(CLI::PositiveNumber);
+  c->add_option("--http-threads", a->http.threads, "Connections served at once")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  c->add_option("--shutdown-timeout", a->shutdown_timeout, "Seconds running requests may finish after Ctrl-C")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  c->callback([a] { serve(*a); });
+}
+
+}  // namespace dsv4::cli

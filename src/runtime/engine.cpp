@@ -1,0 +1,350 @@
+#include "runtime/engine.h"
+
+#include <algorithm>
+
+namespace dsv4 {
+
+using Clock = std::chrono::steady_clock;
+
+struct Engine::Pending {
+  std::shared_ptr<RequestChannel> ch;
+  GenerationRequest req;
+  int64_t max_new = 0;  // tokens it may generate
+  int64_t pages = 0;    // cache pages it reserves
+  Clock::time_point arrived;
+};
+
+// A running request: its model state, sampler and the text pipeline of the single-sequence loop
+// (generate.cpp): ids -> StreamDecoder -> StopStringFilter.
+struct Engine::Sequence {
+  Sequence(Pending p, const Model& model, const Tokenizer& tok)
+      : ch(std::move(p.ch)),
+        req(std::move(p.req)),
+        state(model.new_state()),
+        sampler(req.sampling),
+        dec(tok),
+        filter(req.stop.stop_strings),
+        history(req.prompt),
+        max_new(p.max_new),
+        pages(p.pages),
+        arrived(p.arrived) {}
+
+  std::shared_ptr<RequestChannel> ch;
+  GenerationRequest req;
+  SequenceState state;
+  Sampler sampler;
+  StreamDecoder dec;
+  StopStringFilter filter;
+  std::vector<int32_t> history;  // prompt + generated (for the penalties)
+  int64_t max_new, pages;
+  Clock::time_point arrived, last_token;
+  int64_t prefilled = 0, generated = 0;
+  int32_t next_token = -1;  // sampled, to be fed by the next decode
+  bool done = false;
+};
+
+namespace {
+
+int64_t context_of(const Model& model, const EngineOptions& opt) {
+  const int64_t model_ctx = model.config().max_position_embeddings;
+  return opt.max_context > 0 ? std::min(opt.max_context, model_ctx) : model_ctx;
+}
+
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+EngineEvent failed(const std::string& why) {
+  EngineEvent e;
+  e.kind = EngineEvent::Kind::Failed;
+  e.text = why;
+  return e;
+}
+
+}  // namespace
+
+Engine::Engine(const Model& model, const Tokenizer& tok, EngineOptions opt)
+    : model_(model),
+      tok_(tok),
+      opt_(opt),
+      max_context_(context_of(model, opt)),
+      pool_(opt.cache_tokens > 0 ? opt.cache_tokens : int64_t(std::max(1, opt.max_num_seqs)) * max_context_,
+            opt.cache_page_tokens),
+      signal_(std::make_shared<EngineSignal>()) {
+  if (opt_.max_num_seqs < 1) fail("max_num_seqs must be at least 1 (got ", opt_.max_num_seqs, ")");
+  if (opt_.max_step_tokens < 1) fail("max_step_tokens must be at least 1 (got ", opt_.max_step_tokens, ")");
+  if (opt_.max_queue < 0) fail("max_queue must not be negative (got ", opt_.max_queue, ")");
+  opt_.prefill_chunk = std::clamp<int64_t>(opt_.prefill_chunk, 1, opt_.max_step_tokens);
+  stats_.max_num_seqs = opt_.max_num_seqs;
+  update_gauges(0);
+  thread_ = std::thread([this] { loop(); });
+}
+
+Engine::~Engine() { shutdown(std::chrono::milliseconds(0)); }
+
+std::shared_ptr<RequestChannel> Engine::submit(GenerationRequest req) {
+  auto reject = [&](RequestRejected::Reason r, const std::string& msg) {
+    {
+      std::lock_guard<std::mutex> lk(stats_mu_);
+      ++stats_.requests_rejected;
+    }
+    throw RequestRejected(r, msg);
+  };
+  using R = RequestRejected::Reason;
+  const int64_t n = int64_t(req.prompt.size());
+  if (n == 0) reject(R::Invalid, "the prompt is empty (it encodes to no tokens)");
+  if (n >= max_context_)
+    reject(R::TooLong, cat("the prompt has ", n, " tokens; the model's context is ", max_context_,
+                           " tokens (the prompt must leave room for at least one generated token)"));
+  const int64_t vocab = model_.config().vocab_size;
+  for (int32_t id : req.prompt)
+    if (id < 0 || id >= vocab) reject(R::Invalid, cat("token id ", id, " is outside the vocabulary [0, ", vocab, ")"));
+  Pending p;
+  if (req.stop.max_tokens > 0 && n + req.stop.max_tokens > max_context_)
+    reject(R::TooLong, cat("the model's context is ", max_context_, " tokens; the request asks for ",
+                           n + req.stop.max_tokens, " (", n, " in the prompt, ", req.stop.max_tokens,
+                           " to generate)"));
+  p.max_new = req.stop.max_tokens > 0 ? req.stop.max_tokens : max_context_ - n;
+  p.pages = pool_.pages_for(n + p.max_new);
+  if (p.pages > pool_.total_pages())
+    reject(R::TooLong, cat("the request needs ", p.pages * pool_.page_tokens(), " cache tokens (", n,
+                           " prompt + ", p.max_new, " to generate); the cache holds ",
+                           pool_.total_pages() * pool_.page_tokens()));
+  p.ch = std::make_shared<RequestChannel>(signal_);
+  p.req = std::move(req);
+  p.arrived = Clock::now();
+  auto ch = p.ch;
+  {
+    std::lock_guard<std::mutex> lk(signal_->mu);
+    if (!accepting_) reject(R::Stopping, "the server is shutting down");
+    if (int64_t(queue_.size()) >= opt_.max_queue)
+      reject(R::Overloaded, cat("the server is overloaded: ", queue_.size(), " requests are waiting already"));
+    queue_.push_back(std::move(p));
+    ++in_flight_;
+    signal_->dirty = true;
+    std::lock_guard<std::mutex> ls(stats_mu_);
+    ++stats_.requests_submitted;
+    stats_.queued = int64_t(queue_.size());
+  }
+  signal_->cv.notify_all();
+  return ch;
+}
+
+void Engine::shutdown(std::chrono::milliseconds grace) {
+  std::lock_guard<std::mutex> once(shutdown_mu_);
+  if (!thread_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lk(signal_->mu);
+    accepting_ = false;
+  }
+  const auto deadline = Clock::now() + grace;
+  while (in_flight_.load() > 0 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  {
+    std::lock_guard<std::mutex> lk(signal_->mu);
+    stop_now_ = true;
+    signal_->dirty = true;
+  }
+  signal_->cv.notify_all();
+  thread_.join();
+}
+
+EngineStats Engine::stats() const {
+  std::lock_guard<std::mutex> lk(stats_mu_);
+  return stats_;
+}
+
+void Engine::loop() {
+  uint64_t step = 0;
+  while (true) {
+    std::vector<Pending> admitted;
+    {
+      std::unique_lock<std::mutex> lk(signal_->mu);
+      signal_->cv.wait(lk, [&] { return signal_->dirty || stop_now_ || !running_.empty() || !queue_.empty(); });
+      signal_->dirty = false;
+      if (stop_now_) {
+        std::deque<Pending> rest;
+        rest.swap(queue_);
+        lk.unlock();
+        fail_all("the server is shutting down", rest);
+        return;
+      }
+      admit(admitted);
+    }
+    for (Pending& p : admitted) running_.push_back(std::make_unique<Sequence>(std::move(p), model_, tok_));
+    run_step(step++);
+  }
+}
+
+// Under signal_->mu: drops cancelled queued requests, then moves requests from the head of the queue
+// while a sequence slot and their cache pages are free (first come, first served).
+void Engine::admit(std::vector<Pending>& admitted) {
+  uint64_t cancelled = 0;
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    if (it->ch->cancelled()) {
+      it->ch->push(failed("cancelled"));
+      it = queue_.erase(it);
+      ++cancelled;
+      --in_flight_;
+    } else {
+      ++it;
+    }
+  }
+  while (!queue_.empty() && running_.size() + admitted.size() < size_t(opt_.max_num_seqs) &&
+         pool_.try_reserve(queue_.front().pages)) {
+    admitted.push_back(std::move(queue_.front()));
+    queue_.pop_front();
+  }
+  std::lock_guard<std::mutex> ls(stats_mu_);
+  stats_.requests_cancelled += cancelled;
+  stats_.queued = int64_t(queue_.size());
+}
+
+void Engine::run_step(uint64_t step) {
+  // Cancelled sequences leave before the step: their state and pages are freed now.
+  auto retire = [&] {
+    uint64_t cancelled = 0;
+    std::erase_if(running_, [&](const std::unique_ptr<Sequence>& s) {
+      if (!s->done && !s->ch->cancelled()) return false;
+      if (!s->done) {
+        s->ch->push(failed("cancelled"));
+        ++cancelled;
+      }
+      pool_.release(s->pages);
+      --in_flight_;
+      return true;
+    });
+    std::lock_guard<std::mutex> ls(stats_mu_);
+    stats_.requests_cancelled += cancelled;
+  };
+  retire();
+  if (running_.empty()) {
+    update_gauges(-1);
+    return;
+  }
+  std::vector<SeqDemand> demands;
+  for (const auto& s : running_) demands.push_back({int64_t(s->req.prompt.size()), s->prefilled});
+  const std::vector<StepItem> plan = plan_step(demands, {opt_.max_step_tokens, opt_.prefill_chunk}, step);
+
+  ForwardOptions last;
+  last.all_logits = false;
+  int64_t step_tokens = 0, step_seqs = 0;
+  size_t prev_seq = SIZE_MAX;
+  for (const StepItem& item : plan) {
+    Sequence& s = *running_[item.seq];
+    if (s.done || s.ch->cancelled()) continue;
+    step_tokens += item.tokens();
+    if (item.seq != prev_seq) ++step_seqs;
+    prev_seq = item.seq;
+    try {
+      if (item.decode) {
+        Tensor logits = model_.forward(s.state, {s.next_token}, last);
+        sample(s, logits.ptr());
+      } else {
+        const auto& p = s.req.prompt;
+        std::vector<int32_t> chunk(p.begin() + item.begin, p.begin() + item.end);
+        Tensor logits = model_.forward(s.state, chunk, last);
+        s.prefilled = item.end;
+        if (s.prefilled == int64_t(p.size())) sample(s, logits.ptr());
+      }
+    } catch (const std::exception& e) {
+      s.ch->push(failed(e.what()));
+      s.done = true;
+    }
+  }
+  {
+    std::lock_guard<std::mutex> ls(stats_mu_);
+    ++stats_.steps;
+    stats_.last_step_tokens = step_tokens;
+    stats_.last_step_sequences = step_seqs;
+    if (step_seqs > 0) stats_.batch_size.observe(double(step_seqs));
+  }
+  retire();
+  update_gauges(-1);
+}
+
+void Engine::sample(Sequence& s, const float* logits) {
+  const bool want_lp = s.req.top_logprobs >= 0;
+  EngineEvent ev;
+  const int32_t id = s.sampler.sample(logits, model_.config().vocab_size, s.history, want_lp ? &ev.logprobs : nullptr,
+                                      std::max(0, s.req.top_logprobs));
+  const auto now = Clock::now();
+  {
+    std::lock_guard<std::mutex> ls(stats_mu_);
+    if (s.generated == 0 && s.last_token == Clock::time_point{})
+      stats_.ttft.observe(seconds(now - s.arrived));
+    else
+      stats_.inter_token.observe(seconds(now - s.last_token));
+  }
+  s.last_token = now;
+  const auto& stop_ids = s.req.stop.stop_ids;
+  if (std::find(stop_ids.begin(), stop_ids.end(), id) != stop_ids.end()) {
+    finish(s, FinishReason::Stop, id);
+    return;
+  }
+  ++s.generated;
+  s.history.push_back(id);
+  ev.kind = EngineEvent::Kind::Token;
+  ev.id = id;
+  ev.has_logprobs = want_lp;
+  ev.text = s.filter.push(s.dec.push(id));
+  s.ch->push(std::move(ev));
+  if (s.filter.stopped())
+    finish(s, FinishReason::Stop, -1);
+  else if (s.generated >= s.max_new)
+    finish(s, FinishReason::Length, -1);
+  else
+    s.next_token = id;
+}
+
+void Engine::finish(Sequence& s, FinishReason why, int32_t stop_id) {
+  EngineEvent ev;
+  ev.kind = EngineEvent::Kind::Finished;
+  if (!s.filter.stopped()) {
+    ev.text = s.filter.push(s.dec.flush());
+    ev.text += s.filter.flush();
+    if (s.filter.stopped()) why = FinishReason::Stop;
+  }
+  ev.finish = why;
+  ev.stop_id = stop_id;
+  ev.prompt_tokens = int64_t(s.req.prompt.size());
+  ev.completion_tokens = s.generated;
+  s.ch->push(std::move(ev));
+  s.done = true;
+  std::lock_guard<std::mutex> ls(stats_mu_);
+  ++(why == FinishReason::Stop ? stats_.finished_stop : stats_.finished_length);
+  stats_.prompt_tokens += uint64_t(s.req.prompt.size());
+  stats_.generated_tokens += uint64_t(s.generated);
+  stats_.request_latency.observe(seconds(Clock::now() - s.arrived));
+}
+
+void Engine::fail_all(const std::string& why, std::deque<Pending>& queued) {
+  uint64_t n = 0;
+  for (Pending& p : queued) {
+    p.ch->push(failed(why));
+    ++n;
+  }
+  for (auto& s : running_) {
+    if (!s->done) {
+      s->ch->push(failed(why));
+      ++n;
+    }
+    pool_.release(s->pages);
+  }
+  running_.clear();
+  in_flight_ = 0;
+  std::lock_guard<std::mutex> ls(stats_mu_);
+  stats_.requests_cancelled += n;
+  stats_.queued = 0;
+  stats_.running = 0;
+  stats_.cache_pages_used = pool_.used_pages();
+}
+
+// queued < 0: leave the queue gauge as admit() set it.
+void Engine::update_gauges(int64_t queued) {
+  std::lock_guard<std::mutex> ls(stats_mu_);
+  if (queued >= 0) stats_.queued = queued;
+  stats_.running = int64_t(running_.size());
+  stats_.cache_pages_used = pool_.used_pages();
+  stats_.cache_pages_total = pool_.total_pages();
+  stats_.cache_page_tokens = pool_.page_tokens();
+}
+
+}  // namespace dsv4

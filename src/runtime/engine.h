@@ -1,0 +1,113 @@
+// The engine: continuous batching over one Model. A scheduler thread owns the model; requests join
+// and leave between steps. Each step runs a mix of prefill chunks and one decode token per running
+// sequence under a per-step token budget (engine_schedule.h); admission is bounded by the number of
+// sequences and by a pool of cache pages that every sequence reserves for its whole context; requests
+// that do not fit wait in a queue, and are refused when the queue is full too. Each request streams
+// its events through its own channel (engine_channel.h); cancelling a channel frees the sequence
+// before the next step.
+//
+// The CPU backend runs the step's forward passes one sequence after another (Model::forward per
+// sequence, chunked prefill on consecutive chunks of one SequenceState); the plan/run split is where
+// a batched backend takes over.
+//
+// The engine knows nothing of HTTP or chat: it takes token ids and returns token ids and text.
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "core/error.h"
+#include "model/model.h"
+#include "runtime/engine_channel.h"
+#include "runtime/engine_metrics.h"
+#include "runtime/engine_schedule.h"
+#include "runtime/generate.h"
+#include "runtime/sampler.h"
+#include "tokenizer/tokenizer.h"
+
+namespace dsv4 {
+
+struct EngineOptions {
+  int max_num_seqs = 16;          // sequences running at once
+  int64_t max_step_tokens = 512;  // decode + prefill tokens per step
+  int64_t prefill_chunk = 128;    // prefill is cut at multiples of this (capped by max_step_tokens)
+  int64_t max_context = 0;        // 0: the model's max_position_embeddings
+  int64_t cache_tokens = 0;       // cache pool size in tokens; 0: max_num_seqs full contexts
+  int64_t cache_page_tokens = 128;
+  int max_queue = 256;            // requests waiting beyond the running ones; more are refused
+};
+
+struct GenerationRequest {
+  std::vector<int32_t> prompt;
+  SamplingParams sampling;
+  StopConditions stop;    // max_tokens <= 0: up to the end of the context
+  int top_logprobs = -1;  // -1: none; 0: the chosen token's; N: also the N most likely
+};
+
+// Why submit() refused a request: Invalid (empty prompt, unknown token ids), TooLong (prompt + tokens
+// to generate exceed the context or the whole cache), Overloaded (the queue is full), Stopping (the
+// engine is shutting down).
+class RequestRejected : public Error {
+ public:
+  enum class Reason { Invalid, TooLong, Overloaded, Stopping };
+  RequestRejected(Reason r, const std::string& msg) : Error(msg), reason(r) {}
+  Reason reason;
+};
+
+class Engine {
+ public:
+  // `model` and `tok` must outlive the engine. Starts the scheduler thread.
+  Engine(const Model& model, const Tokenizer& tok, EngineOptions opt = {});
+  ~Engine();  // shutdown(0)
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  const EngineOptions& options() const { return opt_; }
+  int64_t max_context() const { return max_context_; }
+
+  // Validates and queues the request; its events arrive on the returned channel. Throws RequestRejected.
+  std::shared_ptr<RequestChannel> submit(GenerationRequest req);
+
+  // Stops taking requests, lets the queued and running ones finish for up to `grace`, then cancels
+  // the rest (their channels get Failed) and joins the scheduler. Idempotent.
+  void shutdown(std::chrono::milliseconds grace);
+
+  EngineStats stats() const;
+
+ private:
+  struct Pending;
+  struct Sequence;
+  void loop();
+  void admit(std::vector<Pending>& admitted);
+  void run_step(uint64_t step);
+  void sample(Sequence& s, const float* logits);
+  void finish(Sequence& s, FinishReason why, int32_t stop_id);
+  void fail_all(const std::string& why, std::deque<Pending>& queued);
+  void update_gauges(int64_t queued);
+
+  const Model& model_;
+  const Tokenizer& tok_;
+  EngineOptions opt_;
+  int64_t max_context_;
+  CachePool pool_;  // reserved/released by the scheduler thread only
+
+  std::shared_ptr<EngineSignal> signal_;  // its mutex guards queue_, accepting_, stop_now_
+  std::deque<Pending> queue_;
+  bool accepting_ = true, stop_now_ = false;
+  std::atomic<int64_t> in_flight_{0};  // submitted, not yet finished
+
+  std::vector<std::unique_ptr<Sequence>> running_;  // scheduler thread only
+
+  mutable std::mutex stats_mu_;
+  EngineStats stats_;
+
+  std::mutex shutdown_mu_;
+  std::thread thread_;
+};
+
+}  // namespace dsv4

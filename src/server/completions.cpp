@@ -1,0 +1,100 @@
+// POST /v1/completions: a prompt (a string, or token ids) continued as plain text; SSE text_completion
+// chunks or one text_completion object, with legacy-form logprobs.
+#include "core/error.h"
+#include "server/api_error.h"
+#include "server/generation_params.h"
+#include "server/generation_reply.h"
+#include "server/openai_format.h"
+#include "server/routes.h"
+
+namespace dsv4::server {
+namespace {
+
+// "prompt": a string, token ids, or a one-element array of either.
+std::vector<int32_t> prompt_ids(const Fields& f, const Tokenizer& tok) {
+  const Json* p = f.get("prompt");
+  if (!p) f.invalid("prompt", "required");
+  if (p->is_array() && p->size() == 1 && ((*p)[0].is_string() || (*p)[0].is_array())) p = &(*p)[0];
+  if (p->is_string()) return tok.encode(p->get<std::string>());
+  if (!p->is_array()) f.invalid("prompt", cat("expected a string or an array of token ids, got ", p->type_name()));
+  std::vector<int32_t> ids;
+  for (const Json& v : *p) {
+    if (v.is_string() || v.is_array()) f.invalid("prompt", "only one prompt per request is supported");
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX)
+      f.invalid("prompt", "expected token ids (non-negative integers)");
+    ids.push_back(int32_t(v.get<int64_t>()));
+  }
+  return ids;
+}
+
+class CompletionFormatter : public EventFormatter {
+ public:
+  CompletionFormatter(const Tokenizer& tok, std::string model, bool stream, bool include_usage, bool logprobs)
+      : tok_(tok), model_(std::move(model)), stream_(stream), include_usage_(include_usage), logprobs_(logprobs),
+        id_(new_id("cmpl-")), created_(unix_time()) {}
+
+  std::string on_event(const EngineEvent& e) override {
+    switch (e.kind) {
+      case EngineEvent::Kind::Token: {
+        if (e.has_logprobs) lp_.add(tok_, e.id, e.logprobs, int64_t(text_.size()));
+        text_ += e.text;
+        if (!stream_ || (e.text.empty() && lp_.empty())) return "";
+        return sse_event(object(e.text, nullptr));
+      }
+      case EngineEvent::Kind::Finished: {
+        text_ += e.text;
+        const char* reason = finish_reason_name(e.finish);
+        Json last = object(stream_ ? e.text : text_, reason);
+        last["usage"] = usage_json(e.prompt_tokens, e.completion_tokens);
+        if (!stream_) return dump_json(last);
+        std::string out = sse_event(last);
+        if (include_usage_) {
+          Json u = object("", nullptr);
+          u["choices"] = Json::array();
+          u["usage"] = last["usage"];
+          out += sse_event(u);
+        }
+        return out + kSseDone;
+      }
+      case EngineEvent::Kind::Failed: break;
+    }
+    const Json err = error_json(ApiError(500, "generation failed: " + e.text));
+    return stream_ ? sse_event(err) + kSseDone : dump_json(err);
+  }
+
+ private:
+  Json object(const std::string& text, Json finish_reason) {
+    Json choice = {{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", finish_reason}};
+    if (logprobs_ && !lp_.empty()) choice["logprobs"] = lp_.take();
+    return {{"id", id_},
+            {"object", "text_completion"},
+            {"created", created_},
+            {"model", model_},
+            {"choices", Json::array({std::move(choice)})}};
+  }
+
+  const Tokenizer& tok_;
+  std::string model_;
+  bool stream_, include_usage_, logprobs_;
+  std::string id_;
+  int64_t created_;
+  std::string text_;
+  CompletionLogprobs lp_;
+};
+
+}  // namespace
+
+Reply handle_completions(ServerContext& ctx, const ApiRequest& req) {
+  const Json body = parse_body(req.body);
+  Fields f(body);
+  GenerationParams g = parse_generation_params(f, ctx, Endpoint::Completions);
+  if (f.boolean("echo").value_or(false)) f.invalid("echo", "echo is not supported");
+  if (auto s = f.string("suffix"); s && !s->empty()) f.invalid("suffix", "suffix is not supported");
+  if (auto b = f.integer("best_of", 1, 128); b && *b != 1) f.invalid("best_of", "only best_of = 1 is supported");
+  g.req.prompt = prompt_ids(f, ctx.tok);
+  const bool logprobs = g.req.top_logprobs >= 0;
+  auto fmt = std::make_unique<CompletionFormatter>(ctx.tok, ctx.model_name, g.stream, g.include_usage, logprobs);
+  return generation_reply(ctx, std::move(g.req), std::move(fmt), g.stream, "prompt");
+}
+
+}  // namespace dsv4::server

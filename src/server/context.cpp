@@ -1,0 +1,10 @@
+#include "server/context.h"
+
+#include "server/openai_format.h"
+
+namespace dsv4::server {
+
+ServerContext::ServerContext(Engine& e, const Tokenizer& t, std::string name)
+    : engine(e), tok(t), model_name(std::move(name)), created(unix_time()) {}
+
+}  // namespace dsv4::server
