@@ -74,7 +74,7 @@ void register_perplexity(CLI::App& app) {
   CLI::App* c = app.add_subcommand("perplexity", "Mean NLL and perplexity of a text file");
   a->gen.add_to(*c);
   c->add_option("-f,--file", a->file, "Text file")->required();
-  c->add_option("--window", a->window, "Tokens per forward window")->capture_default_str()->check(CLI::PositiveNumber);
+  c->add_option("--window", a->window, "Tokens per forward window")->capture_default_str()->check(CLI::Range(1, 1 << 30));
   c->add_option("--stride", a->stride, "Tokens between window starts (default: the window, no overlap)");
   c->add_option("--limit", a->limit, "Score only the first N tokens of the file");
   c->add_flag("--json", a->json, "Print the result as JSON");

@@ -17,7 +17,7 @@ void GenOptions::add_to(CLI::App& c) {
   model = default_model_dir();
   c.add_option("-m,--model", model, "Model directory (default: the bundled tiny-shakespeare)")
       ->each([this](const std::string&) { model_given = true; });
-  c.add_option("-n,--max-tokens", max_tokens, "Generate at most N tokens")->capture_default_str()->check(CLI::PositiveNumber);
+  c.add_option("-n,--max-tokens", max_tokens, "Generate at most N tokens")->capture_default_str()->check(CLI::Range(1, 1 << 30));
   c.add_option("--temp,--temperature", temperature, "Sampling temperature; 0 = greedy")->capture_default_str();
   c.add_option("--top-p", top_p, "Nucleus sampling: keep the smallest set with probability >= P")->capture_default_str();
   c.add_option("--top-k", top_k, "Keep the K most likely tokens (0 = all)")->capture_default_str();
