@@ -8,7 +8,8 @@
 // together exceed the 60 MB L2, a batch of launches captured in a CUDA graph, warm-up replays, then
 // the median over timed replays with CUDA events.
 //
-//   bench_cuda_ops [--json FILE] [--quick]
+//   bench_cuda_ops [--json FILE] [--quick] [--sweep] [--fp4-only]
+// --sweep adds the GEMV configuration sweep; --fp4-only skips the GEMMs (for profiling the GEMV).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -24,6 +25,7 @@
 #include "backend/cuda/fill.h"
 #include "backend/cuda/fp4_gemv.h"
 #include "backend/cuda/gemm.h"
+#include "cuda_bench_kernels.h"
 
 using namespace dsv4::cuda;
 
@@ -34,7 +36,7 @@ constexpr double kBf16PeakTflops = 777.0;
 constexpr double kHbmTBs = 4.26;           // device-to-device copy, bytes read + written
 constexpr size_t kRotateBytes = size_t(320) << 20;  // weights cycled per graph: > 5x the L2
 
-bool g_quick = false;
+bool g_quick = false, g_sweep = false, g_fp4_only = false;
 FILE* g_json = nullptr;
 
 // Median time of one call of `launch(i)` (i = 0..batch-1 inside a captured graph), in microseconds.
@@ -83,8 +85,13 @@ void bench_copy(const DeviceContext& ctx) {
   const size_t n = size_t(2) << 30;
   DeviceBuffer<uint8_t> a(n), b(n);
   fill_random_bytes(ctx, a.get(), n, 1);
-  const double us = time_us(ctx, 4, [&](int) { DSV4_CUDA_CHECK(cudaMemcpyAsync(b.get(), a.get(), n, cudaMemcpyDeviceToDevice, ctx.stream())); });
-  report("d2d copy (ceiling)", "2 GiB", us, 0, 2.0 * double(n), kFp8PeakTflops);
+  double us = time_us(ctx, 4, [&](int) { DSV4_CUDA_CHECK(cudaMemcpyAsync(b.get(), a.get(), n, cudaMemcpyDeviceToDevice, ctx.stream())); });
+  report("cudaMemcpy d2d", "2 GiB", us, 0, 2.0 * double(n), kFp8PeakTflops);
+  us = time_us(ctx, 4, [&](int) { bench_copy_kernel(ctx.stream(), ctx.sm_count(), b.get(), a.get(), n); });
+  report("copy kernel (ceiling)", "2 GiB", us, 0, 2.0 * double(n), kFp8PeakTflops);
+  // Read-only streaming, the GEMV's access pattern: bytes read only.
+  us = time_us(ctx, 4, [&](int) { bench_read_kernel(ctx.stream(), ctx.sm_count(), a.get(), n, b.get()); });
+  report("read kernel", "2 GiB", us, 0, double(n), kFp8PeakTflops);
 }
 
 void bench_bf16(const DeviceContext& ctx, int64_t n) {
@@ -103,14 +110,15 @@ void bench_fp8(const DeviceContext& ctx, const char* name, int64_t out, int64_t 
   const int64_t ob = (out + 127) / 128, ld = ((in + 127) / 128 + 3) / 4 * 4;
   DeviceBuffer<uint8_t> wc(wbytes * copies);
   DeviceBuffer<float> ws(size_t(ob * ld) * copies);
-  DeviceBuffer<uint8_t> xc(size_t(m * in));
-  DeviceBuffer<float> xs(size_t(m * (in / 128)));
-  DeviceBuffer<__nv_bfloat16> y(size_t(m * out));
+  LtMatmul mm(ctx, GemmKind::Fp8BlockScaled, out, in, m);
+  const int64_t pm = mm.padded_tokens();  // cuBLASLt may need the token count padded
+  DeviceBuffer<uint8_t> xc(size_t(pm * in));
+  DeviceBuffer<float> xs(size_t(pm * (in / 128)));
+  DeviceBuffer<__nv_bfloat16> y(size_t(pm * out));
   fill_random_e4m3(ctx, wc.get(), wc.size(), 4);
   fill_random_pow2(ctx, ws.get(), ws.size(), 5, -12, -8);
   fill_random_e4m3(ctx, xc.get(), xc.size(), 6);
   fill_random_pow2(ctx, xs.get(), xs.size(), 7, -8, -4);
-  LtMatmul mm(ctx, GemmKind::Fp8BlockScaled, out, in, m);
   const double flops = 2.0 * double(m) * double(out) * double(in);
   const int batch = flops > 1e11 ? 4 : std::max(copies, 20);
   const double us = time_us(ctx, batch, [&](int i) {
@@ -119,13 +127,14 @@ void bench_fp8(const DeviceContext& ctx, const char* name, int64_t out, int64_t 
                    y.get());
   });
   const double bytes = double(wbytes) + 4.0 * ob * ld + double(m * in) + 4.0 * m * (in / 128) + 2.0 * m * out;
-  report("fp8 gemm", std::string(name) + " [" + std::to_string(out) + "," + std::to_string(in) + "] M=" + std::to_string(m),
+  report("fp8 gemm", std::string(name) + " [" + std::to_string(out) + "," + std::to_string(in) + "] M=" + std::to_string(m) +
+             (pm != m ? " (pad " + std::to_string(pm) + ")" : ""),
          us, flops, bytes, kFp8PeakTflops);
 }
 
 // `selections` matrices [rows, K] per call, chosen round-robin from a pool larger than L2.
 void bench_fp4(const DeviceContext& ctx, const char* name, int64_t rows, int64_t K, int selections, int tokens,
-               bool shared_input) {
+               bool shared_input, bool tiled, int warps = 0, int unroll = 0) {
   const size_t mat_bytes = size_t(rows * K / 2 + rows * K / 32);
   const int pool = int(std::max<size_t>(kRotateBytes / mat_bytes, size_t(selections) * 2));
   DeviceBuffer<uint8_t> wp(size_t(pool) * size_t(rows * K / 2)), wsc(size_t(pool) * size_t(rows * K / 32));
@@ -143,7 +152,8 @@ void bench_fp4(const DeviceContext& ctx, const char* name, int64_t rows, int64_t
   DeviceBuffer<int32_t> dids(ids);
 
   Fp4GemvParams p;
-  p.w_packed = wp.get();
+  p.w_packed = wp.get();  // random bytes: valid in either layout
+  p.tiled = tiled;
   p.w_scales = wsc.get();
   p.x_codes = xc.get();
   p.x_scales = xs.get();
@@ -162,11 +172,14 @@ void bench_fp4(const DeviceContext& ctx, const char* name, int64_t rows, int64_t
   const double us = time_us(ctx, batch, [&](int i) {
     Fp4GemvParams q = p;
     q.expert_ids = dids.get() + i * selections;
-    fp4_gemv(ctx, q);
+    if (warps) fp4_gemv_config(ctx, q, warps, unroll);
+    else fp4_gemv(ctx, q);
   });
   const double bytes = double(mat_bytes) * selections;
-  report("fp4 gemv", std::string(name) + " " + std::to_string(selections) + "x[" + std::to_string(rows) + "," +
-             std::to_string(K) + "] M=" + std::to_string(tokens),
+  const std::string config = std::string(tiled ? " tiled" : "") +
+                             (warps ? " w" + std::to_string(warps) + "u" + std::to_string(unroll) : "");
+  report(warps ? "fp4 gemv sweep" : "fp4 gemv", std::string(name) + " " + std::to_string(selections) + "x[" + std::to_string(rows) + "," +
+             std::to_string(K) + "] M=" + std::to_string(tokens) + config,
          us, 2.0 * double(tokens) * double(rows) * double(K) * selections, bytes, kFp8PeakTflops);
 }
 
@@ -177,8 +190,10 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
     else if (!std::strcmp(argv[i], "--quick")) g_quick = true;
+    else if (!std::strcmp(argv[i], "--sweep")) g_sweep = true;
+    else if (!std::strcmp(argv[i], "--fp4-only")) g_fp4_only = true;
     else {
-      std::fprintf(stderr, "usage: %s [--json FILE] [--quick]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--json FILE] [--quick] [--sweep] [--fp4-only]\n", argv[0]);
       return 2;
     }
   }
@@ -191,17 +206,28 @@ int main(int argc, char** argv) {
     if (json_path && !(g_json = std::fopen(json_path, "w"))) dsv4::fail("cannot write ", json_path);
     std::printf("device: %s, %d SMs; ceilings: FP8 %.0f TFLOP/s, bf16 %.0f TFLOP/s, HBM %.2f TB/s\n",
                 ctx.name().c_str(), ctx.sm_count(), kFp8PeakTflops, kBf16PeakTflops, kHbmTBs);
+    bench_bf16(ctx, 8192);  // first: it also brings the clocks up
     bench_copy(ctx);
-    bench_bf16(ctx, 8192);
     struct Shape { const char* name; int64_t out, in; };
     const Shape shapes[] = {{"wq_a", 1024, 4096}, {"wq_b", 32768, 1024}, {"wo_b", 4096, 8192}};
-    for (const Shape& s : shapes)
-      for (int64_t m : {1, 8, 32, 1024, 8192}) bench_fp8(ctx, s.name, s.out, s.in, m);
-    bench_fp4(ctx, "expert w1", 2048, 4096, 1, 1, true);
-    bench_fp4(ctx, "6 experts w1||w3", 4096, 4096, 6, 1, true);
-    bench_fp4(ctx, "6 experts w1||w3", 4096, 4096, 6, 8, true);
-    bench_fp4(ctx, "6 experts w2", 4096, 2048, 6, 1, false);
-    bench_fp4(ctx, "64 experts w1||w3", 4096, 4096, 64, 1, true);
+    if (!g_fp4_only)
+      for (const Shape& s : shapes)
+        for (int64_t m : {1, 8, 32, 1024, 8192}) bench_fp8(ctx, s.name, s.out, s.in, m);
+    for (bool tiled : {false, true}) {
+      bench_fp4(ctx, "expert w1", 2048, 4096, 1, 1, true, tiled);
+      bench_fp4(ctx, "6 experts w1||w3", 4096, 4096, 6, 1, true, tiled);
+      bench_fp4(ctx, "6 experts w1||w3", 4096, 4096, 6, 8, true, tiled);
+      bench_fp4(ctx, "6 experts w2", 4096, 2048, 6, 1, false, tiled);
+      bench_fp4(ctx, "64 experts w1||w3", 4096, 4096, 64, 1, true, tiled);
+    }
+    if (g_sweep)  // configuration sweep of the GEMV (warps splitting K x KiB in flight per warp)
+      for (bool tiled : {false, true})
+        for (int w : {4, 8, 16})
+          for (int u : {2, 4, 8}) {
+            bench_fp4(ctx, "expert w1", 2048, 4096, 1, 1, true, tiled, w, u);
+            bench_fp4(ctx, "6 experts w1||w3", 4096, 4096, 6, 1, true, tiled, w, u);
+            bench_fp4(ctx, "6 experts w2", 4096, 2048, 6, 1, false, tiled, w, u);
+          }
     if (g_json) std::fclose(g_json);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_cuda_ops: %s\n", e.what());

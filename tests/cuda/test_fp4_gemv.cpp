@@ -2,10 +2,12 @@
 // operands (io/weights.h dequantize, core/quant.h act_quant_fp8).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "backend/cpu/ops.h"
 #include "backend/cuda/fp4_gemv.h"
+#include "backend/cuda/fp4_tiled.h"
 #include "core/quant.h"
 #include "harness.h"
 #include "io/weights.h"
@@ -18,6 +20,7 @@ struct Case {
   int64_t rows, K;
   bool shared_input;  // all selections read the same activations (w1/w3); else one input each (w2)
   std::vector<int32_t> ids;
+  bool tiled = false;  // weights uploaded in the tiled layout (fp4_tiled.h)
 };
 
 void check_gemv(const Case& c, uint64_t seed) {
@@ -32,12 +35,19 @@ void check_gemv(const Case& c, uint64_t seed) {
   std::vector<float> xs(xe.size());  // token-major fp32 scales: (input, token, block)
   for (size_t i = 0; i < xe.size(); ++i) xs[i] = e8m0_to_f32(xe[i]);
 
-  DeviceBuffer<uint8_t> dw(packed), dws(wscale), dxc(xc);
+  std::vector<uint8_t> stored = packed;
+  if (c.tiled)
+    for (int e = 0; e < c.experts; ++e) {
+      const size_t off = size_t(e) * size_t(c.rows * c.K / 2);
+      pack_fp4_tiled(&packed[off], c.rows, c.K, &stored[off]);
+    }
+  DeviceBuffer<uint8_t> dw(stored), dws(wscale), dxc(xc);
   DeviceBuffer<float> dxs(xs);
   DeviceBuffer<int32_t> dids(c.ids);
   Guarded<uint16_t> y(size_t(c.selections * c.tokens * c.rows));
   Fp4GemvParams p;
   p.w_packed = dw.get();
+  p.tiled = c.tiled;
   p.w_scales = dws.get();
   p.expert_ids = dids.get();
   p.x_codes = dxc.get();
@@ -74,7 +84,7 @@ void check_gemv(const Case& c, uint64_t seed) {
   }
   compare("fp4_gemv rows=" + std::to_string(c.rows) + " K=" + std::to_string(c.K) + " tokens=" +
               std::to_string(c.tokens) + " selections=" + std::to_string(c.selections) +
-              (c.shared_input ? " shared-x" : " per-selection-x"),
+              (c.shared_input ? " shared-x" : " per-selection-x") + (c.tiled ? " tiled" : ""),
           from_bf16(y.download("fp4_gemv")), ref, Tol::GemvFp4);
 }
 
@@ -89,6 +99,40 @@ TEST(CudaFp4Gemv, GroupedSelectionsAndTokens) {
   check_gemv({3, 4, 3, 256, 1024, false, {1, 1, 0, 2}}, 54);
   check_gemv({2, 2, 8, 128, 512, true, {1, 0}}, 55);
   check_gemv({2, 3, 5, 48, 384, false, {0, 1, 0}}, 56);  // K/128 = 3: uneven split over the 4 warps
+}
+
+TEST(CudaFp4Gemv, TiledLayout) {
+  DSV4_REQUIRE_HOPPER();
+  check_gemv({1, 1, 1, 2048, 4096, true, {0}, true}, 57);
+  check_gemv({3, 4, 3, 256, 1024, false, {1, 1, 0, 2}, true}, 58);
+  check_gemv({2, 3, 8, 48, 384, true, {0, 1, 0}, true}, 59);
+}
+
+// The layout contract itself: no GPU needed.
+TEST(CudaFp4Tiled, RoundTripAndOffsets) {
+  Rng rng(60);
+  const int64_t rows = 48, K = 384;
+  std::vector<uint8_t> src = rng.bytes(size_t(rows * K / 2)), tiled(src.size()), back(src.size());
+  pack_fp4_tiled(src.data(), rows, K, tiled.data());
+  unpack_fp4_tiled(tiled.data(), rows, K, back.data());
+  EXPECT_EQ(back, src);
+  // Every (row, block, word) lands on its own 4 bytes: the offsets are a permutation.
+  std::vector<int> hits(src.size() / 4, 0);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t b = 0; b < K / 32; ++b)
+      for (int w = 0; w < 4; ++w) {
+        const int64_t off = fp4_tiled_offset(r, b, w, K);
+        ASSERT_EQ(off % 4, 0);
+        ++hits[size_t(off / 4)];
+      }
+  EXPECT_EQ(std::count(hits.begin(), hits.end(), 1), int64_t(hits.size()));
+  // Spot values of the formula: tile 0, group 0: lane (row 1, word 2) owns bytes 96..111; row 9 is in
+  // the second half; block 5 is group 1, slot 1.
+  EXPECT_EQ(fp4_tiled_offset(1, 0, 2, K), 96);
+  EXPECT_EQ(fp4_tiled_offset(9, 0, 0, K), 512 + 4 * 16);  // second half, lane 4
+  EXPECT_EQ(fp4_tiled_offset(0, 5, 0, K), 1024 + 4);
+  EXPECT_EQ(fp4_tiled_offset(16, 0, 0, K), (K / 128) * 1024);
+  EXPECT_THROW(pack_fp4_tiled(src.data(), 40, K, tiled.data()), Error);
 }
 
 TEST(CudaFp4Gemv, RejectsUnsupportedShapes) {

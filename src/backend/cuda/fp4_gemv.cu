@@ -21,8 +21,6 @@
 namespace dsv4::cuda {
 namespace {
 
-constexpr int kWarps = 4;
-constexpr int kUnroll = 4;  // 128-wide groups whose weights are loaded before any is consumed
 
 __device__ __forceinline__ uint4 load_stream(const uint8_t* p) {
   // Weights are read exactly once: keep them out of L1.
@@ -40,8 +38,12 @@ __device__ __forceinline__ void e2m1x8_to_e4m3(uint32_t w, uint32_t& lo, uint32_
   hi = (w & 0x80808080u) | ((w >> 2) & 0x1c1c1c1cu);
 }
 
-// E8M0 byte b -> 2^(b - 127) * 2^6 (the decode's 2^-6 undone), built from the exponent bits.
-__device__ __forceinline__ float e8m0_x64(uint32_t b) { return __uint_as_float((b + 6u) << 23); }
+// Byte j of four E8M0 bytes -> 2^(b - 127) * 2^6 (the decode's 2^-6 undone), built from the exponent
+// bits: the byte goes to the top of a word (one byte permute), then down by one onto the exponent field.
+// j is a constant after unrolling, so the selector folds into the instruction.
+__device__ __forceinline__ float e8m0_x64(uint32_t s4, int j) {
+  return __uint_as_float((__byte_perm(s4, 0u, 0x0444u | (uint32_t(j) << 12)) >> 1) + (6u << 23));
+}
 
 // Lanes t = 0..3 of a quad each hold the 4 words of block t; afterwards lane t holds word t of
 // blocks 0..3 (in .x .. .w). Two butterfly stages over xor 2 and xor 1.
@@ -69,6 +71,11 @@ __device__ __forceinline__ void mma_e4m3(uint32_t a0, uint32_t a1, uint32_t a2, 
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(0.0f));
 }
 
+// kWarps warps split K; kUnroll = 128-wide groups whose weights are loaded before any is consumed
+// (the bytes in flight per warp: kUnroll KiB).
+// kTiled: weights in the tiled layout (fp4_tiled.h): two contiguous 512-byte warp loads per group and
+// no transpose; otherwise the checkpoint layout and the quad transpose.
+template <int kWarps, int kUnroll, bool kTiled>
 __global__ void __launch_bounds__(kWarps * 32) fp4_gemv_kernel(Fp4GemvParams p) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
@@ -77,8 +84,9 @@ __global__ void __launch_bounds__(kWarps * 32) fp4_gemv_kernel(Fp4GemvParams p) 
   const int64_t row0 = int64_t(blockIdx.x) * 16;
   const int64_t kbytes = p.K / 2, kblocks = p.K / 32;
 
-  const uint8_t* wa = p.w_packed + (e * p.rows + row0 + g) * kbytes;
-  const uint8_t* wb = wa + 8 * kbytes;
+  const uint8_t* wa = kTiled ? p.w_packed + e * p.rows * kbytes + blockIdx.x * (p.K / 128) * 1024 + lane * 16
+                             : p.w_packed + (e * p.rows + row0 + g) * kbytes;
+  const uint8_t* wb = kTiled ? wa + 512 : wa + 8 * kbytes;
   const uint8_t* sa = p.w_scales + (e * p.rows + row0 + g) * kblocks;
   const uint8_t* sb = sa + 8 * kblocks;
   // This lane feeds the B column of token g and accumulates the C columns of tokens 2t and 2t + 1.
@@ -98,8 +106,9 @@ __global__ void __launch_bounds__(kWarps * 32) fp4_gemv_kernel(Fp4GemvParams p) 
     for (int u = 0; u < kUnroll; ++u) {
       const int q = q0 + u;
       if (q < qend) {
-        va[u] = load_stream(wa + (int64_t(4 * q + t)) * 16);
-        vb[u] = load_stream(wb + (int64_t(4 * q + t)) * 16);
+        const int64_t off = kTiled ? int64_t(q) * 1024 : int64_t(4 * q + t) * 16;
+        va[u] = load_stream(wa + off);
+        vb[u] = load_stream(wb + off);
         s4a[u] = *reinterpret_cast<const uint32_t*>(sa + 4 * q);
         s4b[u] = *reinterpret_cast<const uint32_t*>(sb + 4 * q);
       }
@@ -108,8 +117,10 @@ __global__ void __launch_bounds__(kWarps * 32) fp4_gemv_kernel(Fp4GemvParams p) 
     for (int u = 0; u < kUnroll; ++u) {
       const int q = q0 + u;
       if (q >= qend) break;  // uniform across the warp
-      quad_transpose(va[u], t);
-      quad_transpose(vb[u], t);
+      if constexpr (!kTiled) {
+        quad_transpose(va[u], t);
+        quad_transpose(vb[u], t);
+      }
       float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
@@ -122,8 +133,7 @@ __global__ void __launch_bounds__(kWarps * 32) fp4_gemv_kernel(Fp4GemvParams p) 
         const uint32_t b1 = __byte_perm(x.x, x.y, 0x7531);  // k = 8t + 1, 3, 5, 7
         float d[4];
         mma_e4m3(a0, a1, a2, a3, b0, b1, d);
-        const float swa = e8m0_x64((s4a[u] >> (8 * j)) & 0xffu);
-        const float swb = e8m0_x64((s4b[u] >> (8 * j)) & 0xffu);
+        const float swa = e8m0_x64(s4a[u], j), swb = e8m0_x64(s4b[u], j);
         part[0] += d[0] * swa;  // row g,     token 2t
         part[1] += d[1] * swa;  // row g,     token 2t + 1
         part[2] += d[2] * swb;  // row g + 8, token 2t
@@ -155,9 +165,19 @@ __global__ void __launch_bounds__(kWarps * 32) fp4_gemv_kernel(Fp4GemvParams p) 
   }
 }
 
+template <int W, int U>
+void launch(const DeviceContext& ctx, const Fp4GemvParams& p) {
+  const dim3 grid(unsigned(narrow_int(p.rows / 16, "fp4_gemv row tiles")), unsigned(p.selections));
+  if (p.tiled)
+    fp4_gemv_kernel<W, U, true><<<grid, W * 32, 0, ctx.stream()>>>(p);
+  else
+    fp4_gemv_kernel<W, U, false><<<grid, W * 32, 0, ctx.stream()>>>(p);
+  DSV4_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
 
-void fp4_gemv(const DeviceContext& ctx, const Fp4GemvParams& p) {
+void fp4_gemv_config(const DeviceContext& ctx, const Fp4GemvParams& p, int warps, int unroll) {
   if (p.selections == 0) return;
   if (!p.w_packed || !p.w_scales || !p.x_codes || !p.x_scales || !p.y) fail("fp4_gemv: null pointer");
   if (p.tokens < 1 || p.tokens > 8) fail("fp4_gemv: ", p.tokens, " tokens (1..8 supported)");
@@ -168,9 +188,24 @@ void fp4_gemv(const DeviceContext& ctx, const Fp4GemvParams& p) {
   if ((reinterpret_cast<uintptr_t>(p.w_packed) & 15u) != 0 || (reinterpret_cast<uintptr_t>(p.w_scales) & 3u) != 0)
     fail("fp4_gemv: weights must be 16-byte aligned and scales 4-byte aligned");
   if (p.selections > 65535) fail("fp4_gemv: ", p.selections, " selections (at most 65535 per launch)");
-  const dim3 grid(unsigned(narrow_int(p.rows / 16, "fp4_gemv row tiles")), unsigned(p.selections));
-  fp4_gemv_kernel<<<grid, kWarps * 32, 0, ctx.stream()>>>(p);
-  DSV4_CUDA_CHECK_LAUNCH();
+  using Launcher = void (*)(const DeviceContext&, const Fp4GemvParams&);
+  struct Config {
+    int warps, unroll;
+    Launcher launch;
+  };
+  static constexpr Config kConfigs[] = {
+      {4, 2, &launch<4, 2>},  {4, 4, &launch<4, 4>},  {4, 8, &launch<4, 8>},
+      {8, 2, &launch<8, 2>},  {8, 4, &launch<8, 4>},  {8, 8, &launch<8, 8>},
+      {16, 2, &launch<16, 2>}, {16, 4, &launch<16, 4>}, {16, 8, &launch<16, 8>},
+  };
+  for (const Config& c : kConfigs)
+    if (c.warps == warps && c.unroll == unroll) return c.launch(ctx, p);
+  fail("fp4_gemv: no kernel for ", warps, " warps x unroll ", unroll);
+}
+
+void fp4_gemv(const DeviceContext& ctx, const Fp4GemvParams& p) {
+  // Default configuration: see docs/perf-log.md (sweep of warps x unroll at the Flash shapes).
+  fp4_gemv_config(ctx, p, 4, 4);
 }
 
 }  // namespace dsv4::cuda

@@ -17,7 +17,9 @@
 namespace dsv4::cuda {
 
 struct Fp4GemvParams {
-  const uint8_t* w_packed = nullptr;    // [experts, rows, K/2] e2m1 pairs, even k in the low nibble
+  const uint8_t* w_packed = nullptr;    // [experts, rows, K/2] e2m1 pairs, even k in the low nibble; each
+                                        // expert's rows * K/2 bytes in the checkpoint or the tiled layout
+  bool tiled = false;                   // w_packed in the tiled layout of fp4_tiled.h (faster) or as stored
   const uint8_t* w_scales = nullptr;    // [experts, rows, K/32] E8M0 bytes (<= 248: 2^121 and above unsupported)
   const int32_t* expert_ids = nullptr;  // [selections] expert of each selection; null: selection i uses expert i
   const uint8_t* x_codes = nullptr;     // e4m3; (selection i, token m) row of K codes at
@@ -31,5 +33,8 @@ struct Fp4GemvParams {
   int64_t y_sel_stride = 0, y_tok_stride = 0;
 };
 void fp4_gemv(const DeviceContext& ctx, const Fp4GemvParams& p);
+// The same with an explicit kernel configuration, for tuning: `warps` (4, 8, 16) split K inside a
+// block of 16 rows; `unroll` (2, 4, 8) KiB of weights in flight per warp.
+void fp4_gemv_config(const DeviceContext& ctx, const Fp4GemvParams& p, int warps, int unroll);
 
 }  // namespace dsv4::cuda

@@ -34,7 +34,8 @@ struct Fp8Weight {
 // to the device. Checks dtypes and shapes; `in` must be a multiple of 16 (cuBLASLt alignment).
 Fp8Weight upload_fp8_weight(const TensorView& weight, const TensorView& scale);
 
-// Scales of an FP8 GEMM input in cuBLASLt's VEC128 layout: block b of row t at b * rows + t.
+// Scales of an FP8 GEMM input in cuBLASLt's VEC128 layout: block b of row t at b * rows + t, where
+// rows is the plan's padded_tokens().
 inline int64_t act_scale_index(int64_t row, int64_t block, int64_t rows) { return block * rows + row; }
 
 enum class GemmKind { Bf16, Fp8BlockScaled };
@@ -42,7 +43,9 @@ enum class GemmKind { Bf16, Fp8BlockScaled };
 class LtMatmul {
  public:
   // Plans y[tokens, out] = x[tokens, in] . W^T. Throws dsv4::Error (naming the shape) when cuBLASLt
-  // has no algorithm for it.
+  // has no algorithm for it. cuBLASLt's FP8 block-scaled kernels reject some token counts (1, 3, 17
+  // on CUDA 13.0 / H200, while 64 and 200 work): the plan then rounds the token count up to the next
+  // multiple of 4, 8 or 16 that it accepts, see padded_tokens().
   LtMatmul(const DeviceContext& ctx, GemmKind kind, int64_t out, int64_t in, int64_t tokens);
   ~LtMatmul();
   LtMatmul(const LtMatmul&) = delete;
@@ -50,7 +53,9 @@ class LtMatmul {
 
   // x [tokens, in] bf16, w [out, in] bf16, y [tokens, out] bf16 (row-major, contiguous).
   void run_bf16(const DeviceContext& ctx, const bf16* x, const bf16* w, bf16* y);
-  // x_codes [tokens, in] e4m3; x_scales fp32 [ceil(in/128), tokens] (act_scale_index); y [tokens, out].
+  // x_codes [P, in] e4m3; x_scales fp32 [ceil(in/128), P] (act_scale_index); y [P, out], with
+  // P = padded_tokens(): rows past `tokens` are computed from whatever the buffers hold and are to be
+  // ignored (keep them finite, e.g. zeroed once, to keep NaNs out of debugging).
   void run_fp8(const DeviceContext& ctx, const uint8_t* x_codes, const float* x_scales, const Fp8Weight& w, bf16* y);
   // As run_fp8 with the weight given as raw device pointers (benchmarks rotate through copies).
   void run_fp8_raw(const DeviceContext& ctx, const uint8_t* x_codes, const float* x_scales, const uint8_t* w_codes,
@@ -60,12 +65,14 @@ class LtMatmul {
   int64_t out() const { return out_; }
   int64_t in() const { return in_; }
   int64_t tokens() const { return tokens_; }
+  int64_t padded_tokens() const { return padded_; }
 
  private:
   void run(const DeviceContext& ctx, const void* a, const void* b, void* d);
   void release();
   GemmKind kind_;
-  int64_t out_, in_, tokens_;
+  bool plan(const DeviceContext& ctx, int64_t n);  // false when cuBLASLt has no algorithm for n tokens
+  int64_t out_, in_, tokens_, padded_;
   cublasLtMatmulDesc_t desc_ = nullptr;
   cublasLtMatrixLayout_t a_ = nullptr, b_ = nullptr, d_ = nullptr;
   cublasLtMatmulAlgo_t algo_{};

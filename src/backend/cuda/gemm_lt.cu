@@ -33,55 +33,66 @@ Fp8Weight upload_fp8_weight(const TensorView& weight, const TensorView& scale) {
 }
 
 LtMatmul::LtMatmul(const DeviceContext& ctx, GemmKind kind, int64_t out, int64_t in, int64_t tokens)
-    : kind_(kind), out_(out), in_(in), tokens_(tokens) {
+    : kind_(kind), out_(out), in_(in), tokens_(tokens), padded_(tokens) {
   if (out <= 0 || in <= 0 || tokens <= 0) fail("LtMatmul: empty shape ", out, "x", in, " x ", tokens, " tokens");
   if (in % 16 != 0) fail("LtMatmul: in = ", in, " must be a multiple of 16");
   narrow_int(out * in, "LtMatmul weight elements");
-  const bool fp8 = kind == GemmKind::Fp8BlockScaled;
-  const cudaDataType_t ab_type = fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
   try {
-    DSV4_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    DSV4_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-    DSV4_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-    if (fp8) {
-      // A = weights: one fp32 scale per 128 x 128 tile; B = activations: one per 1 x 128 block.
-      const int32_t a_mode = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
-      const int32_t b_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
-      DSV4_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &a_mode, sizeof a_mode));
-      DSV4_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &b_mode, sizeof b_mode));
-      // Placeholder scale pointers for the heuristic query (run_fp8 sets the real ones): some cuBLASLt
-      // versions reject a scaled layout whose scale pointer is null.
-      const void* placeholder = ctx.workspace();
-      DSV4_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &placeholder, sizeof placeholder));
-      DSV4_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &placeholder, sizeof placeholder));
+    for (int64_t align : {1, 4, 8, 16}) {
+      padded_ = (tokens + align - 1) / align * align;
+      if ((align == 1 || padded_ != tokens) && plan(ctx, padded_)) return;
+      if (kind == GemmKind::Bf16) break;  // padding is an FP8 workaround only
     }
-    // A: W stored [out, in] row-major = column-major [in, out] with ld = in, used transposed.
-    DSV4_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a_, ab_type, uint64_t(in), uint64_t(out), in));
-    // B: X stored [tokens, in] row-major = column-major [in, tokens], ld = in.
-    DSV4_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b_, ab_type, uint64_t(in), uint64_t(tokens), in));
-    // D: column-major [out, tokens], ld = out = row-major y[tokens, out].
-    DSV4_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d_, CUDA_R_16BF, uint64_t(out), uint64_t(tokens), out));
-
-    cublasLtMatmulPreference_t pref = nullptr;
-    DSV4_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    const size_t ws = ctx.workspace_bytes();
-    cublasLtMatmulHeuristicResult_t result{};
-    int found = 0;
-    cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
-    if (st == CUBLAS_STATUS_SUCCESS)
-      st = cublasLtMatmulAlgoGetHeuristic(ctx.lt(), desc_, a_, b_, d_, d_, pref, 1, &result, &found);
-    cublasLtMatmulPreferenceDestroy(pref);
-    DSV4_CUBLAS_CHECK(st);
-    if (found == 0)
-      fail("LtMatmul: cuBLASLt has no ", fp8 ? "FP8 block-scaled" : "bf16", " algorithm for out ", out, ", in ", in,
-           ", tokens ", tokens);
-    algo_ = result.algo;
-    workspace_needed_ = result.workspaceSize;
   } catch (...) {
     release();  // the destructor does not run for a constructor that throws
     throw;
   }
+  release();
+  fail("LtMatmul: cuBLASLt has no ", kind == GemmKind::Fp8BlockScaled ? "FP8 block-scaled" : "bf16",
+       " algorithm for out ", out, ", in ", in, ", tokens ", tokens, " (also tried padding the tokens to 4, 8, 16)");
+}
+
+bool LtMatmul::plan(const DeviceContext& ctx, int64_t n) {
+  release();
+  const bool fp8 = kind_ == GemmKind::Fp8BlockScaled;
+  const cudaDataType_t ab_type = fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
+  DSV4_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  DSV4_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+  DSV4_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+  if (fp8) {
+    // A = weights: one fp32 scale per 128 x 128 tile; B = activations: one per 1 x 128 block.
+    const int32_t a_mode = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+    const int32_t b_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+    DSV4_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &a_mode, sizeof a_mode));
+    DSV4_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &b_mode, sizeof b_mode));
+    // Placeholder scale pointers for the heuristic query (run_fp8 sets the real ones): some cuBLASLt
+    // versions reject a scaled layout whose scale pointer is null.
+    const void* placeholder = ctx.workspace();
+    DSV4_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &placeholder, sizeof placeholder));
+    DSV4_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &placeholder, sizeof placeholder));
+  }
+  // A: W stored [out, in] row-major = column-major [in, out] with ld = in, used transposed.
+  DSV4_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a_, ab_type, uint64_t(in_), uint64_t(out_), in_));
+  // B: X stored [n, in] row-major = column-major [in, n], ld = in.
+  DSV4_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b_, ab_type, uint64_t(in_), uint64_t(n), in_));
+  // D: column-major [out, n], ld = out = row-major y[n, out].
+  DSV4_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d_, CUDA_R_16BF, uint64_t(out_), uint64_t(n), out_));
+
+  cublasLtMatmulPreference_t pref = nullptr;
+  DSV4_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  const size_t ws = ctx.workspace_bytes();
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = cublasLtMatmulAlgoGetHeuristic(ctx.lt(), desc_, a_, b_, d_, d_, pref, 1, &result, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && found == 0)) return false;
+  DSV4_CUBLAS_CHECK(st);
+  algo_ = result.algo;
+  workspace_needed_ = result.workspaceSize;
+  return true;
 }
 
 LtMatmul::~LtMatmul() { release(); }

@@ -1,0 +1,27 @@
+// The tiled byte layout of an FP4 (e2m1) weight matrix for the routed-expert GEMV — a written contract
+// (STYLE.md 8) with pack / unpack reference functions and a round-trip test (tests/cuda).
+//
+// Checkpoint layout: bytes W[rows, K/2]; byte (r, i) holds k = 2i (low nibble) and k = 2i + 1 (high).
+// Cut every row into 32-k blocks of 16 bytes and every block into 4 words of 4 bytes (word w holds
+// k = 8w .. 8w + 7 of the block). The tiled layout stores word w of block b of row r at byte
+//
+//   (((r / 16) * (K / 128) + b / 4) * 2 + (r % 16) / 8) * 512 + ((r % 8) * 4 + w) * 16 + (b % 4) * 4
+//
+// that is: per 16-row tile and 128-k group, two 512-byte halves (rows 0-7, rows 8-15); in a half,
+// lane L = (r % 8) * 4 + w of a warp owns 16 bytes = word w of the group's 4 blocks, which is exactly
+// the slice of the m16n8k32 A fragment that lane feeds for those 4 blocks. So the GEMV reads 512
+// contiguous bytes per warp load and needs no register shuffles. rows % 16 == 0, K % 128 == 0.
+// The E8M0 scales keep the checkpoint layout [rows, K/32].
+#pragma once
+#include <cstdint>
+
+namespace dsv4::cuda {
+
+// Byte offset of word `word` (0..3) of 32-k block `block` of row `row` in the tiled layout.
+int64_t fp4_tiled_offset(int64_t row, int64_t block, int word, int64_t K);
+// dst (rows * K / 2 bytes) = the tiled form of the checkpoint-layout src. Throws on bad shapes.
+void pack_fp4_tiled(const uint8_t* src, int64_t rows, int64_t K, uint8_t* dst);
+// The inverse: dst in the checkpoint layout.
+void unpack_fp4_tiled(const uint8_t* src, int64_t rows, int64_t K, uint8_t* dst);
+
+}  // namespace dsv4::cuda
