@@ -195,6 +195,8 @@ void Engine::admit(std::vector<Pending>& admitted) {
   std::lock_guard<std::mutex> ls(stats_mu_);
   stats_.requests_cancelled += cancelled;
   stats_.queued = int64_t(queue_.size());
+  stats_.running = int64_t(running_.size() + admitted.size());
+  stats_.cache_pages_used = pool_.used_pages();
 }
 
 void Engine::run_step(uint64_t step) {

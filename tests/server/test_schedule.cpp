@@ -1,0 +1,109 @@
+// The scheduler's decisions without a model: what a step runs (decodes first, prefill on a fixed grid,
+// room kept for a waiting prefill, decodes taking turns) and the cache pool's admission arithmetic.
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "core/error.h"
+#include "runtime/engine_schedule.h"
+
+namespace dsv4 {
+namespace {
+
+std::string show(const std::vector<StepItem>& plan) {
+  std::ostringstream s;
+  for (const StepItem& it : plan) {
+    if (it.decode)
+      s << 'd' << it.seq << ' ';
+    else
+      s << 'p' << it.seq << '[' << it.begin << ',' << it.end << ") ";
+  }
+  return s.str();
+}
+
+int64_t tokens(const std::vector<StepItem>& plan) {
+  int64_t n = 0;
+  for (const StepItem& it : plan) n += it.tokens();
+  return n;
+}
+
+TEST(PlanStep, DecodesFirstThenPrefillOnTheGrid) {
+  // seq 0 decodes, seq 1 has 20 of 50 prompt tokens, seq 2 has a 10-token prompt.
+  std::vector<SeqDemand> seqs = {{5, 5}, {50, 20}, {10, 0}};
+  auto plan = plan_step(seqs, {32, 16}, 0);
+  // Grid of 16: seq 1 continues with [20, 32) (cut at the grid, not at its start), [32, 48) and
+  // [48, 50); seq 2's first chunk no longer fits.
+  EXPECT_EQ(show(plan), "d0 p1[20,32) p1[32,48) p1[48,50) ");
+  EXPECT_EQ(tokens(plan), 1 + 12 + 16 + 2);
+}
+
+TEST(PlanStep, ChunksDoNotDependOnTheBudgetLeft) {
+  std::vector<SeqDemand> alone = {{40, 0}};
+  std::vector<SeqDemand> crowded = {{3, 3}, {3, 3}, {3, 3}, {40, 0}};
+  for (uint64_t step = 0; step < 3; ++step) {
+    std::vector<SeqDemand> a = alone, c = crowded;
+    std::vector<std::pair<int64_t, int64_t>> cuts_a, cuts_c;
+    for (int round = 0; round < 10 && (!a[0].decoding() || !c[3].decoding()); ++round) {
+      for (const StepItem& it : plan_step(a, {20, 8}, step + round))
+        if (!it.decode) cuts_a.push_back({it.begin, it.end}), a[0].prefilled = it.end;
+      for (const StepItem& it : plan_step(c, {20, 8}, step + round))
+        if (!it.decode) cuts_c.push_back({it.begin, it.end}), c[3].prefilled = it.end;
+    }
+    EXPECT_EQ(cuts_a, cuts_c);  // the same forward chunks, whoever else runs
+    EXPECT_EQ(cuts_a.front(), (std::pair<int64_t, int64_t>{0, 8}));
+  }
+}
+
+TEST(PlanStep, WaitingPrefillAlwaysProgresses) {
+  // 10 decoders fill a budget of 10; the prefill still gets its chunk of 4, so 6 decoders run.
+  std::vector<SeqDemand> seqs(10, SeqDemand{1, 1});
+  seqs.push_back({100, 0});
+  auto plan = plan_step(seqs, {10, 4}, 0);
+  EXPECT_EQ(tokens(plan), 10);
+  ASSERT_FALSE(plan.empty());
+  EXPECT_FALSE(plan.back().decode);
+  EXPECT_EQ(plan.back().end - plan.back().begin, 4);
+}
+
+TEST(PlanStep, DecodersTakeTurnsWhenOverBudget) {
+  std::vector<SeqDemand> seqs(5, SeqDemand{1, 1});
+  std::vector<int> runs(5, 0);
+  for (uint64_t step = 0; step < 10; ++step) {
+    auto plan = plan_step(seqs, {2, 2}, step);
+    EXPECT_EQ(plan.size(), 2u);
+    for (const StepItem& it : plan) ++runs[it.seq];
+  }
+  for (int r : runs) EXPECT_EQ(r, 4);  // 20 decode slots shared evenly
+}
+
+TEST(PlanStep, LaterPrefillDoesNotOvertake) {
+  std::vector<SeqDemand> seqs = {{100, 0}, {4, 0}};
+  auto plan = plan_step(seqs, {10, 8}, 0);
+  EXPECT_EQ(show(plan), "p0[0,8) ");  // [8,16) does not fit; seq 1 waits its turn
+}
+
+TEST(PlanStep, BudgetOfOne) {
+  std::vector<SeqDemand> seqs = {{1, 1}, {3, 0}};
+  EXPECT_EQ(show(plan_step(seqs, {1, 128}, 0)), "p1[0,1) ");
+  seqs[1].prefilled = 3;
+  EXPECT_EQ(show(plan_step(seqs, {1, 128}, 0)), "d0 ");
+  EXPECT_EQ(show(plan_step(seqs, {1, 128}, 1)), "d1 ");
+}
+
+TEST(CachePool, ReservesWholePagesAndReleases) {
+  CachePool pool(1000, 128);  // 7 whole pages
+  EXPECT_EQ(pool.total_pages(), 7);
+  EXPECT_EQ(pool.pages_for(1), 1);
+  EXPECT_EQ(pool.pages_for(128), 1);
+  EXPECT_EQ(pool.pages_for(129), 2);
+  EXPECT_TRUE(pool.try_reserve(5));
+  EXPECT_FALSE(pool.try_reserve(3));
+  EXPECT_EQ(pool.used_pages(), 5);
+  EXPECT_TRUE(pool.try_reserve(2));
+  pool.release(7);
+  EXPECT_EQ(pool.used_pages(), 0);
+  EXPECT_THROW(CachePool(10, 128), Error);
+}
+
+}  // namespace
+}  // namespace dsv4
