@@ -115,8 +115,11 @@ std::shared_ptr<RequestChannel> Engine::submit(GenerationRequest req) {
   {
     std::lock_guard<std::mutex> lk(signal_->mu);
     if (!accepting_) reject(R::Stopping, "the server is shutting down");
-    if (int64_t(queue_.size()) >= opt_.max_queue)
-      reject(R::Overloaded, cat("the server is overloaded: ", queue_.size(), " requests are waiting already"));
+    // Requests that a free sequence slot will take at the next step do not count as waiting.
+    const int64_t free_slots = std::max<int64_t>(0, opt_.max_num_seqs - running_count_.load());
+    if (int64_t(queue_.size()) >= opt_.max_queue + free_slots)
+      reject(R::Overloaded, cat("the server is overloaded: ", opt_.max_num_seqs, " sequences are running and ",
+                                queue_.size(), " requests are waiting"));
     queue_.push_back(std::move(p));
     ++in_flight_;
     signal_->dirty = true;
@@ -192,6 +195,7 @@ void Engine::admit(std::vector<Pending>& admitted) {
     admitted.push_back(std::move(queue_.front()));
     queue_.pop_front();
   }
+  running_count_ = int64_t(running_.size() + admitted.size());
   std::lock_guard<std::mutex> ls(stats_mu_);
   stats_.requests_cancelled += cancelled;
   stats_.queued = int64_t(queue_.size());
@@ -213,6 +217,7 @@ void Engine::run_step(uint64_t step) {
       --in_flight_;
       return true;
     });
+    running_count_ = int64_t(running_.size());
     std::lock_guard<std::mutex> ls(stats_mu_);
     stats_.requests_cancelled += cancelled;
   };
@@ -268,16 +273,21 @@ void Engine::sample(Sequence& s, const float* logits) {
   const int32_t id = s.sampler.sample(logits, model_.config().vocab_size, s.history, want_lp ? &ev.logprobs : nullptr,
                                       std::max(0, s.req.top_logprobs));
   const auto now = Clock::now();
+  const auto& stop_ids = s.req.stop.stop_ids;
+  const bool stop = std::find(stop_ids.begin(), stop_ids.end(), id) != stop_ids.end();
   {
+    // Counted before the event goes out: a client that sees the token sees it in the metrics.
     std::lock_guard<std::mutex> ls(stats_mu_);
-    if (s.generated == 0 && s.last_token == Clock::time_point{})
+    if (s.last_token == Clock::time_point{}) {
       stats_.ttft.observe(seconds(now - s.arrived));
-    else
+      stats_.prompt_tokens += uint64_t(s.req.prompt.size());
+    } else {
       stats_.inter_token.observe(seconds(now - s.last_token));
+    }
+    if (!stop) ++stats_.generated_tokens;
   }
   s.last_token = now;
-  const auto& stop_ids = s.req.stop.stop_ids;
-  if (std::find(stop_ids.begin(), stop_ids.end(), id) != stop_ids.end()) {
+  if (stop) {
     finish(s, FinishReason::Stop, id);
     return;
   }
@@ -308,13 +318,13 @@ void Engine::finish(Sequence& s, FinishReason why, int32_t stop_id) {
   ev.stop_id = stop_id;
   ev.prompt_tokens = int64_t(s.req.prompt.size());
   ev.completion_tokens = s.generated;
+  {
+    std::lock_guard<std::mutex> ls(stats_mu_);
+    ++(why == FinishReason::Stop ? stats_.finished_stop : stats_.finished_length);
+    stats_.request_latency.observe(seconds(Clock::now() - s.arrived));
+  }
   s.ch->push(std::move(ev));
   s.done = true;
-  std::lock_guard<std::mutex> ls(stats_mu_);
-  ++(why == FinishReason::Stop ? stats_.finished_stop : stats_.finished_length);
-  stats_.prompt_tokens += uint64_t(s.req.prompt.size());
-  stats_.generated_tokens += uint64_t(s.generated);
-  stats_.request_latency.observe(seconds(Clock::now() - s.arrived));
 }
 
 void Engine::fail_all(const std::string& why, std::deque<Pending>& queued) {
@@ -331,6 +341,7 @@ void Engine::fail_all(const std::string& why, std::deque<Pending>& queued) {
     pool_.release(s->pages);
   }
   running_.clear();
+  running_count_ = 0;
   in_flight_ = 0;
   std::lock_guard<std::mutex> ls(stats_mu_);
   stats_.requests_cancelled += n;

@@ -100,6 +100,7 @@ class Engine {
   std::deque<Pending> queue_;
   bool accepting_ = true, stop_now_ = false;
   std::atomic<int64_t> in_flight_{0};  // submitted, not yet finished
+  std::atomic<int64_t> running_count_{0};  // running_.size(), for submit()
 
   std::vector<std::unique_ptr<Sequence>> running_;  // scheduler thread only
 

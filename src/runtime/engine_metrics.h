@@ -30,7 +30,7 @@ struct EngineStats {
   uint64_t requests_rejected = 0;   // the queue was full, or the engine was stopping
   uint64_t finished_stop = 0, finished_length = 0;
   uint64_t requests_cancelled = 0;  // by the client, or at shutdown
-  uint64_t prompt_tokens = 0, generated_tokens = 0;
+  uint64_t prompt_tokens = 0, generated_tokens = 0;  // prefilled prompts; every token sampled (not stop ids)
   uint64_t steps = 0;
   // Gauges.
   int64_t queued = 0, running = 0;

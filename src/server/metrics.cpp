@@ -104,7 +104,7 @@ std::string render_metrics(const EngineStats& s, const HttpCounters::Counts& htt
   w.sample("dsv4_requests_finished_total", double(s.finished_length), "reason=\"length\"");
   w.counter("dsv4_requests_cancelled_total", "Generation requests cancelled (client gone, shutdown).",
             double(s.requests_cancelled));
-  w.counter("dsv4_prompt_tokens_total", "Prompt tokens of finished requests.", double(s.prompt_tokens));
+  w.counter("dsv4_prompt_tokens_total", "Prompt tokens prefilled.", double(s.prompt_tokens));
   w.counter("dsv4_generation_tokens_total", "Tokens generated.", double(s.generated_tokens));
   w.counter("dsv4_steps_total", "Engine steps run.", double(s.steps));
 
