@@ -134,7 +134,7 @@ void bench_fp8(const DeviceContext& ctx, const char* name, int64_t out, int64_t 
 
 // `selections` matrices [rows, K] per call, chosen round-robin from a pool larger than L2.
 void bench_fp4(const DeviceContext& ctx, const char* name, int64_t rows, int64_t K, int selections, int tokens,
-               bool shared_input, bool tiled, int warps = 0, int unroll = 0) {
+               bool shared_input, bool tiled, int warps = 0, int unroll = 0, bool bulk = false) {
   const size_t mat_bytes = size_t(rows * K / 2 + rows * K / 32);
   const int pool = int(std::max<size_t>(kRotateBytes / mat_bytes, size_t(selections) * 2));
   DeviceBuffer<uint8_t> wp(size_t(pool) * size_t(rows * K / 2)), wsc(size_t(pool) * size_t(rows * K / 32));
@@ -172,12 +172,15 @@ void bench_fp4(const DeviceContext& ctx, const char* name, int64_t rows, int64_t
   const double us = time_us(ctx, batch, [&](int i) {
     Fp4GemvParams q = p;
     q.expert_ids = dids.get() + i * selections;
-    if (warps) fp4_gemv_config(ctx, q, warps, unroll);
+    if (warps && bulk) fp4_gemv_bulk_config(ctx, q, warps, unroll);
+    else if (warps) fp4_gemv_config(ctx, q, warps, unroll);
     else fp4_gemv(ctx, q);
   });
   const double bytes = double(mat_bytes) * selections;
   const std::string config = std::string(tiled ? " tiled" : "") +
-                             (warps ? " w" + std::to_string(warps) + "u" + std::to_string(unroll) : "");
+                             (warps ? (bulk ? " bulk w" : " w") + std::to_string(warps) + (bulk ? "s" : "u") +
+                                          std::to_string(unroll)
+                                    : "");
   report(warps ? "fp4 gemv sweep" : "fp4 gemv", std::string(name) + " " + std::to_string(selections) + "x[" + std::to_string(rows) + "," +
              std::to_string(K) + "] M=" + std::to_string(tokens) + config,
          us, 2.0 * double(tokens) * double(rows) * double(K) * selections, bytes, kFp8PeakTflops);
@@ -220,7 +223,7 @@ int main(int argc, char** argv) {
       bench_fp4(ctx, "6 experts w2", 4096, 2048, 6, 1, false, tiled);
       bench_fp4(ctx, "64 experts w1||w3", 4096, 4096, 64, 1, true, tiled);
     }
-    if (g_sweep)  // configuration sweep of the GEMV (warps splitting K x KiB in flight per warp)
+    if (g_sweep) {  // configuration sweeps of the GEMV kernels
       for (bool tiled : {false, true})
         for (int w : {4, 8, 16})
           for (int u : {2, 4, 8}) {
@@ -228,6 +231,15 @@ int main(int argc, char** argv) {
             bench_fp4(ctx, "6 experts w1||w3", 4096, 4096, 6, 1, true, tiled, w, u);
             bench_fp4(ctx, "6 experts w2", 4096, 2048, 6, 1, false, tiled, w, u);
           }
+      for (int w : {4, 8})
+        for (int s : {4, 8}) {
+          bench_fp4(ctx, "expert w1", 2048, 4096, 1, 1, true, true, w, s, true);
+          bench_fp4(ctx, "6 experts w1||w3", 4096, 4096, 6, 1, true, true, w, s, true);
+          bench_fp4(ctx, "6 experts w1||w3", 4096, 4096, 6, 8, true, true, w, s, true);
+          bench_fp4(ctx, "6 experts w2", 4096, 2048, 6, 1, false, true, w, s, true);
+          bench_fp4(ctx, "64 experts w1||w3", 4096, 4096, 64, 1, true, true, w, s, true);
+        }
+    }
     if (g_json) std::fclose(g_json);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_cuda_ops: %s\n", e.what());

@@ -21,6 +21,7 @@ struct Case {
   bool shared_input;  // all selections read the same activations (w1/w3); else one input each (w2)
   std::vector<int32_t> ids;
   bool tiled = false;  // weights uploaded in the tiled layout (fp4_tiled.h)
+  bool bulk_kernel = false;  // run the bulk-copy kernel (fp4_gemv_bulk_config) instead of the default
 };
 
 void check_gemv(const Case& c, uint64_t seed) {
@@ -64,7 +65,10 @@ void check_gemv(const Case& c, uint64_t seed) {
   p.xs_sel_stride = c.shared_input ? 0 : c.tokens * c.K / 128;
   p.y_tok_stride = c.rows;
   p.y_sel_stride = c.tokens * c.rows;
-  fp4_gemv(ctx, p);
+  if (c.bulk_kernel)
+    fp4_gemv_bulk_config(ctx, p, 4, 4);
+  else
+    fp4_gemv(ctx, p);
   ctx.synchronize();
 
   std::vector<float> xq(x.size());
@@ -84,7 +88,8 @@ void check_gemv(const Case& c, uint64_t seed) {
   }
   compare("fp4_gemv rows=" + std::to_string(c.rows) + " K=" + std::to_string(c.K) + " tokens=" +
               std::to_string(c.tokens) + " selections=" + std::to_string(c.selections) +
-              (c.shared_input ? " shared-x" : " per-selection-x") + (c.tiled ? " tiled" : ""),
+              (c.shared_input ? " shared-x" : " per-selection-x") +
+              (c.tiled ? (c.bulk_kernel ? " tiled/bulk" : " tiled/register") : ""),
           from_bf16(y.download("fp4_gemv")), ref, Tol::GemvFp4);
 }
 
@@ -101,11 +106,19 @@ TEST(CudaFp4Gemv, GroupedSelectionsAndTokens) {
   check_gemv({2, 3, 5, 48, 384, false, {0, 1, 0}}, 56);  // K/128 = 3: uneven split over the 4 warps
 }
 
-TEST(CudaFp4Gemv, TiledLayout) {
+// The tiled layout through both kernels: the register kernel (fp4_gemv's default) and the bulk-copy one.
+TEST(CudaFp4Gemv, TiledLayoutBulkKernel) {
   DSV4_REQUIRE_HOPPER();
-  check_gemv({1, 1, 1, 2048, 4096, true, {0}, true}, 57);
-  check_gemv({3, 4, 3, 256, 1024, false, {1, 1, 0, 2}, true}, 58);
-  check_gemv({2, 3, 8, 48, 384, true, {0, 1, 0}, true}, 59);
+  check_gemv({1, 1, 1, 2048, 4096, true, {0}, true, true}, 57);
+  check_gemv({3, 4, 3, 256, 1024, false, {1, 1, 0, 2}, true, true}, 58);
+  check_gemv({2, 3, 8, 48, 384, true, {0, 1, 0}, true, true}, 59);  // a warp without any 128-k group
+  check_gemv({1, 2, 8, 4096, 2048, false, {0, 0}, true, true}, 61);
+}
+TEST(CudaFp4Gemv, TiledLayoutRegisterKernel) {
+  DSV4_REQUIRE_HOPPER();
+  check_gemv({3, 4, 3, 256, 1024, false, {1, 1, 0, 2}, true}, 62);
+  check_gemv({1, 1, 1, 2048, 4096, true, {0}, true}, 63);
+  check_gemv({2, 3, 8, 48, 384, true, {0, 1, 0}, true}, 64);
 }
 
 // The layout contract itself: no GPU needed.

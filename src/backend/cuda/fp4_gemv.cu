@@ -177,8 +177,8 @@ void launch(const DeviceContext& ctx, const Fp4GemvParams& p) {
 
 }  // namespace
 
-void fp4_gemv_config(const DeviceContext& ctx, const Fp4GemvParams& p, int warps, int unroll) {
-  if (p.selections == 0) return;
+void fp4_gemv_check(const Fp4GemvParams& p) {
+  if (p.selections < 0) fail("fp4_gemv: negative selection count");
   if (!p.w_packed || !p.w_scales || !p.x_codes || !p.x_scales || !p.y) fail("fp4_gemv: null pointer");
   if (p.tokens < 1 || p.tokens > 8) fail("fp4_gemv: ", p.tokens, " tokens (1..8 supported)");
   if (p.rows <= 0 || p.rows % 16 != 0) fail("fp4_gemv: rows ", p.rows, " must be a positive multiple of 16");
@@ -188,6 +188,11 @@ void fp4_gemv_config(const DeviceContext& ctx, const Fp4GemvParams& p, int warps
   if ((reinterpret_cast<uintptr_t>(p.w_packed) & 15u) != 0 || (reinterpret_cast<uintptr_t>(p.w_scales) & 3u) != 0)
     fail("fp4_gemv: weights must be 16-byte aligned and scales 4-byte aligned");
   if (p.selections > 65535) fail("fp4_gemv: ", p.selections, " selections (at most 65535 per launch)");
+}
+
+void fp4_gemv_config(const DeviceContext& ctx, const Fp4GemvParams& p, int warps, int unroll) {
+  fp4_gemv_check(p);
+  if (p.selections == 0) return;
   using Launcher = void (*)(const DeviceContext&, const Fp4GemvParams&);
   struct Config {
     int warps, unroll;
@@ -204,7 +209,8 @@ void fp4_gemv_config(const DeviceContext& ctx, const Fp4GemvParams& p, int warps
 }
 
 void fp4_gemv(const DeviceContext& ctx, const Fp4GemvParams& p) {
-  // Default configuration: see docs/perf-log.md (sweep of warps x unroll at the Flash shapes).
+  // 4 warps x 4 KiB in flight was the best register configuration for both layouts at the Flash shapes,
+  // and the register kernel beat the bulk-copy kernel (docs/perf-log.md, 2026-11-30).
   fp4_gemv_config(ctx, p, 4, 4);
 }
 

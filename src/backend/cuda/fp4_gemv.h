@@ -33,8 +33,16 @@ struct Fp4GemvParams {
   int64_t y_sel_stride = 0, y_tok_stride = 0;
 };
 void fp4_gemv(const DeviceContext& ctx, const Fp4GemvParams& p);
-// The same with an explicit kernel configuration, for tuning: `warps` (4, 8, 16) split K inside a
-// block of 16 rows; `unroll` (2, 4, 8) KiB of weights in flight per warp.
+// Throws dsv4::Error when the shapes, strides or alignments break the contract above.
+void fp4_gemv_check(const Fp4GemvParams& p);
+
+// Explicit kernel configurations, for tuning (docs/perf-log.md has the sweeps). fp4_gemv uses the
+// register kernel with 4 warps x 4 KiB for both layouts.
+// Register kernel, either layout: `warps` (4, 8, 16) split K inside a block of 16 rows, `unroll`
+// (2, 4, 8) KiB of weights in flight per warp.
 void fp4_gemv_config(const DeviceContext& ctx, const Fp4GemvParams& p, int warps, int unroll);
+// Bulk-copy kernel (experimental, slower today: see fp4_gemv_bulk.cu), tiled layout only: `warps`
+// (4, 8) split K, `stages` (4, 8) 1-KiB stages per warp.
+void fp4_gemv_bulk_config(const DeviceContext& ctx, const Fp4GemvParams& p, int warps, int stages);
 
 }  // namespace dsv4::cuda
