@@ -73,6 +73,11 @@ HttpServer::HttpServer(ServerContext& ctx, HttpOptions opt) : impl_(new Impl{ctx
   s.set_write_timeout(30);
   s.set_payload_max_length(m.opt.max_body_bytes);
   s.set_tcp_nodelay(true);  // each SSE chunk goes out at once
+  // SO_REUSEADDR only: httplib's default, SO_REUSEPORT, lets a second server bind a port in use.
+  s.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
 
   s.set_pre_routing_handler([&m](const httplib::Request& req, httplib::Response& res) {
     const Route* r = m.route_of(req.path);

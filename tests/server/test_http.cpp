@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "server/serve_process.h"
+#include "support/run_command.h"
 
 namespace dsv4::test {
 namespace {
@@ -214,6 +215,12 @@ TEST_F(Http, ClientThatHangsUpCancelsItsRequest) {
     EXPECT_TRUE(wait_metrics(port(), idle)) << get(port(), "/metrics").text;
   }
   EXPECT_EQ(metric(get(port(), "/metrics").text, "dsv4_requests_cancelled_total"), cancelled + 2);
+}
+
+TEST_F(Http, PortInUseIsAnError) {
+  auto r = run_command("timeout 60 " + dsv4_binary() + " serve --port " + std::to_string(port()));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("cannot listen on 127.0.0.1:" + std::to_string(port())), std::string::npos) << r.output;
 }
 
 TEST(HttpOptions, ApiKey) {
