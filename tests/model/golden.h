@@ -32,6 +32,12 @@ struct Golden {
   }
 };
 
+// A fixture name as a GoogleTest parameter name ("tiny-q-wide" -> "tiny_q_wide").
+inline std::string test_name(std::string s) {
+  for (char& c : s) c = c == '-' ? '_' : c;
+  return s;
+}
+
 // ||a - b|| / ||b|| over rows [0, rows) of b (a may hold exactly those rows).
 inline double rel_l2(const float* a, const float* b, size_t n) {
   double num = 0, den = 0;

@@ -79,11 +79,7 @@ TEST(OfficialShakespeare, PrefillAllLastRow) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, Official,
                          ::testing::Values(Bounds{"tiny-shakespeare-fp8", 0.006, 0.99}, Bounds{"tiny-q-wide", 0.08, 0.92},
                                            Bounds{"tiny-q", 0.12, 0.85}),
-                         [](const auto& info) {
-                           std::string s = info.param.fixture;
-                           for (char& c : s) c = c == '-' ? '_' : c;
-                           return s;
-                         });
+                         [](const auto& info) { return test::test_name(info.param.fixture); });
 
 // MTP block fed the reference's streams: prefill over positions 0..P-1 with next ids 1..P, then one
 // step at a time (fixtures/README.md). Reference numerics compare with the unquantized (bf16) run.
@@ -127,9 +123,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, Mtp,
                                            std::make_tuple("tiny-q", Numerics::Reference, 0.03),
                                            std::make_tuple("tiny-q-wide", Numerics::Reference, 0.03)),
                          [](const auto& info) {
-                           std::string s = std::get<0>(info.param);
-                           for (char& c : s) c = c == '-' ? '_' : c;
-                           return s + (std::get<1>(info.param) == Numerics::Official ? "_official" : "_reference");
+                           return test::test_name(std::get<0>(info.param)) + (std::get<1>(info.param) == Numerics::Official ? "_official" : "_reference");
                          });
 
 }  // namespace

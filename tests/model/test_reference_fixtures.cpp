@@ -82,11 +82,7 @@ TEST_P(ReferenceFixture, GreedyTokens) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, ReferenceFixture, ::testing::Values("tiny-a", "tiny-b"),
-                         [](const auto& info) {
-                           std::string s = info.param;
-                           for (char& c : s) c = c == '-' ? '_' : c;
-                           return s;
-                         });
+                         [](const auto& info) { return test::test_name(info.param); });
 
 // Published on-disk format (FP8 / FP4 + e8m0, legacy config) in reference numerics vs transformers fp32
 // on the dequantized weights, with the prefill-then-decode schedule of logits_steps.
@@ -107,11 +103,7 @@ TEST_P(PublishedFormat, StepsMatchTransformersFp32) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, PublishedFormat,
                          ::testing::Values("tiny-q", "tiny-q-wide", "tiny-shakespeare-fp8"),
-                         [](const auto& info) {
-                           std::string s = info.param;
-                           for (char& c : s) c = c == '-' ? '_' : c;
-                           return s;
-                         });
+                         [](const auto& info) { return test::test_name(info.param); });
 
 }  // namespace
 }  // namespace dsv4
