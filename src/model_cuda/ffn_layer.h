@@ -1,0 +1,117 @@
+// The FFN side of the forward on the GPU (MODEL.md §2, §7), official numerics: the MoE sub-layer
+// (router, routed FP4 experts, shared FP8 expert), the token embedding and the output head
+// (hc_head collapse, final norm, fp32 logits). CPU twins: Model::moe, the embedding copy of
+// Model::forward and Model::head_hidden / head_logits (src/model/moe.cpp, model.cpp).
+//
+// Weights are uploaded once per layer; a workspace is sized once for `max_tokens` and every forward
+// call after that enqueues kernels on ctx.stream() only (no allocation, no host sync, device-side
+// routing), so decode steps can be captured into a CUDA graph. Token ids are device pointers.
+#pragma once
+#include <cuda_bf16.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+
+#include "backend/cuda/buffer.h"
+#include "backend/cuda/context.h"
+#include "backend/cuda/gemm.h"
+#include "io/config.h"
+#include "io/weights.h"
+
+namespace dsv4::cuda {
+
+using bf16 = __nv_bfloat16;
+
+// ---- MoE (MODEL.md §7).
+struct DevMoeWeights {
+  int64_t E = 0, k = 0, D = 0, I = 0, vocab = 0;  // experts, picks per token, hidden, expert width, V
+  RouteKind route = RouteKind::TopK;
+  float swiglu_limit = 0, routed_scaling = 1;
+  bool norm_topk_prob = true;
+  DeviceBuffer<bf16> gate;          // [E, D] router weight
+  DeviceBuffer<float> bias;         // [E] top-k layers (empty for hash layers)
+  DeviceBuffer<int32_t> tid2eid;    // [V, k] hash layers (empty for top-k layers)
+  // Routed experts, FP4 in the tiled layout of fp4_tiled.h; w1 and w3 stacked per expert so one GEMV
+  // computes gate and up: expert e's rows [0, I) = w1, [I, 2I) = w3.
+  DeviceBuffer<uint8_t> w13;        // [E, 2I, D/2] e2m1, tiled
+  DeviceBuffer<uint8_t> w13_scales; // [E, 2I, D/32] E8M0
+  DeviceBuffer<uint8_t> w2;         // [E, D, I/2] e2m1, tiled
+  DeviceBuffer<uint8_t> w2_scales;  // [E, D, I/32] E8M0
+  bool has_shared = false;
+  Fp8Weight shared_w1, shared_w3, shared_w2;  // [I, D], [I, D], [D, I] FP8 (cuBLASLt layout)
+};
+// Copies one layer's MoE weights to the device (FP4 experts re-laid out to the tiled form on the host).
+// Throws when the experts are not FP4, the shared expert not FP8, or shapes break the kernels'
+// contracts (D, I multiples of 128).
+DevMoeWeights upload_moe_weights(const DeviceContext& ctx, const MoeWeights& w, const ModelConfig& cfg,
+                                 const LayerSpec& spec);
+
+// Scratch of moe_forward for up to max_tokens tokens; shared by all layers of one model (same shapes).
+struct MoeWorkspace {
+  MoeWorkspace(const DeviceContext& ctx, const ModelConfig& cfg, int64_t max_tokens);
+  ~MoeWorkspace();
+  int64_t max_tokens() const { return max_tokens_; }
+  // Plans the shared expert's cuBLASLt GEMMs for T tokens (host-side only; moe_forward plans on first
+  // use otherwise). Call for every T a captured graph will use before capturing.
+  void prepare(const DeviceContext& ctx, int64_t T);
+
+  struct SharedPlans;  // cuBLASLt plans of the shared expert for one token count
+  SharedPlans& plans(const DeviceContext& ctx, int64_t T);
+
+  int64_t max_tokens_ = 0, D = 0, I = 0, E = 0, k = 0, P = 0;  // P: padded rows for cuBLASLt
+  DeviceBuffer<float> logits;        // [T, E] router scores
+  DeviceBuffer<int32_t> ids;         // [T, k] picked experts
+  DeviceBuffer<float> weights;       // [T, k] routing weights
+  DeviceBuffer<uint8_t> xq;          // [P, D] e4m3 of x (P = padded rows for cuBLASLt)
+  DeviceBuffer<float> xs;            // [D/128, P] fp32 scales (block-major)
+  DeviceBuffer<uint8_t> sel_xq;      // [T*k, D] x codes per (token, pick)
+  DeviceBuffer<float> sel_xs;        // [T*k, D/128]
+  DeviceBuffer<bf16> y13;            // [T*k, 2I] gate | up
+  DeviceBuffer<bf16> h;              // [max(T*k, P), I] SwiGLU output
+  DeviceBuffer<uint8_t> hq;          // [max(T*k, P), I] e4m3
+  DeviceBuffer<float> hs;            // [max(T*k, P) * I/128] scales
+  DeviceBuffer<bf16> y2;             // [T*k, D] weighted expert outputs
+  DeviceBuffer<bf16> sg, su;         // [P, I] shared gate / up
+  DeviceBuffer<bf16> ys;             // [P, D] shared expert output
+  DeviceBuffer<int32_t> plan;        // moe_plan output (counts, offsets, rows): see backend/cuda/moe_ops.h
+  std::map<int64_t, std::unique_ptr<SharedPlans>> plans_;
+};
+
+// y [T, D] bf16 = MoE(x [T, D] bf16, ffn-normed) for tokens `token_ids` [T] (device, int32; hash
+// routing reads tid2eid at them). T <= ws.max_tokens(). x and y may not alias.
+void moe_forward(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace& ws, const bf16* x,
+                 const int32_t* token_ids, int64_t T, bf16* y);
+
+// ---- Embedding: X [T, n, D] bf16, every stream a copy of embed[id].
+struct DevEmbedWeights {
+  int64_t vocab = 0, D = 0;
+  DeviceBuffer<bf16> embed;  // [V, D]
+};
+DevEmbedWeights upload_embed_weights(const DeviceContext& ctx, const Weights& w, const ModelConfig& cfg);
+// Ids outside [0, V) read row 0 (never out of bounds) and set *bad_id (device int32, optional) to 1.
+void embed_forward(const DeviceContext& ctx, const DevEmbedWeights& w, const int32_t* token_ids, int64_t T, int n,
+                   bf16* X, int32_t* bad_id = nullptr);
+
+// ---- Head: hc_head collapse (sigmoid mixes, no Sinkhorn) -> bf16 -> final RMSNorm -> bf16 -> logits
+// fp32 = h . head^T.
+struct DevHeadWeights {
+  int64_t vocab = 0, D = 0;
+  int n = 4;
+  float eps = 1e-6f, hc_eps = 1e-6f;
+  DeviceBuffer<float> hc_fn;     // [n, n*D]
+  DeviceBuffer<float> hc_base;   // [n]
+  DeviceBuffer<float> hc_scale;  // [1]
+  DeviceBuffer<float> norm;      // [D]
+  DeviceBuffer<bf16> head;       // [V, D]
+};
+// The main head (w.hc_head, w.norm, w.head). For an MTP block's head pass its hc_head / norm and the
+// shared head weight.
+DevHeadWeights upload_head_weights(const DeviceContext& ctx, const HcWeights& hc, const TensorView& norm,
+                                   const LinearWeight& head, const ModelConfig& cfg);
+// h [T, D] bf16 (workspace of the caller) = norm(collapse(X)); X [T, n, D]. Then logits [T, V] fp32.
+void head_hidden_forward(const DeviceContext& ctx, const DevHeadWeights& w, const bf16* X, int64_t T, bf16* h);
+void head_forward(const DeviceContext& ctx, const DevHeadWeights& w, const bf16* X, int64_t T, bf16* h,
+                  float* logits);
+
+}  // namespace dsv4::cuda
