@@ -1,0 +1,136 @@
+// The attention sub-layer of one DeepSeek-V4 layer on the GPU (MODEL.md §4-§6), official numerics,
+// for a batch of sequences each at its own position. Same structure as the CPU path
+// (src/model/attention.cpp + compressor.cpp + indexer.cpp + quantize.cpp):
+//
+//   Q : wq_a (FP8) -> q_norm -> bf16 -> wq_b (FP8) -> per-head unweighted norm (bf16 op by op) -> RoPE
+//   KV: wkv (FP8) -> kv_norm -> bf16 -> RoPE -> FP8 snap of the non-rope dims (64-blocks)
+//   CSA/HCA: compressor (fp32 projections, gated pooling, norm, RoPE at the block start, KV grid) appends
+//   entries; CSA: indexer compressor (Hadamard + FP4 keys) and the lightning indexer's top-k
+//   sparse attention with sinks over window ring + compressed entries, inverse RoPE,
+//   grouped wo_a (bf16 GEMM per group), wo_b (FP8).
+//
+// Batches: `tokens` rows of x in runs of `run_len` consecutive tokens of one sequence (decode: run_len
+// 1, one token per sequence; prefill: one run of T tokens). Positions and state slots are read on the
+// device, so a decode call with a fixed token count can be captured in a CUDA graph once its GEMM
+// plans exist (prepare()). Everything is enqueued on ctx.stream(); nothing synchronizes.
+#pragma once
+#include <cuda_bf16.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <tuple>
+
+#include "backend/cuda/buffer.h"
+#include "backend/cuda/context.h"
+#include "backend/cuda/gemm.h"
+#include "io/config.h"
+#include "io/weights.h"
+
+namespace dsv4::cuda {
+
+using bf16 = __nv_bfloat16;
+
+// A linear weight as its GEMM reads it: FP8 checkpoint weights run the official FP8 linear (input
+// act-quantized 1x128, block-scaled GEMM); dense (bf16) ones a bf16 GEMM. Either way bf16 out.
+struct DevLinear {
+  bool fp8 = false;
+  Fp8Weight w8;            // fp8: codes [out, in] + BLK128x128 scales
+  DeviceBuffer<bf16> w16;  // dense: [out, in] bf16
+  int64_t out = 0, in = 0;
+};
+
+struct DevCompressorWeights {
+  DeviceBuffer<bf16> wkv, wgate;  // [c*dc, D] bf16 (run as fp32 products with fp32 accumulation)
+  DeviceBuffer<float> ape;        // [ratio, c*dc] added to the gate
+  DeviceBuffer<float> norm;       // [dc]
+  int ratio = 0, dc = 0;
+  bool overlap = false;           // CSA: c = 2 (A and B halves)
+};
+
+struct DevIndexerWeights {
+  DevLinear wq_b;                   // [HI*dI, q_lora] (FP8 in the checkpoints)
+  DeviceBuffer<bf16> weights_proj;  // [HI, D] bf16 (the reference runs it as a plain matmul)
+  DevCompressorWeights comp;        // dc = dI, overlap
+};
+
+struct DevAttentionWeights {
+  LayerSpec spec;
+  DevLinear wq_a, wq_b, wkv, wo_b;   // [qr, D], [H*d, qr], [d, D], [D, G*ro]
+  DeviceBuffer<bf16> wo_a;           // [G*ro, H*d/G] bf16 (FP8 checkpoints dequantized: a plain matmul)
+  DeviceBuffer<float> q_norm;        // [qr]
+  DeviceBuffer<float> kv_norm;       // [d]
+  DeviceBuffer<float> sink;          // [H]
+  DeviceBuffer<float> inv_freq;      // [rope_dim / 2] of this layer's rope table
+  std::optional<DevCompressorWeights> comp;  // CSA / HCA
+  std::optional<DevIndexerWeights> idx;      // CSA
+};
+
+// Uploads one layer's attention weights (the CPU-side views point into the checkpoint mmap).
+DevAttentionWeights upload_attention_weights(const DeviceContext& ctx, const AttentionWeights& w,
+                                             const ModelConfig& cfg, const LayerSpec& spec);
+
+// Device state of one layer for up to `max_seqs` sequences (slots) of up to `max_ctx` positions.
+// kv rows: [ring: max_seqs * W][chunk: max_tokens_padded][pool: max_seqs * max_entries], all [.., d] bf16;
+// the chunk rows hold the current call's KV (queries of a prefill chunk longer than W must not read
+// ring slots the chunk itself overwrote); the ring is written after the attention.
+// No reset is needed when a slot starts a new sequence at position 0: every piece of state is written
+// before it is read (block slots, the CSA previous block from block 1 on, ring slots within the window).
+struct AttentionLayerState {
+  AttentionLayerState(const ModelConfig& cfg, const LayerSpec& spec, int64_t max_seqs, int64_t max_ctx,
+                      int64_t max_tokens);
+  int64_t max_seqs = 0, max_ctx = 0, window = 0, head_dim = 0;
+  int64_t chunk_rows = 0;       // max_tokens padded for the FP8 GEMM
+  int64_t max_entries = 0;      // main compressor entries per sequence: max_ctx / ratio (0 sliding)
+  int64_t ring_base() const { return 0; }
+  int64_t chunk_base() const { return max_seqs * window; }
+  int64_t pool_base() const { return chunk_base() + chunk_rows; }
+  DeviceBuffer<bf16> kv;        // [rows, d] as above
+  // Main compressor partial state (CSA / HCA).
+  DeviceBuffer<float> cur_a, cur_g;    // [max_seqs, ratio, c*d]
+  DeviceBuffer<float> prev_a, prev_g;  // [max_seqs, ratio, d] (CSA)
+  // Indexer (CSA).
+  DeviceBuffer<float> icur_a, icur_g, iprev_a, iprev_g;  // as above with dc = dI
+  DeviceBuffer<bf16> index_keys;       // [max_seqs, max_entries, dI] Hadamard + FP4 keys
+};
+
+// Scratch of attention_forward for up to `max_tokens` tokens per call, shared by all layers of a
+// model (sized from the config), plus the cuBLASLt plans, made once per (kind, out, in, tokens).
+class AttentionWorkspace {
+ public:
+  AttentionWorkspace(const ModelConfig& cfg, int64_t max_tokens, int64_t max_ctx);
+  int64_t max_tokens() const { return max_tokens_; }
+  // The plan for a shape, made on first use (a host-side cuBLASLt query, no device work).
+  LtMatmul& plan(const DeviceContext& ctx, GemmKind kind, int64_t out, int64_t in, int64_t tokens);
+  // Makes every plan a call with `tokens` tokens will use (call before capturing a graph).
+  void prepare(const DeviceContext& ctx, const ModelConfig& cfg, const DevAttentionWeights& w, int64_t tokens);
+
+  int64_t max_tokens_ = 0, max_padded_ = 0, max_keys_ = 0, max_entries_ = 0;
+  DeviceBuffer<uint8_t> codes;   // [P, max(D, qr, G*ro)] FP8 GEMM inputs
+  DeviceBuffer<float> scales;    // [max_in/128 * P]
+  DeviceBuffer<bf16> cq, q, o, og, zg, z, y;  // [P, qr], [P, H*d], [T, H*d], [T, gin], [T, ro], [P, G*ro], [P, D]
+  DeviceBuffer<float> ca, cg;    // [T, 2*max dc] compressor projections
+  DeviceBuffer<bf16> pooled;     // [T, max dc]
+  DeviceBuffer<bf16> qi, wi;     // [P, HI*dI], [T, HI]
+  DeviceBuffer<float> scores;    // [T, max_entries]
+  DeviceBuffer<int32_t> selected;  // [T, topk]
+  DeviceBuffer<int32_t> indices;   // [T, max_keys]
+
+ private:
+  std::map<std::tuple<int, int64_t, int64_t, int64_t>, std::unique_ptr<LtMatmul>> plans_;
+};
+
+struct AttentionBatch {
+  int64_t tokens = 0;                 // T <= workspace max_tokens
+  int64_t run_len = 1;                // tokens per sequence in this call; tokens % run_len == 0
+  const int32_t* positions = nullptr; // device [T]: position of each token (consecutive within a run)
+  const int32_t* slots = nullptr;     // device [T]: state slot of each token's sequence
+};
+
+// out [T, D] bf16 = attention sub-layer of x [T, D] bf16 (the attn-normed input); updates `st`.
+void attention_forward(const DeviceContext& ctx, const ModelConfig& cfg, const DevAttentionWeights& w,
+                       AttentionLayerState& st, AttentionWorkspace& ws, const AttentionBatch& batch, const bf16* x,
+                       bf16* out);
+
+}  // namespace dsv4::cuda
