@@ -59,22 +59,24 @@ struct MoeWorkspace {
   struct SharedPlans;  // cuBLASLt plans of the shared expert for one token count
   SharedPlans& plans(const DeviceContext& ctx, int64_t T);
 
-  int64_t max_tokens_ = 0, D = 0, I = 0, E = 0, k = 0, P = 0;  // P: padded rows for cuBLASLt
-  DeviceBuffer<float> logits;        // [T, E] router scores
+  int64_t max_tokens_ = 0, D = 0, I = 0, E = 0, k = 0, P = 0;  // P: rows for cuBLASLt's padding
+  DeviceBuffer<float> scores;        // [T, E] router scores
   DeviceBuffer<int32_t> ids;         // [T, k] picked experts
   DeviceBuffer<float> weights;       // [T, k] routing weights
-  DeviceBuffer<uint8_t> xq;          // [P, D] e4m3 of x (P = padded rows for cuBLASLt)
-  DeviceBuffer<float> xs;            // [D/128, P] fp32 scales (block-major)
+  DeviceBuffer<uint8_t> xq;          // [P, D] e4m3 of x
+  DeviceBuffer<float> xs;            // [D/128, P] fp32 scales (block-major, cuBLASLt VEC128)
   DeviceBuffer<uint8_t> sel_xq;      // [T*k, D] x codes per (token, pick)
   DeviceBuffer<float> sel_xs;        // [T*k, D/128]
   DeviceBuffer<bf16> y13;            // [T*k, 2I] gate | up
-  DeviceBuffer<bf16> h;              // [max(T*k, P), I] SwiGLU output
-  DeviceBuffer<uint8_t> hq;          // [max(T*k, P), I] e4m3
-  DeviceBuffer<float> hs;            // [max(T*k, P) * I/128] scales
+  DeviceBuffer<bf16> h;              // [T*k, I] SwiGLU output x routing weight
+  DeviceBuffer<uint8_t> hq;          // [T*k, I] e4m3
+  DeviceBuffer<float> hs;            // [T*k, I/128]
   DeviceBuffer<bf16> y2;             // [T*k, D] weighted expert outputs
-  DeviceBuffer<bf16> sg, su;         // [P, I] shared gate / up
+  DeviceBuffer<bf16> sg, su, sh;     // [P, I] shared gate / up / SwiGLU
+  DeviceBuffer<uint8_t> shq;         // [P, I] e4m3
+  DeviceBuffer<float> shs;           // [I/128, P]
   DeviceBuffer<bf16> ys;             // [P, D] shared expert output
-  DeviceBuffer<int32_t> plan;        // moe_plan output (counts, offsets, rows): see backend/cuda/moe_ops.h
+  DeviceBuffer<int32_t> bad;         // [1] set when a token id / tid2eid entry was out of range
   std::map<int64_t, std::unique_ptr<SharedPlans>> plans_;
 };
 

@@ -1,0 +1,159 @@
+// Embedding gather, hc_head collapse and the fp32-output matmul (contracts in embed_head.h).
+#include <cstdint>
+
+#include "backend/cuda/check.h"
+#include "backend/cuda/embed_head.h"
+#include "backend/cuda/kernel_util.cuh"
+
+namespace dsv4::cuda {
+namespace {
+
+constexpr int kHeadThreads = 256;
+constexpr int kMaxStreams = 8;
+constexpr int kTokGroup = 8;
+
+__device__ __forceinline__ void load8f(const bf16* p, float (&v)[8]) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(p);
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __bfloat1622float2(h[i]);
+    v[2 * i] = f.x;
+    v[2 * i + 1] = f.y;
+  }
+}
+
+// Block per token: 16-byte vectors of the row to all n streams.
+__global__ void embed_kernel(EmbedParams p) {
+  const int64_t t = blockIdx.x;
+  int64_t id = p.ids[t];
+  if (id < 0 || id >= p.vocab) {
+    if (p.bad && threadIdx.x == 0) *p.bad = 1;
+    id = 0;
+  }
+  const uint4* src = reinterpret_cast<const uint4*>(p.table + id * p.D);
+  const int vecs = p.D / 8;
+  for (int c = threadIdx.x; c < vecs; c += blockDim.x) {
+    const uint4 v = src[c];
+    for (int j = 0; j < p.n; ++j) reinterpret_cast<uint4*>(p.X + (t * p.n + j) * p.D)[c] = v;
+  }
+}
+
+__global__ void hc_head_kernel(HcHeadParams p) {
+  const int64_t t = blockIdx.x;
+  const int64_t width = int64_t(p.n) * p.D;
+  const bf16* X = p.X + t * width;
+  float ss = 0.0f, acc[kMaxStreams];
+#pragma unroll
+  for (int r = 0; r < kMaxStreams; ++r) acc[r] = 0.0f;
+  for (int64_t i = int64_t(threadIdx.x) * 8; i < width; i += int64_t(blockDim.x) * 8) {
+    float x[8];
+    load8f(X + i, x);
+#pragma unroll
+    for (int q = 0; q < 8; ++q) ss += x[q] * x[q];
+#pragma unroll
+    for (int r = 0; r < kMaxStreams; ++r)
+      if (r < p.n) {
+        const float* f = p.fn + r * width + i;
+#pragma unroll
+        for (int q = 0; q < 8; ++q) acc[r] += f[q] * x[q];
+      }
+  }
+  __shared__ float red[kHeadThreads / 32][kMaxStreams + 1];
+  __shared__ float pre[kMaxStreams];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  ss = warp_sum(ss);
+  if (lane == 0) red[warp][kMaxStreams] = ss;
+#pragma unroll
+  for (int r = 0; r < kMaxStreams; ++r) {
+    const float v = warp_sum(acc[r]);
+    if (lane == 0) red[warp][r] = v;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float s = 0.0f, m[kMaxStreams];
+    for (int r = 0; r < p.n; ++r) m[r] = 0.0f;
+    for (int w = 0; w < kHeadThreads / 32; ++w) {
+      s += red[w][kMaxStreams];
+      for (int r = 0; r < p.n; ++r) m[r] += red[w][r];
+    }
+    const float rho = 1.0f / sqrtf(s / float(width) + p.norm_eps);
+    for (int r = 0; r < p.n; ++r) {
+      const float z = __fadd_rn(__fmul_rn(p.scale[0], m[r] * rho), p.base[r]);
+      pre[r] = 1.0f / (1.0f + expf(-z)) + p.hc_eps;
+    }
+  }
+  __syncthreads();
+  for (int c = threadIdx.x * 2; c < p.D; c += blockDim.x * 2) {
+    float u0 = 0.0f, u1 = 0.0f;
+    for (int j = 0; j < p.n; ++j) {
+      const float2 v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(X + int64_t(j) * p.D + c));
+      u0 = __fadd_rn(u0, __fmul_rn(pre[j], v.x));
+      u1 = __fadd_rn(u1, __fmul_rn(pre[j], v.y));
+    }
+    *reinterpret_cast<__nv_bfloat162*>(p.u + t * p.D + c) = __floats2bfloat162_rn(u0, u1);
+  }
+}
+
+// Warp per weight row n; lane covers k = 8 lane + 256 i. Tokens in groups of 8.
+__global__ void matmul_f32_kernel(MatmulF32Params p) {
+  const int64_t n = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  if (n >= p.N) return;
+  const int lane = threadIdx.x & 31;
+  const bf16* w = p.w + n * p.K;
+  for (int64_t t0 = 0; t0 < p.T; t0 += kTokGroup) {
+    const int tn = p.T - t0 < kTokGroup ? int(p.T - t0) : kTokGroup;
+    float acc[kTokGroup];
+#pragma unroll
+    for (int j = 0; j < kTokGroup; ++j) acc[j] = 0.0f;
+    for (int c = lane * 8; c < p.K; c += 256) {
+      float wv[8];
+      load8f(w + c, wv);
+#pragma unroll
+      for (int j = 0; j < kTokGroup; ++j)
+        if (j < tn) {
+          float xv[8];
+          load8f(p.x + (t0 + j) * p.K + c, xv);
+#pragma unroll
+          for (int q = 0; q < 8; ++q) acc[j] = fmaf(xv[q], wv[q], acc[j]);
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < kTokGroup; ++j) {
+      const float s = warp_sum(acc[j]);
+      if (lane == 0 && j < tn) p.y[(t0 + j) * p.y_stride + n] = s;
+    }
+  }
+}
+
+}  // namespace
+
+void embed_gather(const DeviceContext& ctx, const EmbedParams& p) {
+  if (p.T == 0) return;
+  if (!p.ids || !p.table || !p.X) fail("embed_gather: null pointer");
+  if (p.D <= 0 || p.D % 8 != 0) fail("embed_gather: D ", p.D, " must be a positive multiple of 8");
+  if (p.n <= 0 || p.vocab <= 0) fail("embed_gather: n and vocab must be positive");
+  embed_kernel<<<unsigned(narrow_int(p.T, "embed tokens")), 256, 0, ctx.stream()>>>(p);
+  DSV4_CUDA_CHECK_LAUNCH();
+}
+
+void hc_head_collapse(const DeviceContext& ctx, const HcHeadParams& p) {
+  if (p.T == 0) return;
+  if (!p.X || !p.fn || !p.base || !p.scale || !p.u) fail("hc_head_collapse: null pointer");
+  if (p.n <= 0 || p.n > kMaxStreams) fail("hc_head_collapse: n = ", p.n, " (1..", kMaxStreams, ")");
+  if (p.D <= 0 || p.D % 8 != 0) fail("hc_head_collapse: D ", p.D, " must be a positive multiple of 8");
+  hc_head_kernel<<<unsigned(narrow_int(p.T, "hc_head tokens")), kHeadThreads, 0, ctx.stream()>>>(p);
+  DSV4_CUDA_CHECK_LAUNCH();
+}
+
+void matmul_bf16_f32(const DeviceContext& ctx, const MatmulF32Params& p) {
+  if (p.T == 0 || p.N == 0) return;
+  if (!p.x || !p.w || !p.y) fail("matmul_bf16_f32: null pointer");
+  if (p.K <= 0 || p.K % 8 != 0) fail("matmul_bf16_f32: K ", p.K, " must be a positive multiple of 8");
+  if (p.y_stride < p.N) fail("matmul_bf16_f32: y_stride ", p.y_stride, " < N ", p.N);
+  const int64_t blocks = ceil_div(p.N * 32, 256);
+  matmul_f32_kernel<<<unsigned(narrow_int(blocks, "matmul_bf16_f32 blocks")), 256, 0, ctx.stream()>>>(p);
+  DSV4_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace dsv4::cuda

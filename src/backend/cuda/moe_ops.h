@@ -1,0 +1,93 @@
+// The MoE sub-layer's small ops on the GPU (MODEL.md §7): router, selection gather, token permutation
+// plan, clamped SwiGLU and the combine. The expert GEMVs are fp4_gemv.h, the shared expert gemm.h.
+// Each op has a CPU twin (src/model/moe.cpp holds the whole layer; tests/cuda/test_moe_ops.cpp spells
+// out each step on the CPU). Conventions as in ops.h: enqueued on ctx.stream(), device pointers, no
+// host sync, expert ids read on the device (graph-capturable).
+#pragma once
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "backend/cuda/context.h"
+
+namespace dsv4::cuda {
+
+using bf16 = __nv_bfloat16;
+
+// ---- Router: s[t, e] = sqrt(softplus(x_t . gate_e)) in fp32 (softplus(z) = z for z > 20, else
+// log1p(exp(z))). Selection: hash (ids = tid2eid[token]) or top-k of s + bias (ties: lower id first,
+// picks in descending order). Weights = s at the picks, divided by their sum in pick order when
+// norm_topk_prob, times `scaling`. CPU twin: the router part of Model::moe (cpu::matmul fp32 logits).
+struct RouterParams {
+  const bf16* x = nullptr;            // [T, D]
+  const bf16* gate = nullptr;         // [E, D]
+  const float* bias = nullptr;        // [E] (top-k)
+  const int32_t* tid2eid = nullptr;   // [vocab, k] (hash); null = top-k routing
+  const int32_t* token_ids = nullptr; // [T] (hash)
+  float* scores = nullptr;            // [T, E] out: sqrt(softplus(logits))
+  int32_t* ids = nullptr;             // [T, k] out: picked experts
+  float* weights = nullptr;           // [T, k] out
+  int32_t* bad = nullptr;             // optional: set to 1 when a token id or a tid2eid entry is out of range
+                                      // (the pick is then clamped into range)
+  int64_t T = 0, vocab = 0;
+  int E = 0, D = 0, k = 0;            // D a multiple of 8; E <= 1024; k <= 16
+  bool norm_topk_prob = true;
+  float scaling = 1.0f;
+};
+void moe_router(const DeviceContext& ctx, const RouterParams& p);
+
+// ---- Selection gather for the per-(token, pick) expert GEMVs: selection i = t * k + j gets the FP8
+// row of token t. Scales come in cuBLASLt's block-major layout (block b of row t at b * P + t) and
+// leave row-major [T*k, D/128]. Exact copy. CPU twin: a loop.
+struct MoeGatherParams {
+  const uint8_t* xq = nullptr;  // [>= T, D] e4m3
+  const float* xs = nullptr;    // [D/128, P] fp32
+  uint8_t* sel_xq = nullptr;    // [T*k, D]
+  float* sel_xs = nullptr;      // [T*k, D/128]
+  int64_t T = 0, P = 0;
+  int k = 0, D = 0;             // D a multiple of 128
+};
+void moe_gather(const DeviceContext& ctx, const MoeGatherParams& p);
+
+// ---- Token permutation plan for a grouped expert pass: entries (t, j) -> index t * k + j, grouped by
+// expert in ascending id order and, inside an expert, in entry order (the CPU's row order in
+// Model::moe). counts[e], offsets[e] (offsets[E] = entries), rows[offsets[e] .. offsets[e+1]) = the
+// entry indices routed to e. One block; deterministic. CPU twin: a counting sort.
+struct MoePlanParams {
+  const int32_t* ids = nullptr;  // [entries] expert of each entry, in [0, E)
+  int32_t* counts = nullptr;     // [E]
+  int32_t* offsets = nullptr;    // [E + 1]
+  int32_t* rows = nullptr;       // [entries]
+  int64_t entries = 0;
+  int E = 0;                     // <= 4096
+};
+void moe_plan(const DeviceContext& ctx, const MoePlanParams& p);
+// Int32 elements a plan needs (counts, offsets, rows in one buffer: counts at 0, offsets at E, rows at 2E + 1).
+inline int64_t moe_plan_ints(int64_t entries, int E) { return 2 * int64_t(E) + 1 + entries; }
+
+// ---- Clamped SwiGLU: h = bf16(w * (silu(min(g, L)) * clamp(u, -L, L))), silu(z) = z / (1 + exp(-z));
+// L = limit (0: no clamp), w = weight[row] (null: 1). CPU twin: expert_forward in src/model/moe.cpp.
+struct SwigluParams {
+  const bf16* g = nullptr;       // [rows, I], row stride g_stride
+  const bf16* u = nullptr;       // [rows, I], row stride u_stride
+  const float* weight = nullptr; // [rows] or null
+  bf16* h = nullptr;             // [rows, I], row stride I
+  int64_t rows = 0, g_stride = 0, u_stride = 0;
+  int I = 0;                     // multiple of 2
+  float limit = 0;
+};
+void swiglu(const DeviceContext& ctx, const SwigluParams& p);
+
+// ---- Combine: y[t] = bf16(((0 + y2[t, j0]) + y2[t, j1] + ...) + shared[t]) with the picks j taken in
+// ascending expert id (ties: pick order), fp32 sums — exactly Model::moe's accumulation order.
+struct MoeCombineParams {
+  const bf16* y2 = nullptr;      // [T*k, D] weighted routed outputs, row t * k + j
+  const int32_t* ids = nullptr;  // [T, k]
+  const bf16* shared = nullptr;  // [T, D] or null
+  bf16* y = nullptr;             // [T, D]
+  int64_t T = 0;
+  int k = 0, D = 0;              // k <= 16, D a multiple of 2
+};
+void moe_combine(const DeviceContext& ctx, const MoeCombineParams& p);
+
+}  // namespace dsv4::cuda

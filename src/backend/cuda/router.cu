@@ -1,0 +1,146 @@
+// MoE router kernels (contract in moe_ops.h; CPU twin: the router part of Model::moe).
+#include <cstdint>
+
+#include "backend/cuda/check.h"
+#include "backend/cuda/kernel_util.cuh"
+#include "backend/cuda/moe_ops.h"
+
+namespace dsv4::cuda {
+namespace {
+
+constexpr int kSelectThreads = 256;
+constexpr int kMaxExperts = 1024;
+constexpr int kMaxPicks = 16;
+
+__device__ __forceinline__ float dot8(const bf16* a, const bf16* b) {
+  const uint4 ra = *reinterpret_cast<const uint4*>(a), rb = *reinterpret_cast<const uint4*>(b);
+  const __nv_bfloat162* ha = reinterpret_cast<const __nv_bfloat162*>(&ra);
+  const __nv_bfloat162* hb = reinterpret_cast<const __nv_bfloat162*>(&rb);
+  float s = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 fa = __bfloat1622float2(ha[i]), fb = __bfloat1622float2(hb[i]);
+    s = fmaf(fa.x, fb.x, s);
+    s = fmaf(fa.y, fb.y, s);
+  }
+  return s;
+}
+
+// One warp per (token, expert): fp32 dot product, then sqrt(softplus(.)).
+__global__ void router_scores_kernel(RouterParams p, int64_t warps) {
+  const int64_t w = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  if (w >= warps) return;
+  const int lane = threadIdx.x & 31;
+  const int64_t t = w / p.E;
+  const int e = int(w % p.E);
+  const bf16* x = p.x + t * p.D;
+  const bf16* g = p.gate + int64_t(e) * p.D;
+  float acc = 0.0f;
+  for (int c = lane * 8; c < p.D; c += 256) acc += dot8(x + c, g + c);
+  acc = warp_sum(acc);
+  if (lane == 0) {
+    const float sp = acc > 20.0f ? acc : log1pf(expf(acc));
+    p.scores[t * p.E + e] = sqrtf(sp);
+  }
+}
+
+// One block per token: the picks and their weights.
+__global__ void router_select_kernel(RouterParams p) {
+  const int64_t t = blockIdx.x;
+  const float* s = p.scores + t * p.E;
+  __shared__ float val[kMaxExperts];
+  __shared__ int picks[kMaxPicks];
+  __shared__ float red_v[kSelectThreads / 32];
+  __shared__ int red_i[kSelectThreads / 32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+
+  if (p.tid2eid) {
+    if (threadIdx.x == 0) {
+      int64_t tok = p.token_ids[t];
+      if (tok < 0 || tok >= p.vocab) {
+        if (p.bad) *p.bad = 1;
+        tok = tok < 0 ? 0 : p.vocab - 1;
+      }
+      for (int i = 0; i < p.k; ++i) {
+        int e = p.tid2eid[tok * p.k + i];
+        if (e < 0 || e >= p.E) {
+          if (p.bad) *p.bad = 1;
+          e = e < 0 ? 0 : p.E - 1;
+        }
+        picks[i] = e;
+      }
+    }
+  } else {
+    for (int e = threadIdx.x; e < p.E; e += blockDim.x) val[e] = s[e] + p.bias[e];
+    __syncthreads();
+    for (int i = 0; i < p.k; ++i) {
+      float bv = -INFINITY;
+      int bi = p.E;  // none
+      for (int e = threadIdx.x; e < p.E; e += blockDim.x) {
+        const float v = val[e];  // NaN: picked already
+        if (!isnan(v) && (bi == p.E || v > bv)) {  // ascending e: equal values keep the lower id
+          bv = v;
+          bi = e;
+        }
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (ov > bv || (ov == bv && oi < bi)) {
+          bv = ov;
+          bi = oi;
+        }
+      }
+      if (lane == 0) {
+        red_v[warp] = bv;
+        red_i[warp] = bi;
+      }
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        float v0 = red_v[0];
+        int i0 = red_i[0];
+        for (int w = 1; w < kSelectThreads / 32; ++w)
+          if (red_v[w] > v0 || (red_v[w] == v0 && red_i[w] < i0)) {
+            v0 = red_v[w];
+            i0 = red_i[w];
+          }
+        if (i0 >= p.E) i0 = 0;  // only with NaN scores
+        picks[i] = i0;
+        val[i0] = NAN;  // excluded: NaN never compares greater
+      }
+      __syncthreads();
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float w[kMaxPicks];
+    float sum = 0.0f;
+    for (int i = 0; i < p.k; ++i) sum += (w[i] = s[picks[i]]);
+    for (int i = 0; i < p.k; ++i) {
+      const float v = p.norm_topk_prob ? w[i] / sum : w[i];
+      p.ids[t * p.k + i] = picks[i];
+      p.weights[t * p.k + i] = v * p.scaling;
+    }
+  }
+}
+
+}  // namespace
+
+void moe_router(const DeviceContext& ctx, const RouterParams& p) {
+  if (p.T == 0) return;
+  if (!p.x || !p.gate || !p.scores || !p.ids || !p.weights) fail("moe_router: null pointer");
+  if (p.tid2eid ? !p.token_ids : !p.bias) fail("moe_router: hash routing needs token ids, top-k routing a bias");
+  if (p.D <= 0 || p.D % 8 != 0) fail("moe_router: D ", p.D, " must be a positive multiple of 8");
+  if (p.E <= 0 || p.E > kMaxExperts) fail("moe_router: ", p.E, " experts (1..", kMaxExperts, ")");
+  if (p.k <= 0 || p.k > kMaxPicks || p.k > p.E) fail("moe_router: k = ", p.k, " (1..", kMaxPicks, ", <= E)");
+  if (p.tid2eid && p.vocab <= 0) fail("moe_router: hash routing needs the vocabulary size");
+  const int64_t warps = p.T * p.E;
+  const int64_t blocks = ceil_div(warps * 32, 256);
+  router_scores_kernel<<<unsigned(narrow_int(blocks, "moe_router blocks")), 256, 0, ctx.stream()>>>(p, warps);
+  DSV4_CUDA_CHECK_LAUNCH();
+  router_select_kernel<<<unsigned(narrow_int(p.T, "moe_router tokens")), kSelectThreads, 0, ctx.stream()>>>(p);
+  DSV4_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace dsv4::cuda

@@ -1,0 +1,52 @@
+// Next-token sampling on the GPU, one row of logits per sequence, with the semantics of the CPU
+// Sampler (src/runtime/sampler.cpp) minus the penalties: temperature <= 0 or top-k 1 is greedy
+// (argmax, ties to the lower id); otherwise the candidates are the top-k logits (ties: lower id
+// first), p_i = exp(z_i / T - max / T) renormalized, cut by top-p (the shortest prefix of the sorted
+// candidates with mass >= top_p; ties at the cut are all kept) and min-p (p >= min_p * p_max), and one
+// draw u ~ U[0, kept mass) from Philox-4x32-10 keyed by the row's seed at counter = the row's step:
+// the same (seed, step) always gives the same token. Not the CPU's draw (mt19937): the distribution
+// is the same, the stream of draws is not.
+//
+// Per-row parameters live on the device so a captured graph replays with new values. One block per
+// row; the top-k and top-p cuts are found by bitwise threshold searches over the logits' order-preserving
+// keys (no sort), so the cost is ~80 passes over the row in L2.
+#pragma once
+#include <cstdint>
+
+#include "backend/cuda/context.h"
+
+namespace dsv4::cuda {
+
+struct SampleParams {
+  const float* logits = nullptr;       // [rows, vocab], row stride logits_stride (fp32)
+  int32_t* out = nullptr;              // [rows] chosen ids
+  const float* temperature = nullptr;  // [rows]; <= 0: greedy
+  const int32_t* top_k = nullptr;      // [rows] 0 = off; null = off for every row
+  const float* top_p = nullptr;        // [rows] 1 = off; null = off
+  const float* min_p = nullptr;        // [rows] 0 = off; null = off
+  const uint64_t* seed = nullptr;      // [rows]
+  const uint64_t* step = nullptr;      // [rows] Philox counter of this draw (e.g. tokens generated so far)
+  int64_t rows = 0, vocab = 0, logits_stride = 0;
+};
+void sample_tokens(const DeviceContext& ctx, const SampleParams& p);
+
+// Philox-4x32-10 of (counter = step, key = seed) -> u in [0, 1) with 53 random bits (host and device:
+// the test's CPU twin draws the same u).
+__host__ __device__ inline double philox_uniform(uint64_t seed, uint64_t step) {
+  uint32_t c0 = uint32_t(step), c1 = uint32_t(step >> 32), c2 = 0, c3 = 0;
+  uint32_t k0 = uint32_t(seed), k1 = uint32_t(seed >> 32);
+  for (int r = 0; r < 10; ++r) {
+    const uint64_t p0 = uint64_t(0xD2511F53u) * c0, p1 = uint64_t(0xCD9E8D57u) * c2;
+    const uint32_t n0 = uint32_t(p1 >> 32) ^ c1 ^ k0, n2 = uint32_t(p0 >> 32) ^ c3 ^ k1;
+    c1 = uint32_t(p1);
+    c3 = uint32_t(p0);
+    c0 = n0;
+    c2 = n2;
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  const uint64_t bits = ((uint64_t(c0) << 32) | c1) >> 11;
+  return double(bits) * (1.0 / 9007199254740992.0);
+}
+
+}  // namespace dsv4::cuda

@@ -1,0 +1,383 @@
+// The GPU MoE, embedding and head (contracts in ffn_layer.h).
+#include "model_cuda/ffn_layer.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "backend/cuda/embed_head.h"
+#include "backend/cuda/fp4_gemv.h"
+#include "backend/cuda/fp4_tiled.h"
+#include "backend/cuda/moe_ops.h"
+#include "backend/cuda/ops.h"
+#include "core/dtype.h"
+#include "core/error.h"
+
+namespace dsv4::cuda {
+namespace {
+
+constexpr int64_t kMaxSelections = 65535;  // fp4_gemv's grid.y limit per launch
+
+DeviceBuffer<bf16> upload_bf16(const TensorView& v) {
+  DeviceBuffer<bf16> d(size_t(v.numel()));
+  std::vector<uint16_t> h(size_t(v.numel()));
+  if (v.dtype == DType::BF16) {
+    std::copy_n(reinterpret_cast<const uint16_t*>(v.data), h.size(), h.data());
+  } else {
+    const Tensor t = to_tensor(v);
+    for (size_t i = 0; i < h.size(); ++i) h[i] = f32_to_bf16(t.data[i]);
+  }
+  if (!h.empty()) DSV4_CUDA_CHECK(cudaMemcpy(d.get(), h.data(), h.size() * 2, cudaMemcpyHostToDevice));
+  return d;
+}
+
+DeviceBuffer<float> upload_f32(const TensorView& v) { return DeviceBuffer<float>(to_tensor(v).data); }
+
+// Writes an FP4 weight (checkpoint layout [rows, K/2]) to packed_dst in the tiled layout, and its E8M0
+// scales [rows, K/32] to scale_dst, after checking format and shape.
+void stage_fp4(const LinearWeight& w, int64_t rows, int64_t K, uint8_t* packed_dst, uint8_t* scale_dst) {
+  if (w.format != WeightFormat::FP4) fail(w.name, ": the GPU MoE needs FP4 routed experts, got ", weight_format_name(w.format));
+  if (w.out != rows || w.in != K) fail(w.name, ": shape [", w.out, ", ", w.in, "], expected [", rows, ", ", K, "]");
+  if (int64_t(w.weight.nbytes) != rows * K / 2 || int64_t(w.scale.nbytes) != rows * K / 32)
+    fail(w.name, ": unexpected FP4 byte sizes");
+  pack_fp4_tiled(w.weight.data, rows, K, packed_dst);
+  std::copy_n(w.scale.data, rows * K / 32, scale_dst);
+}
+
+}  // namespace
+
+// ---- MoE weights.
+DevMoeWeights upload_moe_weights(const DeviceContext& ctx, const MoeWeights& w, const ModelConfig& cfg,
+                                 const LayerSpec& spec) {
+  (void)ctx;
+  DevMoeWeights d;
+  d.E = cfg.n_routed_experts;
+  d.k = cfg.experts_per_tok;
+  d.D = cfg.hidden_size;
+  d.I = cfg.moe_inter_dim;
+  d.vocab = cfg.vocab_size;
+  d.route = spec.route;
+  d.swiglu_limit = float(cfg.swiglu_limit);
+  d.routed_scaling = float(cfg.routed_scaling_factor);
+  d.norm_topk_prob = cfg.norm_topk_prob;
+  if (d.D % 128 != 0 || d.I % 128 != 0) fail("GPU MoE: hidden ", d.D, " and expert width ", d.I, " must be multiples of 128");
+  if (int64_t(w.experts.size()) != d.E) fail("GPU MoE: ", w.experts.size(), " experts bound, config says ", d.E);
+
+  d.gate = upload_bf16(w.gate.weight);
+  if (spec.route == RouteKind::Hash) {
+    const Tensor t = to_tensor(w.tid2eid);
+    std::vector<int32_t> ids(t.data.size());
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t(t.data[i]);
+    if (int64_t(ids.size()) != d.vocab * d.k) fail("GPU MoE: tid2eid has ", ids.size(), " entries, expected V * k");
+    d.tid2eid = DeviceBuffer<int32_t>(ids);
+  } else {
+    d.bias = upload_f32(w.bias);
+  }
+
+  const int64_t E = d.E, D = d.D, I = d.I;
+  std::vector<uint8_t> w13(size_t(E * 2 * I * D / 2)), s13(size_t(E * 2 * I * D / 32));
+  std::vector<uint8_t> w2(size_t(E * D * I / 2)), s2(size_t(E * D * I / 32));
+  for (int64_t e = 0; e < E; ++e) {
+    const ExpertWeights& x = w.experts[size_t(e)];
+    uint8_t* p13 = w13.data() + e * 2 * I * D / 2;
+    uint8_t* q13 = s13.data() + e * 2 * I * D / 32;
+    // w1 and w3 are packed as one [2I, D] matrix: the tiled layout tiles 16 rows, and I % 16 == 0, so
+    // packing the halves separately gives the same bytes as packing the stack.
+    stage_fp4(x.w1, I, D, p13, q13);
+    stage_fp4(x.w3, I, D, p13 + I * D / 2, q13 + I * D / 32);
+    stage_fp4(x.w2, D, I, w2.data() + e * D * I / 2, s2.data() + e * D * I / 32);
+  }
+  d.w13 = DeviceBuffer<uint8_t>(w13);
+  d.w13_scales = DeviceBuffer<uint8_t>(s13);
+  d.w2 = DeviceBuffer<uint8_t>(w2);
+  d.w2_scales = DeviceBuffer<uint8_t>(s2);
+
+  d.has_shared = cfg.n_shared_experts > 0 && w.shared.w1.present();
+  if (d.has_shared) {
+    for (const LinearWeight* l : {&w.shared.w1, &w.shared.w2, &w.shared.w3})
+      if (l->format != WeightFormat::FP8) fail(l->name, ": the GPU MoE needs an FP8 shared expert, got ", weight_format_name(l->format));
+    d.shared_w1 = upload_fp8_weight(w.shared.w1.weight, w.shared.w1.scale);
+    d.shared_w3 = upload_fp8_weight(w.shared.w3.weight, w.shared.w3.scale);
+    d.shared_w2 = upload_fp8_weight(w.shared.w2.weight, w.shared.w2.scale);
+  }
+  return d;
+}
+
+// ---- Workspace.
+struct MoeWorkspace::SharedPlans {
+  std::unique_ptr<LtMatmul> up;    // [I, D]: w1 and w3
+  std::unique_ptr<LtMatmul> down;  // [D, I]: w2
+};
+
+MoeWorkspace::MoeWorkspace(const DeviceContext& ctx, const ModelConfig& cfg, int64_t max_tokens)
+    : max_tokens_(max_tokens), D(cfg.hidden_size), I(cfg.moe_inter_dim), E(cfg.n_routed_experts),
+      k(cfg.experts_per_tok) {
+  (void)ctx;
+  if (max_tokens <= 0) fail("MoeWorkspace: max_tokens must be positive");
+  P = (max_tokens + 15) / 16 * 16;
+  const size_t T = size_t(max_tokens), Tk = T * size_t(k), Pz = size_t(P);
+  auto zeroed = [](auto& b) { b.fill_bytes(0); };
+  scores = DeviceBuffer<float>(T * size_t(E));
+  ids = DeviceBuffer<int32_t>(Tk);
+  weights = DeviceBuffer<float>(Tk);
+  xq = DeviceBuffer<uint8_t>(Pz * size_t(D));
+  xs = DeviceBuffer<float>(Pz * size_t(D / 128));
+  sel_xq = DeviceBuffer<uint8_t>(Tk * size_t(D));
+  sel_xs = DeviceBuffer<float>(Tk * size_t(D / 128));
+  y13 = DeviceBuffer<bf16>(Tk * size_t(2 * I));
+  h = DeviceBuffer<bf16>(Tk * size_t(I));
+  hq = DeviceBuffer<uint8_t>(Tk * size_t(I));
+  hs = DeviceBuffer<float>(Tk * size_t(I / 128));
+  y2 = DeviceBuffer<bf16>(Tk * size_t(D));
+  sg = DeviceBuffer<bf16>(Pz * size_t(I));
+  su = DeviceBuffer<bf16>(Pz * size_t(I));
+  sh = DeviceBuffer<bf16>(Pz * size_t(I));
+  shq = DeviceBuffer<uint8_t>(Pz * size_t(I));
+  shs = DeviceBuffer<float>(Pz * size_t(I / 128));
+  ys = DeviceBuffer<bf16>(Pz * size_t(D));
+  bad = DeviceBuffer<int32_t>(1);
+  // cuBLASLt reads the padded rows past T: keep them finite.
+  zeroed(xq);
+  zeroed(xs);
+  zeroed(shq);
+  zeroed(shs);
+  zeroed(bad);
+}
+
+MoeWorkspace::~MoeWorkspace() = default;
+
+MoeWorkspace::SharedPlans& MoeWorkspace::plans(const DeviceContext& ctx, int64_t T) {
+  auto it = plans_.find(T);
+  if (it != plans_.end()) return *it->second;
+  auto p = std::make_unique<SharedPlans>();
+  p->up = std::make_unique<LtMatmul>(ctx, GemmKind::Fp8BlockScaled, I, D, T);
+  p->down = std::make_unique<LtMatmul>(ctx, GemmKind::Fp8BlockScaled, D, I, T);
+  if (p->up->padded_tokens() > P || p->down->padded_tokens() > P)
+    fail("MoeWorkspace: cuBLASLt pads ", T, " tokens to more than the ", P, " rows reserved");
+  return *plans_.emplace(T, std::move(p)).first->second;
+}
+
+void MoeWorkspace::prepare(const DeviceContext& ctx, int64_t T) { plans(ctx, T); }
+
+// ---- Forward.
+void moe_forward(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace& ws, const bf16* x,
+                 const int32_t* token_ids, int64_t T, bf16* y) {
+  if (T == 0) return;
+  if (T > ws.max_tokens()) fail("moe_forward: ", T, " tokens, the workspace holds ", ws.max_tokens());
+  if (ws.D != w.D || ws.I != w.I || ws.E != w.E || ws.k != w.k) fail("moe_forward: workspace shapes differ from the layer's");
+  const int64_t D = w.D, I = w.I, k = w.k, Tk = T * k;
+  MoeWorkspace::SharedPlans* plans = w.has_shared ? &ws.plans(ctx, T) : nullptr;
+  const int64_t P = plans ? plans->up->padded_tokens() : T;
+
+  RouterParams r;
+  r.x = x;
+  r.gate = w.gate.get();
+  r.bias = w.bias.get();
+  r.tid2eid = w.route == RouteKind::Hash ? w.tid2eid.get() : nullptr;
+  r.token_ids = token_ids;
+  r.scores = ws.scores.get();
+  r.ids = ws.ids.get();
+  r.weights = ws.weights.get();
+  r.bad = ws.bad.get();
+  r.T = T;
+  r.vocab = w.vocab;
+  r.E = int(w.E);
+  r.D = int(D);
+  r.k = int(k);
+  r.norm_topk_prob = w.norm_topk_prob;
+  r.scaling = w.routed_scaling;
+  moe_router(ctx, r);
+
+  ActQuantParams q;  // x -> e4m3, scales block-major for cuBLASLt (the GEMVs read the gathered copy)
+  q.x = x;
+  q.codes = ws.xq.get();
+  q.scale_f32 = ws.xs.get();
+  q.rows = T;
+  q.cols = int(D);
+  q.block = 128;
+  q.x_stride = D;
+  q.codes_stride = D;
+  q.sf_row_stride = 1;
+  q.sf_block_stride = P;
+  act_quant_fp8(ctx, q);
+
+  MoeGatherParams g;
+  g.xq = ws.xq.get();
+  g.xs = ws.xs.get();
+  g.sel_xq = ws.sel_xq.get();
+  g.sel_xs = ws.sel_xs.get();
+  g.T = T;
+  g.P = P;
+  g.k = int(k);
+  g.D = int(D);
+  moe_gather(ctx, g);
+
+  // Routed experts: one GEMV selection per (token, pick), in launches of at most 65535 selections.
+  auto gemv = [&](const DeviceBuffer<uint8_t>& wp, const DeviceBuffer<uint8_t>& wsc, const uint8_t* xc, const float* xsc,
+                  int64_t rows, int64_t K, bf16* out) {
+    for (int64_t s0 = 0; s0 < Tk; s0 += kMaxSelections) {
+      Fp4GemvParams f;
+      f.w_packed = wp.get();
+      f.tiled = true;
+      f.w_scales = wsc.get();
+      f.expert_ids = ws.ids.get() + s0;
+      f.x_codes = xc + s0 * K;
+      f.x_scales = xsc + s0 * (K / 128);
+      f.y = out + s0 * rows;
+      f.selections = int(std::min(kMaxSelections, Tk - s0));
+      f.tokens = 1;
+      f.rows = rows;
+      f.K = K;
+      f.x_sel_stride = K;
+      f.xs_sel_stride = K / 128;
+      f.xs_blk_stride = 1;
+      f.y_sel_stride = rows;
+      fp4_gemv(ctx, f);
+    }
+  };
+  gemv(w.w13, w.w13_scales, ws.sel_xq.get(), ws.sel_xs.get(), 2 * I, D, ws.y13.get());
+
+  SwigluParams s;
+  s.g = ws.y13.get();
+  s.u = ws.y13.get() + I;
+  s.g_stride = s.u_stride = 2 * I;
+  s.weight = ws.weights.get();
+  s.h = ws.h.get();
+  s.rows = Tk;
+  s.I = int(I);
+  s.limit = w.swiglu_limit;
+  swiglu(ctx, s);
+
+  ActQuantParams hq;
+  hq.x = ws.h.get();
+  hq.codes = ws.hq.get();
+  hq.scale_f32 = ws.hs.get();
+  hq.rows = Tk;
+  hq.cols = int(I);
+  hq.x_stride = I;
+  hq.codes_stride = I;
+  hq.sf_row_stride = I / 128;
+  hq.sf_block_stride = 1;
+  act_quant_fp8(ctx, hq);
+  gemv(w.w2, w.w2_scales, ws.hq.get(), ws.hs.get(), D, I, ws.y2.get());
+
+  if (plans) {  // shared expert: FP8 linears through cuBLASLt
+    plans->up->run_fp8(ctx, ws.xq.get(), ws.xs.get(), w.shared_w1, ws.sg.get());
+    plans->up->run_fp8(ctx, ws.xq.get(), ws.xs.get(), w.shared_w3, ws.su.get());
+    SwigluParams ss;
+    ss.g = ws.sg.get();
+    ss.u = ws.su.get();
+    ss.g_stride = ss.u_stride = I;
+    ss.h = ws.sh.get();
+    ss.rows = T;
+    ss.I = int(I);
+    ss.limit = w.swiglu_limit;
+    swiglu(ctx, ss);
+    const int64_t P2 = plans->down->padded_tokens();
+    ActQuantParams sq;
+    sq.x = ws.sh.get();
+    sq.codes = ws.shq.get();
+    sq.scale_f32 = ws.shs.get();
+    sq.rows = T;
+    sq.cols = int(I);
+    sq.x_stride = I;
+    sq.codes_stride = I;
+    sq.sf_row_stride = 1;
+    sq.sf_block_stride = P2;
+    act_quant_fp8(ctx, sq);
+    plans->down->run_fp8(ctx, ws.shq.get(), ws.shs.get(), w.shared_w2, ws.ys.get());
+  }
+
+  MoeCombineParams c;
+  c.y2 = ws.y2.get();
+  c.ids = ws.ids.get();
+  c.shared = plans ? ws.ys.get() : nullptr;
+  c.y = y;
+  c.T = T;
+  c.k = int(k);
+  c.D = int(D);
+  moe_combine(ctx, c);
+}
+
+// ---- Embedding.
+DevEmbedWeights upload_embed_weights(const DeviceContext& ctx, const Weights& w, const ModelConfig& cfg) {
+  (void)ctx;
+  DevEmbedWeights d;
+  d.vocab = cfg.vocab_size;
+  d.D = cfg.hidden_size;
+  if (w.embed.numel() != d.vocab * d.D) fail("GPU embedding: table of ", w.embed.numel(), " values, expected V * D");
+  d.embed = upload_bf16(w.embed);
+  return d;
+}
+
+void embed_forward(const DeviceContext& ctx, const DevEmbedWeights& w, const int32_t* token_ids, int64_t T, int n,
+                   bf16* X, int32_t* bad_id) {
+  EmbedParams p;
+  p.ids = token_ids;
+  p.table = w.embed.get();
+  p.X = X;
+  p.bad = bad_id;
+  p.T = T;
+  p.vocab = w.vocab;
+  p.n = n;
+  p.D = int(w.D);
+  embed_gather(ctx, p);
+}
+
+// ---- Head.
+DevHeadWeights upload_head_weights(const DeviceContext& ctx, const HcWeights& hc, const TensorView& norm,
+                                   const LinearWeight& head, const ModelConfig& cfg) {
+  (void)ctx;
+  DevHeadWeights d;
+  d.vocab = cfg.vocab_size;
+  d.D = cfg.hidden_size;
+  d.n = int(cfg.hc_mult);
+  d.eps = float(cfg.rms_norm_eps);
+  d.hc_eps = float(cfg.hc_eps);
+  if (head.format != WeightFormat::Dense) fail(head.name, ": the GPU head needs a dense (bf16) weight");
+  d.hc_fn = upload_f32(hc.fn);
+  d.hc_base = upload_f32(hc.base);
+  d.hc_scale = upload_f32(hc.scale);
+  d.norm = upload_f32(norm);
+  d.head = upload_bf16(head.weight);
+  return d;
+}
+
+void head_hidden_forward(const DeviceContext& ctx, const DevHeadWeights& w, const bf16* X, int64_t T, bf16* h) {
+  HcHeadParams c;
+  c.X = X;
+  c.fn = w.hc_fn.get();
+  c.base = w.hc_base.get();
+  c.scale = w.hc_scale.get();
+  c.u = h;
+  c.T = T;
+  c.n = w.n;
+  c.D = int(w.D);
+  c.norm_eps = w.eps;
+  c.hc_eps = w.hc_eps;
+  hc_head_collapse(ctx, c);
+  RmsNormParams r;
+  r.x = h;
+  r.weight = w.norm.get();
+  r.y = h;
+  r.rows = T;
+  r.dim = int(w.D);
+  r.x_stride = r.y_stride = w.D;
+  r.eps = w.eps;
+  rms_norm(ctx, r);
+}
+
+void head_forward(const DeviceContext& ctx, const DevHeadWeights& w, const bf16* X, int64_t T, bf16* h,
+                  float* logits) {
+  head_hidden_forward(ctx, w, X, T, h);
+  MatmulF32Params m;
+  m.x = h;
+  m.w = w.head.get();
+  m.y = logits;
+  m.T = T;
+  m.N = w.vocab;
+  m.y_stride = w.vocab;
+  m.K = int(w.D);
+  matmul_bf16_f32(ctx, m);
+}
+
+}  // namespace dsv4::cuda
