@@ -1,0 +1,153 @@
+// Kernels of the attention sub-layer beyond ops.h (MODEL.md §4-§6): the official-numerics quantization
+// sites (head norm, FP8 KV snap, Hadamard + FP4), the fp32 linear of the compressors, the compressor
+// pooling and entry emission, the lightning indexer's scores and top-k, and the key lists / window ring
+// of the sparse attention. Each has a CPU twin (named per op) and a test in tests/cuda.
+//
+// Batches: `tokens` rows in runs of `run_len` consecutive tokens of one sequence; positions[t] and
+// slots[t] (state slot of token t's sequence) are device arrays, read on the device.
+// Conventions as in ops.h: enqueued on ctx.stream(), no sync, launch-time checks throw dsv4::Error.
+#pragma once
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "backend/cuda/context.h"
+
+namespace dsv4::cuda {
+
+using bf16 = __nv_bfloat16;
+
+// ---- QuantSim::head_norm (official): per head of width d, sum_i bf16(v_i^2) in index order (fp32),
+// mean = bf16(sum / d), r = bf16(1 / sqrt(bf16(mean + eps))), v_i = bf16(v_i * r). In place.
+struct HeadNormParams {
+  bf16* x = nullptr;   // [rows, heads, dim], row stride row_stride
+  int64_t rows = 0, row_stride = 0;
+  int heads = 0, dim = 0;
+  float eps = 1e-6f;
+};
+void head_norm_bf16(const DeviceContext& ctx, const HeadNormParams& p);
+
+// ---- fp8_sim (core/quant.h) of dims [0, nope) of each row in 64-blocks, in place (window KV and main
+// compressor entries: QuantSim::kv).
+struct KvSnapParams {
+  bf16* x = nullptr;   // [rows, *], row stride row_stride
+  int64_t rows = 0, row_stride = 0;
+  int nope = 0;        // multiple of 64
+};
+void fp8_kv_snap(const DeviceContext& ctx, const KvSnapParams& p);
+
+// ---- QuantSim::indexer_key: hadamard_bf16_inplace (core/hadamard.h) of each n-vector, then fp4_sim in
+// 32-blocks, in place. n a power of two, 32..1024.
+struct HadamardFp4Params {
+  bf16* x = nullptr;   // [vectors, n], vector v at v * stride
+  int64_t vectors = 0, stride = 0;
+  int n = 128;
+};
+void hadamard_fp4(const DeviceContext& ctx, const HadamardFp4Params& p);
+
+// ---- y[T, out] = x[T, in] . W[out, in]^T with bf16 operands, fp32 products and accumulation; fp32
+// and/or bf16 (rounded once) out. CPU twin: cpu::matmul (summation order differs).
+struct LinearF32Params {
+  const bf16* x = nullptr;  // [tokens, in], row stride x_stride
+  const bf16* w = nullptr;  // [out, in]
+  float* y = nullptr;       // optional [tokens, out]
+  bf16* y_bf16 = nullptr;   // optional [tokens, out]
+  int64_t tokens = 0, x_stride = 0;
+  int in = 0, out = 0;
+};
+void linear_f32(const DeviceContext& ctx, const LinearF32Params& p);
+
+// ---- Compressor, part 1 (compress_chunk up to the pooled value): for each token (in run order) store
+// a and g + ape[slot] in its block slot pos % ratio; when the token completes its block (pos % ratio ==
+// ratio - 1), pool per channel: softmax over the block's gates (CSA: the previous block's A-halves
+// first, from block 1 on) weighting the values, fp32, rounded to bf16 into pooled[t]; then (CSA) the
+// block's A-halves become the previous block. Rows of tokens that complete no block are not written.
+struct CompressorPoolParams {
+  const float* a = nullptr;    // [tokens, c*dc] wkv projection
+  const float* g = nullptr;    // [tokens, c*dc] wgate projection
+  const float* ape = nullptr;  // [ratio, c*dc]
+  float* cur_a = nullptr;      // [slots, ratio, c*dc]
+  float* cur_g = nullptr;      // [slots, ratio, c*dc]
+  float* prev_a = nullptr;     // [slots, ratio, dc] (overlap only)
+  float* prev_g = nullptr;     // [slots, ratio, dc] (overlap only)
+  bf16* pooled = nullptr;      // [tokens, dc]
+  const int32_t* positions = nullptr;  // [tokens]
+  const int32_t* slots = nullptr;      // [tokens]
+  int64_t tokens = 0, run_len = 1;
+  int ratio = 0, dc = 0;
+  bool overlap = false;
+};
+void compressor_pool(const DeviceContext& ctx, const CompressorPoolParams& p);
+
+// ---- Compressor, part 2: each pooled row of a completing token t becomes entry j = pos / ratio of its
+// slot: RMSNorm(norm) -> bf16 -> RoPE at j * ratio on the trailing rope dims -> bf16 -> main: fp8_sim of
+// dims [0, dc - rope_dim) in 64-blocks; indexer: Hadamard(dc) + FP4 (32-blocks).
+struct CompressorEmitParams {
+  const bf16* pooled = nullptr;      // [tokens, dc]
+  const float* norm = nullptr;       // [dc]
+  const float* inv_freq = nullptr;   // [rope_dim / 2]
+  bf16* entries = nullptr;           // [slots, max_entries, dc]
+  const int32_t* positions = nullptr;
+  const int32_t* slots = nullptr;
+  int64_t tokens = 0, max_entries = 0;
+  int ratio = 0, dc = 0, rope_dim = 64;
+  bool indexer = false;
+  float eps = 1e-6f;
+};
+void compressor_emit(const DeviceContext& ctx, const CompressorEmitParams& p);
+
+// ---- Lightning indexer scores (index_topk): for entry s < (pos+1)/ratio of token t's slot,
+// score = bf16(sum_h bf16(bf16(relu(q_h . k_s)) * bf16(w_h * wscale))), heads summed in order.
+// Entries past the visible count get -inf.
+struct IndexerScoreParams {
+  const bf16* q = nullptr;     // [tokens, heads, dim] (rotated, Hadamard + FP4)
+  const bf16* w = nullptr;     // [tokens, heads] weights_proj output (bf16)
+  const bf16* keys = nullptr;  // [slots, max_entries, dim]
+  float* scores = nullptr;     // [tokens, max_entries]
+  const int32_t* positions = nullptr;
+  const int32_t* slots = nullptr;
+  int64_t tokens = 0, max_entries = 0;
+  int heads = 0, dim = 0, ratio = 0;
+  float wscale = 0;
+};
+void indexer_scores(const DeviceContext& ctx, const IndexerScoreParams& p);
+
+// ---- Top-k of each token's visible scores, best first, ties to the lower index; -1 past
+// min(k, visible). max_entries <= 16384 (one block sorts a token's scores in shared memory).
+struct IndexerTopkParams {
+  const float* scores = nullptr;  // [tokens, max_entries]
+  int32_t* selected = nullptr;    // [tokens, k]
+  const int32_t* positions = nullptr;
+  int64_t tokens = 0, max_entries = 0;
+  int k = 0, ratio = 0;
+};
+void indexer_topk(const DeviceContext& ctx, const IndexerTopkParams& p);
+
+// ---- Key rows of each query for sparse_attention (attention.cpp's key list): window positions
+// max(0, pos-W+1)..pos (this call's tokens from the chunk rows, earlier ones from the ring), then
+// HCA: all visible entries j < (pos+1)/ratio; CSA: the selected entries in order. -1 fills the rest.
+struct KeyListParams {
+  int32_t* indices = nullptr;          // [tokens, max_keys]
+  const int32_t* positions = nullptr;  // [tokens]
+  const int32_t* slots = nullptr;      // [tokens]
+  const int32_t* selected = nullptr;   // CSA: [tokens, topk]; null otherwise
+  int64_t tokens = 0, run_len = 1;
+  int window = 0, max_keys = 0, topk = 0;
+  int ratio = 0;                       // 0: no compressed entries
+  int64_t ring_base = 0;               // kv row of (slot s, ring slot i): ring_base + s * window + i
+  int64_t chunk_base = 0;              // kv row of this call's token t: chunk_base + t
+  int64_t pool_base = 0, max_entries = 0;  // entry j of slot s: pool_base + s * max_entries + j
+};
+void build_key_list(const DeviceContext& ctx, const KeyListParams& p);
+
+// ---- Window ring write: chunk row t -> ring (slot, pos % W) for the last W tokens of each run.
+struct RingWriteParams {
+  bf16* kv = nullptr;                  // the layer's kv rows
+  const int32_t* positions = nullptr;
+  const int32_t* slots = nullptr;
+  int64_t tokens = 0, run_len = 1, ring_base = 0, chunk_base = 0;
+  int window = 0, dim = 0;
+};
+void ring_write(const DeviceContext& ctx, const RingWriteParams& p);
+
+}  // namespace dsv4::cuda

@@ -1,0 +1,75 @@
+// fp32 linear on bf16 operands (contract in attn_ops.h): the compressors' wkv / wgate and the indexer's
+// weights_proj, which the reference runs as plain fp32 matmuls. Correctness first: one warp per output
+// feature and group of up to 8 tokens, lanes striding K in 16-byte pieces, fp32 accumulation.
+#include "backend/cuda/attn_ops.h"
+#include "backend/cuda/check.h"
+#include "backend/cuda/kernel_util.cuh"
+
+namespace dsv4::cuda {
+namespace {
+
+__device__ __forceinline__ int64_t imin64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+constexpr int kTok = 8;
+
+__device__ __forceinline__ void load8(const bf16* p, float (&v)[8]) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(p);
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __bfloat1622float2(h[i]);
+    v[2 * i] = f.x;
+    v[2 * i + 1] = f.y;
+  }
+}
+
+__global__ void linear_f32_kernel(LinearF32Params p, int64_t total_warps, int tok_groups) {
+  const int64_t warp = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  if (warp >= total_warps) return;
+  const int lane = threadIdx.x & 31;
+  const int o = int(warp / tok_groups);
+  const int64_t t0 = (warp % tok_groups) * kTok;
+  const int nt = int(imin64(kTok, p.tokens - t0));
+  float acc[kTok];
+#pragma unroll
+  for (int i = 0; i < kTok; ++i) acc[i] = 0.0f;
+  const bf16* wr = p.w + int64_t(o) * p.in;
+  for (int k = lane * 8; k < p.in; k += 256) {
+    float wv[8];
+    load8(wr + k, wv);
+#pragma unroll
+    for (int i = 0; i < kTok; ++i) {
+      if (i >= nt) break;
+      float xv[8];
+      load8(p.x + (t0 + i) * p.x_stride + k, xv);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) acc[i] = fmaf(xv[j], wv[j], acc[i]);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kTok; ++i) {
+    const float s = warp_sum(acc[i]);
+    if (lane == 0 && i < nt) {
+      const int64_t at = (t0 + i) * p.out + o;
+      if (p.y) p.y[at] = s;
+      if (p.y_bf16) p.y_bf16[at] = __float2bfloat16_rn(s);
+    }
+  }
+}
+
+}  // namespace
+
+void linear_f32(const DeviceContext& ctx, const LinearF32Params& p) {
+  if (p.tokens == 0) return;
+  if (!p.x || !p.w || (!p.y && !p.y_bf16)) fail("linear_f32: null pointer");
+  if (p.in <= 0 || p.in % 8 != 0 || p.x_stride % 8 != 0 || p.out <= 0)
+    fail("linear_f32: in = ", p.in, " and the row stride must be multiples of 8");
+  const int tok_groups = narrow_int(ceil_div(p.tokens, kTok), "linear_f32 token groups");
+  const int64_t warps = int64_t(p.out) * tok_groups;
+  const int threads = 256;
+  linear_f32_kernel<<<narrow_int(ceil_div(warps * 32, threads), "linear_f32 grid"), threads, 0, ctx.stream()>>>(
+      p, warps, tok_groups);
+  DSV4_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace dsv4::cuda

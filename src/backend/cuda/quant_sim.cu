@@ -1,0 +1,92 @@
+// Official-numerics quantization sites of the attention (contracts in attn_ops.h): QuantSim::head_norm,
+// QuantSim::kv (FP8 64-block snap) and QuantSim::indexer_key (Hadamard + FP4).
+#include <cmath>
+
+#include "backend/cuda/attn_ops.h"
+#include "backend/cuda/check.h"
+#include "backend/cuda/kernel_util.cuh"
+#include "backend/cuda/quant_sim.cuh"
+#include "core/hadamard.h"
+
+namespace dsv4::cuda {
+namespace {
+
+using qsim::bf16r;
+
+// One thread per (row, head): the reference's bf16 ops in order, the sum sequential as in the twin.
+__global__ void head_norm_kernel(HeadNormParams p, int64_t total) {
+  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= total) return;
+  bf16* v = p.x + (idx / p.heads) * p.row_stride + (idx % p.heads) * p.dim;
+  float sum = 0.0f;
+  for (int i = 0; i < p.dim; ++i) {
+    const float f = __bfloat162float(v[i]);
+    sum = __fadd_rn(sum, bf16r(__fmul_rn(f, f)));
+  }
+  const float mean = bf16r(__fdiv_rn(sum, float(p.dim)));
+  const float r = bf16r(__fdiv_rn(1.0f, __fsqrt_rn(bf16r(__fadd_rn(mean, p.eps)))));
+  for (int i = 0; i < p.dim; ++i) v[i] = __float2bfloat16_rn(__fmul_rn(__bfloat162float(v[i]), r));
+}
+
+// One warp per (row, 64-block): two elements per lane.
+__global__ void kv_snap_kernel(KvSnapParams p, int blocks, int64_t total_warps) {
+  const int64_t warp = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  if (warp >= total_warps) return;
+  const int lane = threadIdx.x & 31;
+  bf16* x = p.x + (warp / blocks) * p.row_stride + int(warp % blocks) * kFp8KvBlock + 2 * lane;
+  const float2 v = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162*>(x));
+  const float amax = fmaxf(warp_max(fmaxf(fabsf(v.x), fabsf(v.y))), kFp8AmaxFloor);
+  const float s = qsim::pow2_scale(amax, kFp8MaxInv);
+  *reinterpret_cast<__nv_bfloat162*>(x) = __floats2bfloat162_rn(qsim::fp8_qdq(v.x, s), qsim::fp8_qdq(v.y, s));
+}
+
+// One block of n/2 threads per vector (n <= 1024): Hadamard in shared memory, then one warp per
+// 32-block computes the FP4 scale.
+__global__ void hadamard_fp4_kernel(HadamardFp4Params p, float scale) {
+  extern __shared__ float v[];
+  bf16* x = p.x + int64_t(blockIdx.x) * p.stride;
+  const int tid = threadIdx.x, threads = blockDim.x;
+  for (int i = tid; i < p.n; i += threads) v[i] = __bfloat162float(x[i]);
+  qsim::hadamard_shared(v, p.n, scale, tid, threads);
+  for (int i = tid; i < p.n; i += threads) {
+    // every lane of a warp shares one 32-block when threads are laid out as i = block*32 + lane
+    const float a = warp_max(fabsf(v[i]));
+    const float s = qsim::pow2_scale(fmaxf(a, kFp4AmaxFloor), kFp4MaxInv);
+    x[i] = __float2bfloat16_rn(qsim::fp4_qdq(v[i], s));
+  }
+}
+
+}  // namespace
+
+void head_norm_bf16(const DeviceContext& ctx, const HeadNormParams& p) {
+  if (p.rows == 0) return;
+  if (!p.x || p.heads <= 0 || p.dim <= 0) fail("head_norm_bf16: bad parameters");
+  const int64_t total = p.rows * p.heads;
+  const int threads = 128;
+  head_norm_kernel<<<narrow_int(ceil_div(total, threads), "head_norm grid"), threads, 0, ctx.stream()>>>(p, total);
+  DSV4_CUDA_CHECK_LAUNCH();
+}
+
+void fp8_kv_snap(const DeviceContext& ctx, const KvSnapParams& p) {
+  if (p.rows == 0 || p.nope == 0) return;
+  if (!p.x || p.nope % kFp8KvBlock != 0 || p.row_stride % 2 != 0)
+    fail("fp8_kv_snap: nope ", p.nope, " must be a multiple of 64 and the row stride even");
+  const int blocks = p.nope / kFp8KvBlock;
+  const int64_t warps = p.rows * blocks;
+  const int threads = 256;
+  kv_snap_kernel<<<narrow_int(ceil_div(warps * 32, threads), "kv_snap grid"), threads, 0, ctx.stream()>>>(p, blocks,
+                                                                                                        warps);
+  DSV4_CUDA_CHECK_LAUNCH();
+}
+
+void hadamard_fp4(const DeviceContext& ctx, const HadamardFp4Params& p) {
+  if (p.vectors == 0) return;
+  if (!p.x || p.n < 32 || p.n > 1024 || (p.n & (p.n - 1)) != 0)
+    fail("hadamard_fp4: n = ", p.n, " must be a power of two in [32, 1024]");
+  const int threads = p.n;  // i = tid: the warp of lane L holds elements 32w..32w+31 = one FP4 block
+  hadamard_fp4_kernel<<<narrow_int(p.vectors, "hadamard_fp4 grid"), threads, size_t(p.n) * sizeof(float),
+                        ctx.stream()>>>(p, hadamard_scale(p.n));
+  DSV4_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace dsv4::cuda
