@@ -43,8 +43,18 @@ std::string StopStringFilter::flush() {
 GenerationResult generate(const Model& model, const Tokenizer& tok, const std::vector<int32_t>& prompt,
                           Sampler& sampler, const StopConditions& stop, int top_logprobs,
                           const std::function<void(const std::string&)>& on_text) {
+  SequenceState st = model.new_state();
+  ForwardOptions last;
+  last.all_logits = false;
+  return generate(
+      model.config(), [&](const std::vector<int32_t>& tokens) { return model.forward(st, tokens, last); }, tok, prompt,
+      sampler, stop, top_logprobs, on_text);
+}
+
+GenerationResult generate(const ModelConfig& cfg, const FeedFn& feed, const Tokenizer& tok,
+                          const std::vector<int32_t>& prompt, Sampler& sampler, const StopConditions& stop,
+                          int top_logprobs, const std::function<void(const std::string&)>& on_text) {
   using clock = std::chrono::steady_clock;
-  const ModelConfig& cfg = model.config();
   if (prompt.empty()) fail("the prompt is empty (it encodes to no tokens)");
   if (int64_t(prompt.size()) >= cfg.max_position_embeddings)
     fail("the prompt has ", prompt.size(), " tokens; the model's context is ", cfg.max_position_embeddings,
@@ -53,7 +63,6 @@ GenerationResult generate(const Model& model, const Tokenizer& tok, const std::v
 
   GenerationResult r;
   r.stats.prompt_tokens = int64_t(prompt.size());
-  SequenceState st = model.new_state();
   StreamDecoder dec(tok);
   StopStringFilter filter(stop.stop_strings);
   std::vector<int32_t> history = prompt;
@@ -63,10 +72,8 @@ GenerationResult generate(const Model& model, const Tokenizer& tok, const std::v
     if (on_text) on_text(piece);
   };
 
-  ForwardOptions last;
-  last.all_logits = false;
   const auto t0 = clock::now();
-  Tensor logits = model.forward(st, prompt, last);
+  Tensor logits = feed(prompt);
   r.stats.prefill_s = std::chrono::duration<double>(clock::now() - t0).count();
   clock::time_point t_first;
   while (int64_t(r.ids.size()) < budget) {
@@ -91,7 +98,7 @@ GenerationResult generate(const Model& model, const Tokenizer& tok, const std::v
       break;
     }
     if (int64_t(r.ids.size()) == budget) break;
-    logits = model.forward(st, {id}, last);
+    logits = feed({id});
   }
   if (!filter.stopped()) {
     emit(filter.push(dec.flush()));

@@ -45,6 +45,12 @@ struct GenerationResult {
 GenerationResult generate(const Model& model, const Tokenizer& tok, const std::vector<int32_t>& prompt,
                           Sampler& sampler, const StopConditions& stop, int top_logprobs = -1,
                           const std::function<void(const std::string&)>& on_text = {});
+// The same loop over any backend: `feed` runs a chunk of the one sequence (the prompt, then one id per
+// step) and returns the logits of its last position [1, V] (e.g. the CUDA model, cli/cuda_generate).
+using FeedFn = std::function<Tensor(const std::vector<int32_t>& tokens)>;
+GenerationResult generate(const ModelConfig& cfg, const FeedFn& feed, const Tokenizer& tok,
+                          const std::vector<int32_t>& prompt, Sampler& sampler, const StopConditions& stop,
+                          int top_logprobs = -1, const std::function<void(const std::string&)>& on_text = {});
 
 // Holds back text that might be the beginning of a stop string; cuts at the first stop string.
 class StopStringFilter {
