@@ -1,0 +1,110 @@
+// Embedding gather, hc_head collapse and the fp32-output matmul (embed_head.h) against their CPU twins.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "backend/cpu/ops.h"
+#include "backend/cuda/embed_head.h"
+#include "harness.h"
+
+namespace dsv4::cuda::test {
+namespace {
+
+TEST(CudaEmbedHead, EmbeddingClampsAndFlagsBadIds) {
+  DSV4_REQUIRE_HOPPER();
+  DeviceContext ctx;
+  Rng rng(51);
+  const int64_t V = 40, T = 6;
+  const int n = 4, D = 256;
+  std::vector<float> table = rng.bf16_normal(size_t(V * D));
+  std::vector<int32_t> ids = {3, 0, 39, 17, 3, 22};
+  DeviceBuffer<uint16_t> dt = upload_bf16(table);
+  DeviceBuffer<int32_t> did(ids), bad(std::vector<int32_t>{0});
+  Guarded<uint16_t> X(size_t(T * n * D));
+  EmbedParams p;
+  p.ids = did.get();
+  p.table = reinterpret_cast<const bf16*>(dt.get());
+  p.X = reinterpret_cast<bf16*>(X.get());
+  p.bad = bad.get();
+  p.T = T;
+  p.vocab = V;
+  p.n = n;
+  p.D = D;
+  embed_gather(ctx, p);
+  ctx.synchronize();
+  std::vector<float> ref;
+  for (int32_t id : ids)
+    for (int j = 0; j < n; ++j) ref.insert(ref.end(), table.begin() + id * D, table.begin() + (id + 1) * D);
+  EXPECT_TRUE(compare("embed", from_bf16(X.download("X")), ref, Tol::Exact).ok);
+  EXPECT_EQ(bad.download()[0], 0);
+
+  did.upload(std::vector<int32_t>{3, -1, 40, 17, 3, 22});  // out of range -> row 0 and the flag
+  embed_gather(ctx, p);
+  ctx.synchronize();
+  const std::vector<float> got = from_bf16(X.download("X"));
+  for (int j = 0; j < n; ++j)
+    for (int c = 0; c < D; ++c) {
+      EXPECT_EQ(got[size_t((1 * n + j) * D + c)], table[size_t(c)]);
+      EXPECT_EQ(got[size_t((2 * n + j) * D + c)], table[size_t(c)]);
+    }
+  EXPECT_EQ(bad.download()[0], 1);
+}
+
+TEST(CudaEmbedHead, HcHeadCollapse) {
+  DSV4_REQUIRE_HOPPER();
+  DeviceContext ctx;
+  Rng rng(52);
+  const int64_t T = 5;
+  const int n = 4, D = 512;
+  std::vector<float> X = rng.bf16_normal(size_t(T * n * D)), fn = rng.f32_normal(size_t(n * n * D), 0.02f);
+  std::vector<float> base = rng.f32_normal(size_t(n), 0.5f), scale = {0.7f};
+  DeviceBuffer<uint16_t> dX = upload_bf16(X);
+  DeviceBuffer<float> dfn(fn), db(base), ds(scale);
+  Guarded<uint16_t> u(size_t(T * D));
+  HcHeadParams p;
+  p.X = reinterpret_cast<const bf16*>(dX.get());
+  p.fn = dfn.get();
+  p.base = db.get();
+  p.scale = ds.get();
+  p.u = reinterpret_cast<bf16*>(u.get());
+  p.T = T;
+  p.n = n;
+  p.D = D;
+  hc_head_collapse(ctx, p);
+  ctx.synchronize();
+  std::vector<float> ref(static_cast<size_t>(T * D)), pre(static_cast<size_t>(n));
+  for (int64_t t = 0; t < T; ++t) {
+    cpu::mhc_head_coeffs(&X[size_t(t * n * D)], n, D, fn.data(), base.data(), scale.data(), 1e-6f, 1e-6f, pre.data());
+    cpu::mhc_collapse(&X[size_t(t * n * D)], n, D, pre.data(), &ref[size_t(t * D)]);
+  }
+  EXPECT_TRUE(compare("hc_head", from_bf16(u.download("u")), round_bf16(ref), Tol::Bf16).ok);
+}
+
+TEST(CudaEmbedHead, MatmulF32Out) {
+  DSV4_REQUIRE_HOPPER();
+  DeviceContext ctx;
+  Rng rng(53);
+  for (int64_t T : {1, 3, 11}) {
+    const int64_t N = 300;
+    const int K = 768;
+    std::vector<float> x = rng.bf16_normal(size_t(T * K)), w = rng.bf16_normal(size_t(N * K), 0.05f);
+    DeviceBuffer<uint16_t> dx = upload_bf16(x), dw = upload_bf16(w);
+    Guarded<float> y(size_t(T * N));
+    MatmulF32Params p;
+    p.x = reinterpret_cast<const bf16*>(dx.get());
+    p.w = reinterpret_cast<const bf16*>(dw.get());
+    p.y = y.get();
+    p.T = T;
+    p.N = N;
+    p.y_stride = N;
+    p.K = K;
+    matmul_bf16_f32(ctx, p);
+    ctx.synchronize();
+    std::vector<float> ref(size_t(T * N));
+    cpu::matmul(x.data(), T, K, w.data(), N, ref.data());
+    EXPECT_TRUE(compare("matmul_bf16_f32 T=" + std::to_string(T), y.download("y"), ref, Tol::F32Chain).ok);
+  }
+}
+
+}  // namespace
+}  // namespace dsv4::cuda::test

@@ -1,0 +1,255 @@
+// MoE small ops (moe_ops.h) against their CPU twins: the steps of Model::moe written out on the CPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "backend/cpu/ops.h"
+#include "backend/cuda/moe_ops.h"
+#include "harness.h"
+
+namespace dsv4::cuda::test {
+namespace {
+
+const bf16* as_bf16(const DeviceBuffer<uint16_t>& b) { return reinterpret_cast<const bf16*>(b.get()); }
+
+struct RouterRef {
+  std::vector<float> scores, weights;
+  std::vector<int32_t> ids;
+};
+
+// The router of Model::moe (src/model/moe.cpp) on bf16-valued inputs.
+RouterRef router_ref(const std::vector<float>& x, const std::vector<float>& gate, const std::vector<float>& bias,
+                     const std::vector<int32_t>& tid2eid, const std::vector<int32_t>& tokens, int64_t T, int E, int D,
+                     int k, float scaling) {
+  RouterRef r;
+  r.scores.resize(size_t(T * E));
+  cpu::matmul(x.data(), T, D, gate.data(), E, r.scores.data());
+  for (float& s : r.scores) s = std::sqrt(cpu::softplus(s));
+  for (int64_t t = 0; t < T; ++t) {
+    const float* s = &r.scores[size_t(t * E)];
+    std::vector<int32_t> pick;
+    if (!tid2eid.empty()) {
+      for (int i = 0; i < k; ++i) pick.push_back(tid2eid[size_t(tokens[size_t(t)] * k + i)]);
+    } else {
+      std::vector<int32_t> order(static_cast<size_t>(E));
+      std::iota(order.begin(), order.end(), 0);
+      std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t c) {
+        const float va = s[a] + bias[size_t(a)], vc = s[c] + bias[size_t(c)];
+        return va != vc ? va > vc : a < c;
+      });
+      pick.assign(order.begin(), order.begin() + k);
+    }
+    float sum = 0;
+    for (int32_t e : pick) sum += s[e];
+    for (int32_t e : pick) {
+      r.ids.push_back(e);
+      r.weights.push_back(s[e] / sum * scaling);
+    }
+  }
+  return r;
+}
+
+void check_router(bool hash, uint64_t seed) {
+  DSV4_REQUIRE_HOPPER();
+  DeviceContext ctx;
+  Rng rng(seed);
+  const int64_t T = 7, V = 50;
+  const int E = 64, D = 512, k = 6;
+  const float scaling = 1.5f;
+  std::vector<float> x = rng.bf16_normal(size_t(T * D)), gate = rng.bf16_normal(size_t(E * D), 0.05f);
+  std::vector<float> bias = rng.f32_normal(size_t(E), 0.1f);
+  std::vector<int32_t> tid2eid, tokens;
+  if (hash) {
+    for (int64_t i = 0; i < V * k; ++i) tid2eid.push_back(rng.uniform_int(0, E - 1));
+    for (int64_t t = 0; t < T; ++t) tokens.push_back(rng.uniform_int(0, int(V) - 1));
+  }
+  const RouterRef ref = router_ref(x, gate, bias, tid2eid, tokens, T, E, D, k, scaling);
+
+  DeviceBuffer<uint16_t> dx = upload_bf16(x), dg = upload_bf16(gate);
+  DeviceBuffer<float> db(bias);
+  DeviceBuffer<int32_t> dt(hash ? tid2eid : std::vector<int32_t>{0}), dtok(hash ? tokens : std::vector<int32_t>{0});
+  DeviceBuffer<int32_t> bad(std::vector<int32_t>{0});
+  Guarded<float> scores(size_t(T * E)), weights(size_t(T * k));
+  Guarded<int32_t> ids(size_t(T * k));
+  RouterParams p;
+  p.x = as_bf16(dx);
+  p.gate = as_bf16(dg);
+  p.bias = db.get();
+  p.tid2eid = hash ? dt.get() : nullptr;
+  p.token_ids = dtok.get();
+  p.scores = scores.get();
+  p.ids = ids.get();
+  p.weights = weights.get();
+  p.bad = bad.get();
+  p.T = T;
+  p.vocab = V;
+  p.E = E;
+  p.D = D;
+  p.k = k;
+  p.scaling = scaling;
+  moe_router(ctx, p);
+  ctx.synchronize();
+  EXPECT_TRUE(compare("router scores", scores.download("scores"), ref.scores, Tol::F32Chain).ok);
+  EXPECT_EQ(ids.download("ids"), ref.ids);
+  EXPECT_TRUE(compare("router weights", weights.download("weights"), ref.weights, Tol::F32Chain).ok);
+  EXPECT_EQ(bad.download()[0], 0);
+}
+
+TEST(CudaMoeOps, RouterTopK) { check_router(false, 11); }
+TEST(CudaMoeOps, RouterHash) { check_router(true, 12); }
+
+TEST(CudaMoeOps, RouterTopKTiesGoToLowerIds) {
+  DSV4_REQUIRE_HOPPER();
+  DeviceContext ctx;
+  const int E = 16, D = 8, k = 4;
+  std::vector<float> x(D, 0.0f), gate(size_t(E * D), 0.0f), bias(E, 0.0f);  // every score equal
+  bias[9] = 1.0f;
+  DeviceBuffer<uint16_t> dx = upload_bf16(x), dg = upload_bf16(gate);
+  DeviceBuffer<float> db(bias), scores(static_cast<size_t>(E)), weights(static_cast<size_t>(k));
+  DeviceBuffer<int32_t> ids(static_cast<size_t>(k));
+  RouterParams p;
+  p.x = as_bf16(dx);
+  p.gate = as_bf16(dg);
+  p.bias = db.get();
+  p.scores = scores.get();
+  p.ids = ids.get();
+  p.weights = weights.get();
+  p.T = 1;
+  p.E = E;
+  p.D = D;
+  p.k = k;
+  moe_router(ctx, p);
+  ctx.synchronize();
+  EXPECT_EQ(ids.download(), (std::vector<int32_t>{9, 0, 1, 2}));
+  for (float w : weights.download()) EXPECT_FLOAT_EQ(w, 0.25f);
+}
+
+TEST(CudaMoeOps, GatherAndPlan) {
+  DSV4_REQUIRE_HOPPER();
+  DeviceContext ctx;
+  Rng rng(21);
+  const int64_t T = 9, P = 16;
+  const int k = 3, D = 256, E = 10;
+  std::vector<uint8_t> xq = rng.bytes(size_t(P * D));
+  std::vector<float> xs = rng.f32_normal(size_t(P * D / 128));
+  DeviceBuffer<uint8_t> dxq(xq);
+  DeviceBuffer<float> dxs(xs);
+  Guarded<uint8_t> sel(size_t(T * k * D));
+  Guarded<float> sels(size_t(T * k * D / 128));
+  MoeGatherParams g;
+  g.xq = dxq.get();
+  g.xs = dxs.get();
+  g.sel_xq = sel.get();
+  g.sel_xs = sels.get();
+  g.T = T;
+  g.P = P;
+  g.k = k;
+  g.D = D;
+  moe_gather(ctx, g);
+
+  std::vector<int32_t> ids;
+  for (int64_t i = 0; i < T * k; ++i) ids.push_back(rng.uniform_int(0, E - 1));
+  DeviceBuffer<int32_t> dids(ids);
+  Guarded<int32_t> plan(size_t(moe_plan_ints(T * k, E)));
+  MoePlanParams pp;
+  pp.ids = dids.get();
+  pp.counts = plan.get();
+  pp.offsets = plan.get() + E;
+  pp.rows = plan.get() + 2 * E + 1;
+  pp.entries = T * k;
+  pp.E = E;
+  moe_plan(ctx, pp);
+  ctx.synchronize();
+
+  std::vector<uint8_t> ref_q;
+  std::vector<float> ref_s;
+  for (int64_t i = 0; i < T * k; ++i) {
+    const int64_t t = i / k;
+    ref_q.insert(ref_q.end(), xq.begin() + t * D, xq.begin() + (t + 1) * D);
+    for (int b = 0; b < D / 128; ++b) ref_s.push_back(xs[size_t(b * P + t)]);
+  }
+  EXPECT_EQ(sel.download("sel codes"), ref_q);
+  EXPECT_EQ(sels.download("sel scales"), ref_s);
+
+  std::vector<int32_t> ref(size_t(moe_plan_ints(T * k, E)), 0);  // counting sort
+  int32_t off = 0;
+  for (int e = 0; e < E; ++e) {
+    ref[size_t(E + e)] = off;
+    for (int64_t i = 0; i < T * k; ++i)
+      if (ids[size_t(i)] == e) ref[size_t(2 * E + 1 + off++)] = int32_t(i);
+    ref[size_t(e)] = off - ref[size_t(E + e)];
+  }
+  ref[size_t(2 * E)] = off;
+  EXPECT_EQ(plan.download("plan"), ref);
+}
+
+TEST(CudaMoeOps, SwigluClamped) {
+  DSV4_REQUIRE_HOPPER();
+  DeviceContext ctx;
+  Rng rng(31);
+  const int64_t rows = 13;
+  const int I = 384;
+  const float limit = 3.0f;
+  std::vector<float> gu = rng.bf16_normal(size_t(rows * 2 * I), 4.0f), w = rng.f32_normal(size_t(rows));
+  DeviceBuffer<uint16_t> dgu = upload_bf16(gu);
+  DeviceBuffer<float> dw(w);
+  Guarded<uint16_t> h(size_t(rows * I));
+  SwigluParams p;
+  p.g = as_bf16(dgu);
+  p.u = as_bf16(dgu) + I;
+  p.g_stride = p.u_stride = 2 * I;
+  p.weight = dw.get();
+  p.h = reinterpret_cast<bf16*>(h.get());
+  p.rows = rows;
+  p.I = I;
+  p.limit = limit;
+  swiglu(ctx, p);
+  ctx.synchronize();
+  std::vector<float> ref(size_t(rows * I));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int i = 0; i < I; ++i) {
+      const float g = std::min(gu[size_t(r * 2 * I + i)], limit);
+      const float u = std::clamp(gu[size_t(r * 2 * I + I + i)], -limit, limit);
+      ref[size_t(r * I + i)] = dsv4::round_bf16(w[size_t(r)] * (cpu::silu(g) * u));
+    }
+  EXPECT_TRUE(compare("swiglu", from_bf16(h.download("h")), ref, Tol::Bf16).ok);
+}
+
+TEST(CudaMoeOps, CombineInExpertOrder) {
+  DSV4_REQUIRE_HOPPER();
+  DeviceContext ctx;
+  Rng rng(41);
+  const int64_t T = 5;
+  const int k = 6, D = 512;
+  std::vector<float> y2 = rng.bf16_normal(size_t(T * k * D)), sh = rng.bf16_normal(size_t(T * D));
+  std::vector<int32_t> ids;
+  for (int64_t i = 0; i < T * k; ++i) ids.push_back(rng.uniform_int(0, 7));  // duplicates on purpose
+  DeviceBuffer<uint16_t> dy2 = upload_bf16(y2), dsh = upload_bf16(sh);
+  DeviceBuffer<int32_t> dids(ids);
+  Guarded<uint16_t> y(size_t(T * D));
+  MoeCombineParams p;
+  p.y2 = as_bf16(dy2);
+  p.ids = dids.get();
+  p.shared = as_bf16(dsh);
+  p.y = reinterpret_cast<bf16*>(y.get());
+  p.T = T;
+  p.k = k;
+  p.D = D;
+  moe_combine(ctx, p);
+  ctx.synchronize();
+  std::vector<float> ref(size_t(T * D), 0.0f);
+  for (int64_t t = 0; t < T; ++t) {
+    for (int e = 0; e < 8; ++e)  // Model::moe: experts ascending, picks of one expert in pick order
+      for (int j = 0; j < k; ++j)
+        if (ids[size_t(t * k + j)] == e)
+          for (int c = 0; c < D; ++c) ref[size_t(t * D + c)] += y2[size_t((t * k + j) * D + c)];
+    for (int c = 0; c < D; ++c) ref[size_t(t * D + c)] = dsv4::round_bf16(ref[size_t(t * D + c)] + sh[size_t(t * D + c)]);
+  }
+  EXPECT_TRUE(compare("combine", from_bf16(y.download("y")), ref, Tol::Exact).ok);
+}
+
+}  // namespace
+}  // namespace dsv4::cuda::test
