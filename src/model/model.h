@@ -47,6 +47,13 @@ class Model {
   Tensor forward_mtp(SequenceState& state, const Tensor& streams, const std::vector<int32_t>& next_ids,
                      size_t k = 0) const;
 
+  // Test access to sub-layers (tests/model_cuda compares the GPU layers with them): the MoE of layer
+  // `layer` on x [T, D] (ffn-normed), and the hc_head collapse + final norm of streams X [T, n, D].
+  Tensor moe_layer(size_t layer, const Tensor& x, const std::vector<int32_t>& tokens) const {
+    return moe(w_.layers.at(layer).ffn, cfg_.layers.at(layer), x, tokens);
+  }
+  Tensor head_hidden_of(const Tensor& X) const { return head_hidden(w_.hc_head, w_.norm, X, 0); }
+
  private:
   // Runs one decoder block over X [T, n, D] in place.
   void block(const BlockF& w, const LayerSpec& spec, LayerState& st, Tensor& X, const std::vector<int32_t>& tokens,
