@@ -55,6 +55,7 @@ class Model {
   Tensor head_hidden_of(const Tensor& X) const { return head_hidden(w_.hc_head, w_.norm, X, 0); }
 
  private:
+  friend struct ModelTestAccess;  // tests run one layer's attention (tests/model_cuda)
   // Runs one decoder block over X [T, n, D] in place.
   void block(const BlockF& w, const LayerSpec& spec, LayerState& st, Tensor& X, const std::vector<int32_t>& tokens,
              int64_t p0) const;
