@@ -1,0 +1,161 @@
+// Attention-specific kernels (attn_ops.h) against their CPU twins: QuantSim's head norm, FP8 KV snap
+// and Hadamard + FP4 (core/quant.h, core/hadamard.h), the fp32 linear (cpu::matmul) and the indexer's
+// top-k (a stable sort: best score first, ties to the lower index). The compressor, indexer scores and
+// key lists are checked end to end against the CPU model by tests/model_cuda/test_attention_layer.cpp.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "backend/cpu/ops.h"
+#include "backend/cuda/attn_ops.h"
+#include "core/hadamard.h"
+#include "core/quant.h"
+#include "harness.h"
+
+namespace dsv4::cuda::test {
+namespace {
+
+bf16* as_bf16(DeviceBuffer<uint16_t>& b) { return reinterpret_cast<bf16*>(b.get()); }
+bf16* as_bf16(Guarded<uint16_t>& b) { return reinterpret_cast<bf16*>(b.get()); }
+
+// The twin of QuantSim::head_norm (official), written out as it is in src/model/quantize.cpp.
+void head_norm_twin(float* q, int64_t H, int64_t d, float eps) {
+  for (int64_t h = 0; h < H; ++h) {
+    float* v = q + h * d;
+    float sum = 0;
+    for (int64_t i = 0; i < d; ++i) sum += dsv4::round_bf16(v[i] * v[i]);
+    const float mean = dsv4::round_bf16(sum / float(d));
+    const float r = dsv4::round_bf16(1.0f / std::sqrt(dsv4::round_bf16(mean + eps)));
+    for (int64_t i = 0; i < d; ++i) v[i] = dsv4::round_bf16(v[i] * r);
+  }
+}
+
+TEST(CudaAttnOps, HeadNorm) {
+  DSV4_REQUIRE_HOPPER();
+  DeviceContext ctx;
+  Rng rng(71);
+  const int64_t rows = 5, H = 8, d = 512;
+  std::vector<float> x = rng.bf16_normal(size_t(rows * H * d), 3.0f);
+  auto dx = upload_bf16(x);
+  HeadNormParams p;
+  p.x = as_bf16(dx);
+  p.rows = rows;
+  p.row_stride = H * d;
+  p.heads = int(H);
+  p.dim = int(d);
+  head_norm_bf16(ctx, p);
+  ctx.synchronize();
+  for (int64_t r = 0; r < rows; ++r) head_norm_twin(&x[size_t(r * H * d)], H, d, 1e-6f);
+  compare("head_norm_bf16", from_bf16(dx.download()), x, Tol::Bf16);
+}
+
+TEST(CudaAttnOps, KvSnapIsFp8Sim) {
+  DSV4_REQUIRE_HOPPER();
+  DeviceContext ctx;
+  Rng rng(72);
+  const int64_t rows = 7, d = 512, nope = 448;
+  std::vector<float> x = rng.bf16_normal(size_t(rows * d), 2.0f);
+  for (int i = 0; i < 64; ++i) x[size_t(64 + i)] = 0.0f;  // an all-zero block (amax floor)
+  auto dx = upload_bf16(x);
+  KvSnapParams p;
+  p.x = as_bf16(dx);
+  p.rows = rows;
+  p.row_stride = d;
+  p.nope = int(nope);
+  fp8_kv_snap(ctx, p);
+  ctx.synchronize();
+  for (int64_t r = 0; r < rows; ++r) fp8_sim(&x[size_t(r * d)], nope, kFp8KvBlock);
+  compare("fp8_kv_snap", from_bf16(dx.download()), x, Tol::Exact);
+}
+
+TEST(CudaAttnOps, HadamardFp4IsIndexerKey) {
+  DSV4_REQUIRE_HOPPER();
+  DeviceContext ctx;
+  Rng rng(73);
+  for (int n : {128, 512}) {
+    const int64_t vecs = 9;
+    std::vector<float> x = rng.bf16_normal(size_t(vecs * n), 1.5f);
+    auto dx = upload_bf16(x);
+    HadamardFp4Params p;
+    p.x = as_bf16(dx);
+    p.vectors = vecs;
+    p.stride = n;
+    p.n = n;
+    hadamard_fp4(ctx, p);
+    ctx.synchronize();
+    for (int64_t v = 0; v < vecs; ++v) {
+      hadamard_bf16_inplace(&x[size_t(v * n)], n);
+      fp4_sim(&x[size_t(v * n)], n, kFp4Block);
+    }
+    compare("hadamard_fp4 n=" + std::to_string(n), from_bf16(dx.download()), x, Tol::Exact);
+  }
+}
+
+TEST(CudaAttnOps, LinearF32) {
+  DSV4_REQUIRE_HOPPER();
+  DeviceContext ctx;
+  Rng rng(74);
+  for (int64_t T : {1, 3, 19}) {
+    const int in = 1024, out = 136;
+    std::vector<float> x = rng.bf16_normal(size_t(T * in)), w = rng.bf16_normal(size_t(out * in), 0.05f);
+    auto dx = upload_bf16(x), dw = upload_bf16(w);
+    Guarded<float> y(size_t(T * out));
+    Guarded<uint16_t> yb(size_t(T * out));
+    LinearF32Params p;
+    p.x = as_bf16(dx);
+    p.w = as_bf16(dw);
+    p.y = y.get();
+    p.y_bf16 = as_bf16(yb);
+    p.tokens = T;
+    p.x_stride = in;
+    p.in = in;
+    p.out = out;
+    linear_f32(ctx, p);
+    ctx.synchronize();
+    std::vector<float> ref(size_t(T * out));
+    cpu::matmul(x.data(), T, in, w.data(), out, ref.data());
+    compare("linear_f32 T=" + std::to_string(T), y.download("y"), ref, Tol::F32Chain);
+    compare("linear_f32 bf16 T=" + std::to_string(T), from_bf16(yb.download("y_bf16")), round_bf16(ref), Tol::Bf16);
+  }
+}
+
+TEST(CudaAttnOps, IndexerTopkTiesToLowerIndex) {
+  DSV4_REQUIRE_HOPPER();
+  DeviceContext ctx;
+  Rng rng(75);
+  const int64_t T = 4, max_entries = 3000;
+  const int k = 512, ratio = 4;
+  std::vector<int32_t> pos = {11999, 40, 2, 7000};  // visible: 3000, 10, 0, 1750
+  std::vector<float> scores(size_t(T * max_entries));
+  for (auto& s : scores) s = dsv4::round_bf16(float(rng.uniform_int(-40, 40)) * 0.25f);  // many ties
+  DeviceBuffer<float> ds(scores);
+  DeviceBuffer<int32_t> dp(pos);
+  Guarded<int32_t> sel(size_t(T * k));
+  IndexerTopkParams p;
+  p.scores = ds.get();
+  p.selected = sel.get();
+  p.positions = dp.get();
+  p.tokens = T;
+  p.max_entries = max_entries;
+  p.k = k;
+  p.ratio = ratio;
+  indexer_topk(ctx, p);
+  ctx.synchronize();
+  const std::vector<int32_t> got = sel.download("selected");
+  size_t mismatches = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t nvis = std::min<int64_t>((pos[size_t(t)] + 1) / ratio, max_entries);
+    std::vector<int32_t> idx(static_cast<size_t>(nvis));
+    std::iota(idx.begin(), idx.end(), 0);
+    const float* s = &scores[size_t(t * max_entries)];
+    std::stable_sort(idx.begin(), idx.end(), [&](int32_t a, int32_t b) { return s[a] > s[b]; });
+    for (int i = 0; i < k; ++i) mismatches += got[size_t(t * k + i)] != (i < nvis ? idx[size_t(i)] : -1);
+  }
+  EXPECT_EQ(mismatches, 0u);
+}
+
+}  // namespace
+}  // namespace dsv4::cuda::test
