@@ -133,7 +133,7 @@ TEST(CudaMoeOps, GatherAndPlan) {
   Rng rng(21);
   const int64_t T = 9, P = 16;
   const int k = 3, D = 256, E = 10;
-  std::vector<uint8_t> xq = rng.bytes(size_t(P * D));
+  std::vector<uint8_t> xq = rng.bytes(size_t(P * D), 0, 254);  // 0xFF is the guard poison
   std::vector<float> xs = rng.f32_normal(size_t(P * D / 128));
   DeviceBuffer<uint8_t> dxq(xq);
   DeviceBuffer<float> dxs(xs);
