@@ -7,6 +7,7 @@
 
 #include "cli/chat_turn.h"
 #include "cli/commands.h"
+#include "cli/device.h"
 #include "cli/gen_options.h"
 #include "core/error.h"
 
@@ -50,7 +51,10 @@ void register_chat(CLI::App& app) {
   auto o = std::make_shared<GenOptions>();
   CLI::App* c = app.add_subcommand("chat", "Interactive multi-turn chat (/reset, /exit, Ctrl-D)");
   o->add_to(*c);
-  c->callback([o] { chat(*o); });
+  c->callback([o] {
+    use_cuda(o->device, "chat", false);
+    chat(*o);
+  });
 }
 
 }  // namespace dsv4::cli

@@ -10,6 +10,7 @@
 
 #include "cli/cli_io.h"
 #include "cli/commands.h"
+#include "cli/device.h"
 #include "cli/gen_options.h"
 #include "core/error.h"
 #include "io/safetensors.h"
@@ -50,12 +51,31 @@ std::vector<int32_t> read_tokens(const std::string& path) {
 }
 
 struct LogitsArgs {
-  std::string model, tokens, schedule = "full", numerics = "official", out;
+  std::string model, tokens, schedule = "full", numerics = "official", out, device = "auto";
   bool mtp = false;
 };
 
 void run_logits(const LogitsArgs& a) {
   std::vector<int32_t> ids = read_tokens(a.tokens);
+  if (use_cuda(a.device, "logits")) {
+    if (a.mtp) fail("dsv4 logits --mtp: not yet on cuda (use --device cpu)");
+    if (a.numerics != "official") fail("--device cuda runs official numerics only (use --device cpu)");
+    const int64_t n = int64_t(ids.size());
+    CudaSequence seq(a.model, n, 256, terminal_load_progress(a.model));
+    const int64_t V = seq.config().vocab_size;
+    Tensor logits({n, V});
+    int64_t done = 0;
+    for (int64_t c : parse_schedule(a.schedule, n)) {
+      Tensor l = seq.feed(std::vector<int32_t>(ids.begin() + done, ids.begin() + done + c), true);
+      std::copy(l.data.begin(), l.data.end(), logits.row(done));
+      done += c;
+    }
+    const TensorView v{DType::F32, logits.shape, reinterpret_cast<const uint8_t*>(logits.ptr()),
+                       logits.data.size() * sizeof(float)};
+    write_safetensors(a.out, {{"logits", v}}, {{"schedule", a.schedule}, {"numerics", a.numerics}, {"device", "cuda"}});
+    std::fprintf(stderr, "wrote logits [%lld, %lld] to %s (cuda)\n", (long long)n, (long long)V, a.out.c_str());
+    return;
+  }
   auto model = Model::load(a.model, parse_numerics(a.numerics), terminal_load_progress(a.model));
   const int64_t n = int64_t(ids.size()), V = model->config().vocab_size;
   std::vector<int64_t> chunks = parse_schedule(a.schedule, n);
@@ -106,6 +126,7 @@ void register_logits(CLI::App& app) {
       ->capture_default_str();
   c->add_flag("--mtp", a->mtp,
               "Also run the MTP block (mtp.0) and write 'mtp_logits' [n_tokens-1, vocab]: row t predicts token t+2");
+  add_device_option(*c, a->device);
   c->add_option("--out", a->out, "Output safetensors file (tensor 'logits' float32 [n_tokens, vocab])")->required();
   c->callback([a] { run_logits(*a); });
 }

@@ -8,6 +8,7 @@
 
 #include "cli/cli_io.h"
 #include "cli/commands.h"
+#include "cli/device.h"
 #include "cli/gen_options.h"
 #include "core/error.h"
 
@@ -78,7 +79,10 @@ void register_perplexity(CLI::App& app) {
   c->add_option("--stride", a->stride, "Tokens between window starts (default: the window, no overlap)");
   c->add_option("--limit", a->limit, "Score only the first N tokens of the file");
   c->add_flag("--json", a->json, "Print the result as JSON");
-  c->callback([a] { perplexity(*a); });
+  c->callback([a] {
+    use_cuda(a->gen.device, "perplexity", false);
+    perplexity(*a);
+  });
 }
 
 }  // namespace dsv4::cli

@@ -8,7 +8,9 @@
 
 #include "cli/chat_turn.h"
 #include "cli/commands.h"
+#include "cli/device.h"
 #include "cli/gen_options.h"
+#include "core/error.h"
 
 namespace dsv4::cli {
 namespace {
@@ -26,6 +28,23 @@ void run(RunArgs& a) {
     a.prompt.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
   if (a.prompt.empty()) a.prompt = chat_mode ? "Write a short poem about the sea." : "ROMEO:\n";
 
+  auto print_piece = [](const std::string& piece) {
+    std::fputs(piece.c_str(), stdout);
+    std::fflush(stdout);
+  };
+  if (use_cuda(a.gen.device, "run")) {
+    if (chat_mode) fail("dsv4 run --chat: not yet on cuda (use --raw or --device cpu)");
+    if (a.gen.numerics != "official") fail("--device cuda runs official numerics only (use --device cpu)");
+    const Tokenizer tok = Tokenizer::load(a.gen.model);
+    const std::vector<int32_t> prompt = tok.encode(a.prompt);
+    CudaSequence seq(a.gen.model, int64_t(prompt.size()) + a.gen.max_tokens + 1, 256, terminal_load_progress(a.gen.model));
+    Sampler sampler(a.gen.sampling());
+    auto r = generate(seq.config(), [&](const std::vector<int32_t>& t) { return seq.feed(t, false); }, tok, prompt,
+                      sampler, a.gen.stops(tok), -1, print_piece);
+    std::fputs("\n", stdout);
+    if (a.gen.stats) print_stats(r.stats);
+    return;
+  }
   Loaded l = load_model_and_tokenizer(a.gen);
   Sampler sampler(a.gen.sampling());
   GenerationStats stats;
@@ -34,11 +53,7 @@ void run(RunArgs& a) {
     messages.push_back({{"role", "user"}, {"content", a.prompt}});
     stats = run_chat_turn(l, messages, a.gen, sampler, stdout_is_terminal()).gen.stats;
   } else {
-    auto r = generate(*l.model, l.tok, l.tok.encode(a.prompt), sampler, a.gen.stops(l.tok), -1,
-                      [](const std::string& piece) {
-                        std::fputs(piece.c_str(), stdout);
-                        std::fflush(stdout);
-                      });
+    auto r = generate(*l.model, l.tok, l.tok.encode(a.prompt), sampler, a.gen.stops(l.tok), -1, print_piece);
     std::fputs("\n", stdout);
     stats = r.stats;
   }

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/device.h"
 #include "cli/gen_options.h"
 #include "runtime/engine.h"
 #include "server/context.h"
@@ -22,7 +23,7 @@ namespace dsv4::cli {
 namespace {
 
 struct ServeArgs {
-  std::string model, numerics = "official", served_name;
+  std::string model, numerics = "official", served_name, device = "auto";
   server::HttpOptions http;
   EngineOptions engine;
   double shutdown_timeout = 10;
@@ -107,7 +108,11 @@ void register_serve(CLI::App& app) {
   c->add_option("--shutdown-timeout", a->shutdown_timeout, "Seconds running requests may finish after Ctrl-C")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  c->callback([a] { serve(*a); });
+  add_device_option(*c, a->device);
+  c->callback([a] {
+    use_cuda(a->device, "serve", false);
+    serve(*a);
+  });
 }
 
 }  // namespace dsv4::cli

@@ -16,6 +16,7 @@ void register_run(CLI::App& app);
 void register_chat(CLI::App& app);
 void register_perplexity(CLI::App& app);
 void register_serve(CLI::App& app);
+void register_bench(CLI::App& app);
 
 // The bundled model directory (models/tiny-shakespeare next to the binary's source tree, or
 // $DSV4_MODEL_DIR), used whenever -m is not given.

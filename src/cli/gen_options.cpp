@@ -9,6 +9,7 @@
 #include <random>
 
 #include "cli/commands.h"
+#include "cli/device.h"
 #include "core/error.h"
 
 namespace dsv4::cli {
@@ -37,6 +38,7 @@ void GenOptions::add_to(CLI::App& c) {
   c.add_flag("--no-thinking", no_thinking, "Chat: answer directly (chat mode; the default)")->excludes(th);
   c.add_option("--effort", effort, "Chat, thinking mode: reasoning effort")->check(CLI::IsMember({"high", "max"}));
   c.add_flag("--stats", stats, "Print time to first token and tokens/s on stderr");
+  add_device_option(c, device);
 }
 
 SamplingParams GenOptions::sampling() const {

@@ -29,6 +29,7 @@ struct GenOptions {
   bool thinking = false, no_thinking = false;
   std::string effort;  // "", "high", "max"
   bool stats = false;
+  std::string device = "auto";  // --device cpu | cuda | auto (cli/device.h)
 
   void add_to(CLI::App& c);  // registers -m, -n, --temp, ... on a subcommand
   SamplingParams sampling() const;

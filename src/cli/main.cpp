@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   dsv4::cli::register_chat(app);
   dsv4::cli::register_perplexity(app);
   dsv4::cli::register_serve(app);
+  dsv4::cli::register_bench(app);
   dsv4::cli::register_inspect(app);
   dsv4::cli::register_logits(app);
   dsv4::cli::register_tokenize(app);

@@ -1,0 +1,208 @@
+// dsv4 bench: decode and prefill timings of the CUDA model (shared/docs/PERFORMANCE.md): decode time
+// per step and per layer at given batch sizes and context (CUDA graph replays, CUDA events, medians),
+// prefill tokens/s, achieved GB/s and TFLOP/s against the measured ceilings; table and JSON.
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "cli/bench_cost.h"
+#include "cli/commands.h"
+#include "cli/gen_options.h"
+#include "core/error.h"
+#include "io/config.h"
+#include "io/presets.h"
+
+#if DSV4_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "backend/cuda/check.h"
+#include "model_cuda/cuda_model.h"
+#endif
+
+namespace dsv4::cli {
+namespace {
+
+constexpr double kHbmGBs = 4260;      // measured device-to-device copy, PERFORMANCE.md
+constexpr double kFp8TFlops = 1410;   // measured FP8 dense peak
+
+struct BenchArgs {
+  std::string preset, model, json;
+  bool dummy = false;
+  int64_t layers = 0, context = 0, chunk = 2048, iters = 30, warmup = 3;
+  std::vector<int64_t> batches{1, 8, 32}, prefills{1024, 8192};
+  uint64_t seed = 1234;
+};
+
+#if DSV4_HAVE_CUDA
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+// Median milliseconds of `reps` runs of fn (each timed with a pair of CUDA events on the stream).
+template <typename F>
+double time_ms(cuda::DeviceContext& ctx, int64_t warmup, int64_t reps, F&& fn) {
+  for (int64_t i = 0; i < warmup; ++i) fn();
+  std::vector<cudaEvent_t> ev(size_t(2 * reps));
+  for (auto& e : ev) DSV4_CUDA_CHECK(cudaEventCreate(&e));
+  for (int64_t i = 0; i < reps; ++i) {
+    DSV4_CUDA_CHECK(cudaEventRecord(ev[size_t(2 * i)], ctx.stream()));
+    fn();
+    DSV4_CUDA_CHECK(cudaEventRecord(ev[size_t(2 * i + 1)], ctx.stream()));
+  }
+  ctx.synchronize();
+  std::vector<double> ms;
+  for (int64_t i = 0; i < reps; ++i) {
+    float t = 0;
+    DSV4_CUDA_CHECK(cudaEventElapsedTime(&t, ev[size_t(2 * i)], ev[size_t(2 * i + 1)]));
+    ms.push_back(t);
+  }
+  for (auto& e : ev) cudaEventDestroy(e);
+  return median(ms);
+}
+
+void prefill(cuda::CudaModel& m, int slot, int64_t P, int64_t chunk, uint64_t seed) {
+  std::vector<int32_t> ids;
+  for (int64_t p = 0; p < P; p += chunk) {
+    ids.clear();
+    for (int64_t t = p; t < std::min(P, p + chunk); ++t)
+      ids.push_back(int32_t((uint64_t(t) * 2654435761u + seed) % uint64_t(m.config().vocab_size)));
+    m.forward_async(slot, p, ids);
+  }
+}
+
+void run_bench(const BenchArgs& a) {
+  ModelConfig cfg;
+  if (!a.preset.empty()) {
+    if (!a.dummy) fail("--preset needs --dummy-weights (a preset has no checkpoint)");
+    cfg = preset_config(a.preset);
+  } else {
+    cfg = load_config(a.model);
+  }
+  if (a.layers > 0) truncate_layers(cfg, a.layers);
+  const int64_t maxB = *std::max_element(a.batches.begin(), a.batches.end());
+  const int64_t maxP = a.prefills.empty() ? 0 : *std::max_element(a.prefills.begin(), a.prefills.end());
+  cuda::CudaModelOptions o;
+  o.max_seqs = maxB;
+  o.max_ctx = std::max(maxP, a.context + 1) + 16;
+  o.max_tokens = std::max(std::min(a.chunk, std::max<int64_t>(maxP, 1)), maxB);
+  const std::string what = a.preset.empty() ? a.model : "preset " + a.preset;
+  std::fprintf(stderr, "bench: %s, %lld layers, %s weights\n", what.c_str(), (long long)cfg.num_layers,
+               a.dummy ? "dummy" : "checkpoint");
+  std::unique_ptr<cuda::CudaModel> mp;
+  if (a.dummy) {
+    mp = cuda::CudaModel::dummy(cfg, o, a.seed, terminal_load_progress(what));
+  } else {
+    auto full = load_config(a.model);
+    (void)full;
+    mp = cuda::CudaModel::load(a.model, o, terminal_load_progress(what));
+  }
+  cuda::CudaModel& m = *mp;
+  cuda::DeviceContext& ctx = m.context();
+  size_t free_b = 0, total_b = 0;
+  DSV4_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+
+  nlohmann::ordered_json j;
+  j["device"] = ctx.name();
+  j["model"] = what;
+  j["layers"] = cfg.num_layers;
+  j["weights_device_bytes"] = m.weights().device_bytes;
+  j["free_bytes"] = free_b;
+  j["ceilings"] = {{"hbm_GBs", kHbmGBs}, {"fp8_TFLOPs", kFp8TFlops}};
+  const double L = double(cfg.num_layers);
+
+  std::printf("dsv4 bench: %s, %lld layers, %s, weights %.2f GiB on device, %.1f GiB free\n", what.c_str(),
+              (long long)cfg.num_layers, ctx.name().c_str(), double(m.weights().device_bytes) / (1 << 30),
+              double(free_b) / (1 << 30));
+
+  // Prefill.
+  std::printf("\nprefill (chunks of %lld)\n%8s %10s %10s %9s %8s\n", (long long)std::min(a.chunk, o.max_tokens),
+              "tokens", "ms", "tok/s", "TFLOP/s", "of peak");
+  for (int64_t P : a.prefills) {
+    const double ms = time_ms(ctx, 1, 3, [&] { prefill(m, 0, P, o.max_tokens, a.seed); });
+    const StepCost c = prefill_cost(cfg, P);
+    const double tflops = c.flops / (ms * 1e-3) / 1e12;
+    std::printf("%8lld %10.2f %10.0f %9.1f %7.1f%%\n", (long long)P, ms, double(P) / (ms * 1e-3), tflops,
+                100 * tflops / kFp8TFlops);
+    j["prefill"].push_back({{"tokens", P}, {"ms", ms}, {"tok_s", double(P) / (ms * 1e-3)}, {"tflops", tflops},
+                            {"of_fp8_peak", tflops / kFp8TFlops}, {"flops", c.flops}});
+  }
+
+  // Context: every slot's state filled to `context` tokens.
+  if (a.context > 0)
+    for (int64_t s = 0; s < maxB; ++s) prefill(m, int(s), a.context, o.max_tokens, a.seed + uint64_t(s));
+  ctx.synchronize();
+
+  std::printf("\ndecode at context %lld (CUDA graph, median of %lld)\n%6s %10s %10s %10s %9s %8s %9s %10s\n",
+              (long long)a.context, (long long)a.iters, "batch", "step ms", "layer us", "head us", "GB/s", "of HBM",
+              "TFLOP/s", "tok/s");
+  for (int64_t B : a.batches) {
+    std::vector<int32_t> ids, slots, pos;
+    for (int64_t b = 0; b < B; ++b) {
+      ids.push_back(int32_t((uint64_t(b) * 7919 + 17) % uint64_t(cfg.vocab_size)));
+      slots.push_back(int32_t(b));
+      pos.push_back(int32_t(a.context));
+    }
+    m.decode_async(ids, slots, pos);  // uploads the inputs, captures the graph
+    const double step = time_ms(ctx, a.warmup, a.iters, [&] { m.replay(B); });
+    const double head = time_ms(ctx, a.warmup, a.iters, [&] { m.replay(B, 0); });
+    const double layer_us = (step - head) * 1e3 / L;
+    const StepCost c = decode_cost(cfg, B, a.context);
+    const double gbs = c.bytes / (step * 1e-3) / 1e9, tflops = c.flops / (step * 1e-3) / 1e12;
+    double lbytes = 0;
+    for (int64_t i = 0; i < cfg.num_layers; ++i) lbytes += layer_decode_cost(cfg, i, B, a.context).bytes;
+    const double layer_gbs = lbytes / L / (layer_us * 1e-6) / 1e9;
+    std::printf("%6lld %10.3f %10.1f %10.1f %9.0f %7.1f%% %9.2f %10.0f\n", (long long)B, step, layer_us, head * 1e3,
+                gbs, 100 * gbs / kHbmGBs, tflops, double(B) / (step * 1e-3));
+    j["decode"].push_back({{"batch", B}, {"context", a.context}, {"step_ms", step}, {"layer_us", layer_us},
+                           {"embed_head_us", head * 1e3}, {"bytes", c.bytes}, {"GBs", gbs}, {"of_hbm", gbs / kHbmGBs},
+                           {"layer_bytes", lbytes / L}, {"layer_GBs", layer_gbs},
+                           {"layer_floor_us", lbytes / L / (kHbmGBs * 1e9) * 1e6}, {"tflops", tflops},
+                           {"tok_s", double(B) / (step * 1e-3)}});
+  }
+  std::printf("(bytes: checkpoint-format weights the step must read, expected distinct experts, KV rows; "
+              "ceilings %.0f GB/s, %.0f FP8 TFLOP/s)\n", kHbmGBs, kFp8TFlops);
+  if (!a.json.empty()) {
+    std::ofstream f(a.json);
+    if (!f) fail("--json: cannot write ", a.json);
+    f << j.dump(2) << "\n";
+  }
+}
+#endif
+
+}  // namespace
+
+void register_bench(CLI::App& app) {
+  auto a = std::make_shared<BenchArgs>();
+  CLI::App* c = app.add_subcommand("bench", "Time the CUDA model: decode per step / per layer, prefill (GPU only)");
+  auto* preset = c->add_option("--preset", a->preset, "Published shapes without a checkpoint: flash | pro")
+                     ->check(CLI::IsMember({"flash", "pro"}));
+  c->add_option("-m,--model", a->model, "Model directory (instead of --preset)")->excludes(preset);
+  c->add_flag("--dummy-weights", a->dummy, "Random weights in the checkpoint formats (no checkpoint read)");
+  c->add_option("--layers", a->layers, "Keep only the first N layers (so the model fits one GPU)")
+      ->check(CLI::Range(int64_t(1), int64_t(1000)));
+  c->add_option("--batch", a->batches, "Decode batch sizes")->delimiter(',')->capture_default_str();
+  c->add_option("--context", a->context, "Decode at this context length (each slot's state filled first)")
+      ->capture_default_str();
+  c->add_option("--prefill", a->prefills, "Prefill prompt lengths (empty: none)")->delimiter(',')->capture_default_str();
+  c->add_option("--chunk", a->chunk, "Prefill chunk (tokens per forward)")->capture_default_str();
+  c->add_option("--iters", a->iters, "Timed decode replays per configuration")->capture_default_str();
+  c->add_option("--warmup", a->warmup, "Untimed replays first")->capture_default_str();
+  c->add_option("--seed", a->seed, "Dummy weight seed")->capture_default_str();
+  c->add_option("--json", a->json, "Also write the results as JSON to FILE");
+  c->callback([a] {
+#if DSV4_HAVE_CUDA
+    if (a->preset.empty() && a->model.empty()) a->model = default_model_dir();
+    run_bench(*a);
+#else
+    fail("dsv4 bench: this dsv4 was built without CUDA");
+#endif
+  });
+}
+
+}  // namespace dsv4::cli

@@ -1,0 +1,87 @@
+#include "model_cuda/device_weights.h"
+
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "model_cuda/dummy_weights.h"
+
+namespace dsv4::cuda {
+namespace {
+
+template <typename T>
+uint64_t bytes_of(const DeviceBuffer<T>& b) {
+  return b.bytes();
+}
+uint64_t bytes_of(const DevLinear& l) { return l.w8.codes.bytes() + l.w8.scales.bytes() + l.w16.bytes(); }
+uint64_t bytes_of(const DevCompressorWeights& c) {
+  return c.wkv.bytes() + c.wgate.bytes() + c.ape.bytes() + c.norm.bytes();
+}
+uint64_t bytes_of(const DevHc& h) { return h.fn.bytes() + h.base.bytes() + h.scale.bytes(); }
+
+uint64_t block_device_bytes(const DevBlockWeights& b) {
+  const DevAttentionWeights& a = b.attn;
+  uint64_t s = bytes_of(b.hc_attn) + bytes_of(b.hc_ffn) + b.attn_norm.bytes() + b.ffn_norm.bytes();
+  s += bytes_of(a.wq_a) + bytes_of(a.wq_b) + bytes_of(a.wkv) + bytes_of(a.wo_b) + a.wo_a.bytes() + a.q_norm.bytes() +
+       a.kv_norm.bytes() + a.sink.bytes() + a.inv_freq.bytes();
+  if (a.comp) s += bytes_of(*a.comp);
+  if (a.idx) s += bytes_of(a.idx->wq_b) + a.idx->weights_proj.bytes() + bytes_of(a.idx->comp);
+  const DevMoeWeights& m = b.ffn;
+  s += m.gate.bytes() + m.bias.bytes() + m.tid2eid.bytes() + m.w13.bytes() + m.w13_scales.bytes() + m.w2.bytes() +
+       m.w2_scales.bytes();
+  for (const Fp8Weight* w : {&m.shared_w1, &m.shared_w2, &m.shared_w3}) s += w->codes.bytes() + w->scales.bytes();
+  return s;
+}
+
+uint64_t block_source_bytes(const BlockWeights& b) {
+  Weights one;
+  one.layers.push_back(b);  // views only (cheap copies of pointers and shapes)
+  return weights_bytes(one);
+}
+
+}  // namespace
+
+DeviceBuffer<float> upload_f32(const TensorView& v) {
+  std::vector<float> h(size_t(v.numel()));
+  to_f32(v.dtype, v.data, 0, h.size(), h.data());
+  return DeviceBuffer<float>(h);
+}
+
+DevHc upload_hc(const HcWeights& w) { return {upload_f32(w.fn), upload_f32(w.base), upload_f32(w.scale)}; }
+
+DeviceWeights upload_weights(const DeviceContext& ctx, const ModelConfig& cfg, const Weights& w, uint64_t total_bytes,
+                             const LoadProgress& progress) {
+  if (w.layers.size() < size_t(cfg.num_layers))
+    fail(cfg.source, ": the weights hold ", w.layers.size(), " layers, the config wants ", cfg.num_layers);
+  LoadStatus st;
+  st.bytes_total = total_bytes;
+  auto advance = [&](uint64_t bytes, size_t tensors) {
+    st.bytes_done += bytes;
+    st.tensors_done += tensors;
+    if (progress) progress(st);
+  };
+  DeviceWeights d;
+  d.embed = upload_embed_weights(ctx, w, cfg);
+  advance(w.embed.nbytes, 1);
+  d.head = upload_head_weights(ctx, w.hc_head, w.norm, w.head, cfg);
+  advance(w.head.bytes() + w.norm.nbytes + w.hc_head.fn.nbytes + w.hc_head.base.nbytes + w.hc_head.scale.nbytes, 5);
+  d.device_bytes = d.embed.embed.bytes() + d.head.head.bytes() + d.head.hc_fn.bytes() + d.head.norm.bytes();
+  for (int64_t i = 0; i < cfg.num_layers; ++i) {
+    const BlockWeights& b = w.layers[size_t(i)];
+    const LayerSpec& spec = cfg.layers[size_t(i)];
+    DevBlockWeights db;
+    db.hc_attn = upload_hc(b.hc_attn);
+    db.hc_ffn = upload_hc(b.hc_ffn);
+    db.attn_norm = upload_f32(b.attn_norm);
+    db.ffn_norm = upload_f32(b.ffn_norm);
+    db.attn = upload_attention_weights(ctx, b.attn, cfg, spec);
+    db.ffn = upload_moe_weights(ctx, b.ffn, cfg, spec);
+    d.device_bytes += block_device_bytes(db);
+    d.layers.push_back(std::move(db));
+    advance(block_source_bytes(b), 1);
+  }
+  ctx.synchronize();
+  return d;
+}
+
+}  // namespace dsv4::cuda

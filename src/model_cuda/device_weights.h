@@ -1,0 +1,49 @@
+// The whole model's weights in device memory: per layer the mHC mixes, the two norms, the attention
+// weights (attention_layer.h) and the MoE weights (ffn_layer.h); embedding and head. Built from a
+// `Weights` whose views point into the checkpoint's mmap (or DummyWeights' pools): tensor by tensor,
+// straight from the mapped pages to device memory, FP8 and packed FP4 kept as stored (no host copy of
+// the model). A progress callback reports bytes as layers land.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "backend/cuda/buffer.h"
+#include "backend/cuda/context.h"
+#include "io/config.h"
+#include "io/weights.h"
+#include "model/cpu_weights.h"  // LoadProgress
+#include "model_cuda/attention_layer.h"
+#include "model_cuda/ffn_layer.h"
+
+namespace dsv4::cuda {
+
+struct DevHc {  // mHC mixing parameters of one sub-layer, fp32
+  DeviceBuffer<float> fn;     // [(2+n)n, nD]
+  DeviceBuffer<float> base;   // [(2+n)n]
+  DeviceBuffer<float> scale;  // [3]
+};
+
+struct DevBlockWeights {
+  DevHc hc_attn, hc_ffn;
+  DeviceBuffer<float> attn_norm, ffn_norm;  // [D] fp32 (bf16 checkpoint values, upcast)
+  DevAttentionWeights attn;
+  DevMoeWeights ffn;
+};
+
+struct DeviceWeights {
+  DevEmbedWeights embed;
+  DevHeadWeights head;
+  std::vector<DevBlockWeights> layers;
+  uint64_t device_bytes = 0;  // what the buffers hold (after re-layout / dequantization)
+};
+
+// Any float tensor (bf16 / f16 / f32) as fp32 on the device.
+DeviceBuffer<float> upload_f32(const TensorView& v);
+DevHc upload_hc(const HcWeights& w);
+
+// Uploads every layer of cfg.layers (a truncated cfg uploads only its first layers) plus embed and
+// head. `progress` gets the checkpoint bytes consumed so far over `total_bytes`.
+DeviceWeights upload_weights(const DeviceContext& ctx, const ModelConfig& cfg, const Weights& w,
+                             uint64_t total_bytes, const LoadProgress& progress = {});
+
+}  // namespace dsv4::cuda

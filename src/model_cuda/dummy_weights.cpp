@@ -1,0 +1,225 @@
+#include "model_cuda/dummy_weights.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+
+#include "core/dtype.h"
+#include "core/error.h"
+
+namespace dsv4::cuda {
+namespace {
+
+TensorView spec(DType t, Shape shape) {
+  TensorView v;
+  v.dtype = t;
+  v.shape = std::move(shape);
+  v.nbytes = size_t(v.numel()) * size_t(dtype_bits(t)) / 8;
+  return v;
+}
+
+LinearWeight fp8(int64_t out, int64_t in) {
+  LinearWeight w;
+  w.format = WeightFormat::FP8;
+  w.out = out;
+  w.in = in;
+  w.weight = spec(DType::F8_E4M3, {out, in});
+  w.scale = spec(DType::F8_E8M0, {(out + 127) / 128, (in + 127) / 128});
+  return w;
+}
+LinearWeight fp4(int64_t out, int64_t in) {
+  LinearWeight w;
+  w.format = WeightFormat::FP4;
+  w.out = out;
+  w.in = in;
+  w.weight = spec(DType::F4_E2M1, {out, in});  // as bind_weights presents packed FP4: logical shape
+  w.scale = spec(DType::F8_E8M0, {out, in / 32});
+  return w;
+}
+LinearWeight dense(int64_t out, int64_t in) {
+  LinearWeight w;
+  w.out = out;
+  w.in = in;
+  w.weight = spec(DType::BF16, {out, in});
+  return w;
+}
+HcWeights hc(int64_t rows, int64_t width, int64_t nscale) {
+  return {spec(DType::F32, {rows, width}), spec(DType::F32, {rows}), spec(DType::F32, {nscale})};
+}
+CompressorWeights compressor(int64_t ratio, int64_t dc, int64_t c, int64_t D) {
+  return {dense(c * dc, D), dense(c * dc, D), spec(DType::F32, {ratio, c * dc}), spec(DType::BF16, {dc})};
+}
+
+// Mirrors bind_block (io/weights.cpp) with the Flash / Pro checkpoint formats (FORMATS.md §3.3).
+BlockWeights block(const ModelConfig& cfg, const LayerSpec& ls) {
+  const int64_t D = cfg.hidden_size, n = cfg.hc_mult, H = cfg.num_heads, d = cfg.head_dim;
+  BlockWeights w;
+  w.hc_attn = hc((2 + n) * n, n * D, 3);
+  w.hc_ffn = hc((2 + n) * n, n * D, 3);
+  w.attn_norm = spec(DType::BF16, {D});
+  w.ffn_norm = spec(DType::BF16, {D});
+  AttentionWeights& a = w.attn;
+  a.wq_a = fp8(cfg.q_lora_rank, D);
+  a.q_norm = spec(DType::BF16, {cfg.q_lora_rank});
+  a.wq_b = fp8(H * d, cfg.q_lora_rank);
+  a.wkv = fp8(d, D);
+  a.kv_norm = spec(DType::BF16, {d});
+  a.wo_a = fp8(cfg.o_groups * cfg.o_lora_rank, H * d / cfg.o_groups);
+  a.wo_b = fp8(D, cfg.o_groups * cfg.o_lora_rank);
+  a.attn_sink = spec(DType::F32, {H});
+  if (ls.attn != AttnKind::Sliding) a.compressor = compressor(ls.ratio, d, ls.attn == AttnKind::CSA ? 2 : 1, D);
+  if (ls.attn == AttnKind::CSA) {
+    IndexerWeights ix;
+    ix.wq_b = fp8(cfg.index_n_heads * cfg.index_head_dim, cfg.q_lora_rank);
+    ix.weights_proj = dense(cfg.index_n_heads, D);
+    ix.compressor = compressor(ls.ratio, cfg.index_head_dim, 2, D);
+    a.indexer = ix;
+  }
+  MoeWeights& m = w.ffn;
+  const int64_t E = cfg.n_routed_experts, I = cfg.moe_inter_dim;
+  m.gate = dense(E, D);
+  if (ls.route == RouteKind::TopK)
+    m.bias = spec(DType::F32, {E});
+  else
+    m.tid2eid = spec(DType::I32, {cfg.vocab_size, cfg.experts_per_tok});
+  for (int64_t e = 0; e < E; ++e) m.experts.push_back({fp4(I, D), fp4(D, I), fp4(I, D)});
+  const int64_t Is = I * cfg.n_shared_experts;
+  if (Is > 0) m.shared = {fp8(Is, D), fp8(D, Is), fp8(Is, D)};
+  return w;
+}
+
+uint64_t mix(uint64_t x) {  // splitmix64
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// Random bytes of one format; `tile` bytes are generated and repeated to fill the pool.
+void fill_pool(std::vector<uint8_t>& p, DType t, uint64_t seed, int64_t experts, int64_t topk) {
+  const size_t tile = std::min<size_t>(p.size(), size_t(8) << 20);
+  for (size_t i = 0; i < tile; i += 8) {
+    const uint64_t r = mix(seed * 0x100000001b3ull + i);
+    for (size_t b = 0; b < 8 && i + b < tile; ++b) {
+      const uint8_t byte = uint8_t(r >> (8 * b));
+      uint8_t& o = p[i + b];
+      switch (t) {
+        case DType::F8_E4M3: o = (byte & 0x7f) == 0x7f ? byte ^ 0x01 : byte; break;  // no NaN code
+        case DType::F8_E8M0: o = uint8_t(116 + byte % 5); break;                     // 2^-11 .. 2^-7
+        case DType::BF16:  // little-endian bf16: low byte = mantissa bits, high byte = sign + exponent
+          o = (b & 1) ? uint8_t((byte & 0x80) | 0x3c) : byte;  // |x| in [2^-7, 2^-5): 0x3c.. exponents
+          break;
+        case DType::F32:  // little-endian f32: top byte sign + exponent -> |x| < 2^-4
+          o = (b % 4 == 3) ? uint8_t((byte & 0x80) | 0x3d) : byte;
+          break;
+        default: o = byte; break;  // packed e2m1: every nibble is a finite value
+      }
+    }
+  }
+  if (t == DType::I32) {  // tid2eid: k distinct valid expert ids per token
+    auto* ids = reinterpret_cast<int32_t*>(p.data());
+    const size_t rows = p.size() / 4 / size_t(topk);
+    for (size_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < topk; ++j)
+        ids[r * size_t(topk) + size_t(j)] = int32_t((mix(seed + r) % uint64_t(experts) + uint64_t(j * (experts / topk))) %
+                                                    uint64_t(experts));
+    return;
+  }
+  for (size_t off = tile; off < p.size(); off += tile) std::memcpy(p.data() + off, p.data(), std::min(tile, p.size() - off));
+}
+
+}  // namespace
+
+void for_each_view(Weights& w, const std::function<void(TensorView&)>& fn) {
+  auto lin = [&](LinearWeight& l) {
+    if (l.weight.nbytes) fn(l.weight);
+    if (l.scale.nbytes) fn(l.scale);
+  };
+  auto hcw = [&](HcWeights& h) {
+    fn(h.fn);
+    fn(h.base);
+    fn(h.scale);
+  };
+  auto comp = [&](CompressorWeights& c) {
+    lin(c.wkv);
+    lin(c.wgate);
+    fn(c.ape);
+    fn(c.norm);
+  };
+  auto opt = [&](TensorView& v) {
+    if (v.nbytes) fn(v);
+  };
+  auto blk = [&](BlockWeights& b) {
+    hcw(b.hc_attn);
+    hcw(b.hc_ffn);
+    fn(b.attn_norm);
+    fn(b.ffn_norm);
+    AttentionWeights& a = b.attn;
+    for (LinearWeight* l : {&a.wq_a, &a.wq_b, &a.wkv, &a.wo_a, &a.wo_b}) lin(*l);
+    fn(a.q_norm);
+    fn(a.kv_norm);
+    fn(a.attn_sink);
+    if (a.compressor) comp(*a.compressor);
+    if (a.indexer) {
+      lin(a.indexer->wq_b);
+      lin(a.indexer->weights_proj);
+      comp(a.indexer->compressor);
+    }
+    lin(b.ffn.gate);
+    opt(b.ffn.bias);
+    opt(b.ffn.tid2eid);
+    for (ExpertWeights& e : b.ffn.experts) {
+      lin(e.w1);
+      lin(e.w2);
+      lin(e.w3);
+    }
+    lin(b.ffn.shared.w1);
+    lin(b.ffn.shared.w2);
+    lin(b.ffn.shared.w3);
+  };
+  fn(w.embed);
+  lin(w.head);
+  fn(w.norm);
+  hcw(w.hc_head);
+  for (BlockWeights& b : w.layers) blk(b);
+  for (MtpWeights& m : w.mtp) {
+    blk(m.block);
+    lin(m.e_proj);
+    lin(m.h_proj);
+    fn(m.enorm);
+    fn(m.hnorm);
+    fn(m.norm);
+    hcw(m.hc_head);
+  }
+}
+
+void for_each_view(const Weights& w, const std::function<void(const TensorView&)>& fn) {
+  for_each_view(const_cast<Weights&>(w), [&](TensorView& v) { fn(v); });
+}
+
+uint64_t weights_bytes(const Weights& w) {
+  uint64_t total = 0;
+  for_each_view(w, [&](const TensorView& v) { total += v.nbytes; });
+  return total;
+}
+
+DummyWeights::DummyWeights(const ModelConfig& cfg, uint64_t seed) {
+  const int64_t D = cfg.hidden_size, n = cfg.hc_mult, V = cfg.vocab_size;
+  w_.embed = spec(DType::BF16, {V, D});
+  w_.head = dense(V, D);
+  w_.norm = spec(DType::BF16, {D});
+  w_.hc_head = hc(n, n * D, 1);
+  for (const LayerSpec& ls : cfg.layers) w_.layers.push_back(block(cfg, ls));
+
+  std::map<DType, size_t> largest;
+  for_each_view(w_, [&](TensorView& v) { largest[v.dtype] = std::max(largest[v.dtype], v.nbytes); });
+  std::map<DType, const uint8_t*> base;
+  for (auto [t, bytes] : largest) {
+    pools_.emplace_back(bytes);
+    fill_pool(pools_.back(), t, seed + uint64_t(t), cfg.n_routed_experts, cfg.experts_per_tok);
+    base[t] = pools_.back().data();
+  }
+  for_each_view(w_, [&](TensorView& v) { v.data = base.at(v.dtype); });
+}
+
+}  // namespace dsv4::cuda
