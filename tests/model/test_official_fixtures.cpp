@@ -14,7 +14,8 @@ using test::Golden;
 
 struct Bounds {
   const char* fixture;
-  double rel, top1;
+  double rel, top1;          // the targets (reported)
+  double cpu_rel, cpu_top1;  // DeepSeek's reference itself run on a CPU (asserted; 0 = not measured)
 };
 
 // Logits of positions P-1 .. n-1 after a prefill of P then one token per step.
@@ -40,10 +41,13 @@ class Official : public ::testing::TestWithParam<Bounds> {
   }
 };
 
-// The acceptance bounds (rel, top1) are reported; what is asserted is that the official
-// numerics land closer to DeepSeek's reference than the same engine without quantization does
-// (reference numerics), and than the reference's own unquantized run (manifest), i.e. that the
-// quantization steps are present and pull the right way. See docs/numerics.md for the open gap.
+// The fixtures were computed by DeepSeek's reference on a GPU; the same code run on a CPU lands
+// 0.014 (tiny-shakespeare-fp8) / 0.19 (tiny-q) away, because fp32 summation order and expf/rsqrtf
+// ulps flip bf16 roundings that the FP8 steps amplify (docs/numerics.md). The bounds (rel,
+// top1) sit below that spread and are reported. Asserted: the official numerics land at least as close
+// as the reference's own CPU run, closer than the same engine without quantization (reference
+// numerics), and closer than the reference's own unquantized run (manifest) — the quantization steps
+// are present and pull the right way; dropping any one of them lands at 0.020 or more.
 TEST_P(Official, LogitsSteps) {
   const Bounds b = GetParam();
   Golden g(b.fixture);
@@ -61,6 +65,10 @@ TEST_P(Official, LogitsSteps) {
               b.fixture, rel, b.rel, top1, b.top1, rel_ref, unquantized);
   EXPECT_LT(rel, rel_ref);
   EXPECT_LT(rel, unquantized);
+  if (b.cpu_rel > 0) {
+    EXPECT_LE(rel, b.cpu_rel) << "DeepSeek's reference on a CPU reaches " << b.cpu_rel;
+    EXPECT_GE(top1, b.cpu_top1) << "DeepSeek's reference on a CPU reaches top-1 " << b.cpu_top1;
+  }
 }
 
 // One prefill of the whole sequence, last row, on the trained model (random-weight fixtures are chaotic
@@ -77,8 +85,9 @@ TEST(OfficialShakespeare, PrefillAllLastRow) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, Official,
-                         ::testing::Values(Bounds{"tiny-shakespeare-fp8", 0.006, 0.99}, Bounds{"tiny-q-wide", 0.08, 0.92},
-                                           Bounds{"tiny-q", 0.12, 0.85}),
+                         ::testing::Values(Bounds{"tiny-shakespeare-fp8", 0.006, 0.99, 0.0144, 0.970},
+                                           Bounds{"tiny-q-wide", 0.08, 0.92, 0, 0},
+                                           Bounds{"tiny-q", 0.12, 0.85, 0.1873, 0.703}),
                          [](const auto& info) { return test::test_name(info.param.fixture); });
 
 // MTP block fed the reference's streams: prefill over positions 0..P-1 with next ids 1..P, then one
