@@ -6,6 +6,7 @@
 #include "backend/cuda/check.h"
 #include "backend/cuda/ops.h"
 #include "backend/cuda/sampling.h"
+#include "core/dtype.h"
 #include "core/error.h"
 #include "io/safetensors.h"
 #include "model_cuda/dummy_weights.h"
@@ -171,12 +172,22 @@ Tensor CudaModel::download_logits(int64_t rows) {
   return out;
 }
 
-void CudaModel::forward_async(int slot, int64_t pos, const std::vector<int32_t>& tokens) {
+Tensor CudaModel::streams(int64_t T) {
+  const int64_t n = cfg_.hc_mult, D = cfg_.hidden_size;
+  std::vector<uint16_t> raw(size_t(T * n * D));
+  DSV4_CUDA_CHECK(cudaMemcpyAsync(raw.data(), X_.get(), raw.size() * 2, cudaMemcpyDeviceToHost, ctx_->stream()));
+  ctx_->synchronize();
+  Tensor out({T, n, D});
+  for (size_t i = 0; i < raw.size(); ++i) out.data[i] = bf16_to_f32(raw[i]);
+  return out;
+}
+
+void CudaModel::forward_async(int slot, int64_t pos, const std::vector<int32_t>& tokens, int64_t layers) {
   const int64_t T = int64_t(tokens.size());
   std::vector<int32_t> positions(static_cast<size_t>(T)), slots(static_cast<size_t>(T), slot);
   for (int64_t t = 0; t < T; ++t) positions[size_t(t)] = int32_t(pos + t);
   upload_inputs(tokens, slots, positions);
-  body(T, T, -1, T - 1, 1);
+  body(T, T, layers, T - 1, 1);
 }
 
 Tensor CudaModel::forward(int slot, int64_t pos, const std::vector<int32_t>& tokens, bool all_logits) {

@@ -57,8 +57,11 @@ class CudaModel {
   // Prefill chunk of one sequence: tokens at positions pos.. of `slot`; returns logits [T or 1, V] on
   // the host (synchronizes). T <= max_tokens.
   Tensor forward(int slot, int64_t pos, const std::vector<int32_t>& tokens, bool all_logits = false);
-  // As forward, enqueue only: logits of the last position in row 0 of logits_device().
-  void forward_async(int slot, int64_t pos, const std::vector<int32_t>& tokens);
+  // As forward, enqueue only: logits of the last position in row 0 of logits_device(). `layers` >= 0
+  // runs only the first `layers` layers (debugging: the streams at a layer boundary, see streams()).
+  void forward_async(int slot, int64_t pos, const std::vector<int32_t>& tokens, int64_t layers = -1);
+  // The residual streams X [T, n, D] after the last call (synchronizes), as fp32.
+  Tensor streams(int64_t T);
 
   // One decode step for B = ids.size() sequences: token ids[b] of the sequence in slots[b] at
   // positions[b]. Returns logits [B, V] on the host (synchronizes).
