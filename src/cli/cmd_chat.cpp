@@ -7,7 +7,6 @@
 
 #include "cli/chat_turn.h"
 #include "cli/commands.h"
-#include "cli/device.h"
 #include "cli/gen_options.h"
 #include "core/error.h"
 
@@ -15,7 +14,7 @@ namespace dsv4::cli {
 namespace {
 
 void chat(GenOptions& o) {
-  Loaded l = load_model_and_tokenizer(o);
+  Loaded l = load_model_and_tokenizer(o, "chat");
   Sampler sampler(o.sampling());
   const bool tty = stdout_is_terminal();
   nlohmann::ordered_json history = nlohmann::ordered_json::array();
@@ -51,10 +50,7 @@ void register_chat(CLI::App& app) {
   auto o = std::make_shared<GenOptions>();
   CLI::App* c = app.add_subcommand("chat", "Interactive multi-turn chat (/reset, /exit, Ctrl-D)");
   o->add_to(*c);
-  c->callback([o] {
-    use_cuda(o->device, "chat", false);
-    chat(*o);
-  });
+  c->callback([o] { chat(*o); });
 }
 
 }  // namespace dsv4::cli

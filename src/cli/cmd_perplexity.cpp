@@ -8,9 +8,9 @@
 
 #include "cli/cli_io.h"
 #include "cli/commands.h"
-#include "cli/device.h"
 #include "cli/gen_options.h"
 #include "core/error.h"
+#include "io/config.h"
 
 namespace dsv4::cli {
 namespace {
@@ -24,14 +24,14 @@ struct PplArgs {
 
 void perplexity(const PplArgs& a) {
   const std::string text = read_input_file(a.file);
-  Loaded l = load_model_and_tokenizer(a.gen);
-  std::vector<int32_t> ids = l.tok.encode(text);
-  if (a.limit > 0 && int64_t(ids.size()) > a.limit) ids.resize(size_t(a.limit));
-  if (ids.size() < 2) fail(a.file, ": needs at least 2 tokens, has ", ids.size());
-  const int64_t W = std::min<int64_t>(a.window, l.model->config().max_position_embeddings);
+  const int64_t W = std::min<int64_t>(a.window, load_config(a.gen.model).max_position_embeddings);
   const int64_t S = a.stride > 0 ? a.stride : W;
   if (W < 2) fail("--window must be >= 2");
   if (S > W) fail("--stride (", S, ") must not exceed --window (", W, ")");
+  Loaded l = load_model_and_tokenizer(a.gen, "perplexity", W);  // on cuda: one slot of W positions
+  std::vector<int32_t> ids = l.tok.encode(text);
+  if (a.limit > 0 && int64_t(ids.size()) > a.limit) ids.resize(size_t(a.limit));
+  if (ids.size() < 2) fail(a.file, ": needs at least 2 tokens, has ", ids.size());
   const int64_t n = int64_t(ids.size()), V = l.model->config().vocab_size;
   const bool tty = isatty(STDERR_FILENO) != 0;
 
@@ -39,8 +39,8 @@ void perplexity(const PplArgs& a) {
   int64_t scored = 0, next_target = 1;  // first position whose token has not been scored yet
   for (int64_t start = 0; next_target < n; start += S) {
     const int64_t end = std::min(start + W, n);
-    SequenceState st = l.model->new_state();
-    Tensor logits = l.model->forward(st, std::vector<int32_t>(ids.begin() + start, ids.begin() + end));
+    StepSequence seq(*l.model, W);  // one prefill call of the window (the CUDA model splits it)
+    Tensor logits = seq.feed(std::vector<int32_t>(ids.begin() + start, ids.begin() + end), true);
     for (int64_t t = std::max(next_target, start + 1); t < end; ++t) {
       const float* row = logits.row(t - 1 - start);
       const float mx = *std::max_element(row, row + V);
@@ -79,10 +79,7 @@ void register_perplexity(CLI::App& app) {
   c->add_option("--stride", a->stride, "Tokens between window starts (default: the window, no overlap)");
   c->add_option("--limit", a->limit, "Score only the first N tokens of the file");
   c->add_flag("--json", a->json, "Print the result as JSON");
-  c->callback([a] {
-    use_cuda(a->gen.device, "perplexity", false);
-    perplexity(*a);
-  });
+  c->callback([a] { perplexity(*a); });
 }
 
 }  // namespace dsv4::cli

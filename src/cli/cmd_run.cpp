@@ -32,8 +32,7 @@ void run(RunArgs& a) {
     std::fputs(piece.c_str(), stdout);
     std::fflush(stdout);
   };
-  if (use_cuda(a.gen.device, "run")) {
-    if (chat_mode) fail("dsv4 run --chat: not yet on cuda (use --raw or --device cpu)");
+  if (!chat_mode && use_cuda(a.gen.device, "run")) {
     if (a.gen.numerics != "official") fail("--device cuda runs official numerics only (use --device cpu)");
     const Tokenizer tok = Tokenizer::load(a.gen.model);
     const std::vector<int32_t> prompt = tok.encode(a.prompt);
@@ -45,7 +44,7 @@ void run(RunArgs& a) {
     if (a.gen.stats) print_stats(r.stats);
     return;
   }
-  Loaded l = load_model_and_tokenizer(a.gen);
+  Loaded l = load_model_and_tokenizer(a.gen, "run");  // --chat: on cuda too
   Sampler sampler(a.gen.sampling());
   GenerationStats stats;
   if (chat_mode) {

@@ -44,18 +44,21 @@ void serve(ServeArgs& a) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);  // a client that hangs up must not end the server
 
-  GenOptions g;
-  g.model = a.model;
-  g.numerics = a.numerics;
-  Loaded l = load_model_and_tokenizer(g);
-  Engine engine(*l.model, l.tok, a.engine);
-  server::ServerContext ctx(engine, l.tok, a.served_name.empty() ? model_name_of(a.model) : a.served_name);
+  const bool cuda = use_cuda(a.device, "serve");
+  const Tokenizer tok = Tokenizer::load(a.model);
+  // On cuda: a slot per sequence, each of the engine's context (default: the model's, capped), and
+  // prefill calls of the engine's chunk.
+  const std::unique_ptr<StepModel> model =
+      load_step_model(a.model, cuda, a.numerics, a.engine.max_num_seqs, a.engine.max_context,
+                      std::min(a.engine.prefill_chunk, a.engine.max_step_tokens), terminal_load_progress(a.model));
+  Engine engine(*model, tok, a.engine);
+  server::ServerContext ctx(engine, tok, a.served_name.empty() ? model_name_of(a.model) : a.served_name);
   server::HttpServer http(ctx, a.http);
   const int port = http.bind();
   std::thread accept_thread([&] { http.run(); });
-  std::printf("dsv4 serve: %s (%s numerics, context %lld, max %d sequences) on http://%s:%d\n",
-              ctx.model_name.c_str(), numerics_name(l.model->numerics()), (long long)engine.max_context(),
-              a.engine.max_num_seqs, a.http.host.c_str(), port);
+  std::printf("dsv4 serve: %s (%s numerics, %s, context %lld, max %d sequences) on http://%s:%d\n",
+              ctx.model_name.c_str(), numerics_name(parse_numerics(a.numerics)), cuda ? "cuda" : "cpu",
+              (long long)engine.max_context(), a.engine.max_num_seqs, a.http.host.c_str(), port);
   std::fflush(stdout);
 
   int sig = 0;
@@ -109,10 +112,7 @@ void register_serve(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   add_device_option(*c, a->device);
-  c->callback([a] {
-    use_cuda(a->device, "serve", false);
-    serve(*a);
-  });
+  c->callback([a] { serve(*a); });
 }
 
 }  // namespace dsv4::cli

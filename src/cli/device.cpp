@@ -5,10 +5,12 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "model/model.h"
 
 #if DSV4_HAVE_CUDA
 #include "backend/cuda/context.h"
 #include "model_cuda/cuda_model.h"
+#include "model_cuda/cuda_step_model.h"
 #endif
 
 namespace dsv4::cli {
@@ -37,6 +39,21 @@ bool use_cuda(const std::string& device, const char* command, bool supported) {
   if (!supported) fail("dsv4 ", command, ": not yet on cuda (use --device cpu)");
   if (!cuda_available()) fail("--device cuda: no Hopper (sm_90) GPU found");
   return true;
+}
+
+std::unique_ptr<StepModel> load_step_model(const std::string& dir, bool cuda, const std::string& numerics,
+                                           int max_seqs, int64_t max_ctx, int64_t chunk,
+                                           const LoadProgress& progress) {
+  if (!cuda) return std::make_unique<CpuStepModel>(Model::load(dir, parse_numerics(numerics), progress), max_seqs);
+  if (numerics != "official") fail("--device cuda runs official numerics only (use --device cpu)");
+#if DSV4_HAVE_CUDA
+  if (max_ctx <= 0)
+    max_ctx = std::min<int64_t>(load_config(dir).max_position_embeddings, kCudaDefaultContext);
+  return cuda::CudaStepModel::load(dir, max_seqs, max_ctx, chunk, progress);
+#else
+  (void)max_seqs, (void)max_ctx, (void)chunk;
+  fail("--device cuda: this dsv4 was built without CUDA");
+#endif
 }
 
 #if DSV4_HAVE_CUDA

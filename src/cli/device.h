@@ -1,7 +1,7 @@
 // --device cpu|cuda on the computing commands, and the CUDA model behind `run` and `logits`.
 // Default ("auto"): cuda when this is a CUDA build and a Hopper GPU is present, else cpu. Commands whose
-// CUDA path does not exist yet (chat, perplexity, serve) resolve "auto" to cpu and refuse an explicit
-// "cuda" with a one-line error.
+// CUDA path does not exist yet (run --chat, logits --mtp) refuse "cuda" with a one-line error.
+// chat, perplexity and serve run on a StepModel (runtime/step_model.h) made by load_step_model.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -12,6 +12,7 @@
 #include "core/tensor.h"
 #include "io/config.h"
 #include "model/cpu_weights.h"
+#include "runtime/step_model.h"
 
 namespace CLI {
 class App;
@@ -23,6 +24,17 @@ void add_device_option(CLI::App& c, std::string& device);  // --device, default 
 // True when `command` runs on the GPU. `supported`: whether that command has a CUDA path.
 bool use_cuda(const std::string& device, const char* command, bool supported = true);
 bool cuda_available();  // CUDA build and a Hopper device
+
+// Positions per sequence of a CUDA model when the command does not say (the model's context capped
+// here: the GPU state is allocated for the whole context of every slot).
+constexpr int64_t kCudaDefaultContext = 4096;
+
+// The model behind chat / perplexity / serve: on the CPU a CpuStepModel (numerics as given), on cuda a
+// CudaStepModel (official numerics only) of `max_seqs` slots, `max_ctx` positions each (0: the model's
+// capped at kCudaDefaultContext) and prefill calls of up to `chunk` tokens.
+std::unique_ptr<StepModel> load_step_model(const std::string& dir, bool cuda, const std::string& numerics,
+                                           int max_seqs, int64_t max_ctx, int64_t chunk,
+                                           const LoadProgress& progress);
 
 // A CUDA model of one sequence (slot 0), fed chunk by chunk like SequenceState + Model::forward.
 class CudaSequence {

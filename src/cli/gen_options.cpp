@@ -64,10 +64,11 @@ StopConditions GenOptions::stops(const Tokenizer& tok) const {
 
 bool stdout_is_terminal() { return isatty(STDOUT_FILENO) != 0; }
 
-Loaded load_model_and_tokenizer(const GenOptions& o) {
-  Loaded l{Model::load(o.model, parse_numerics(o.numerics), terminal_load_progress(o.model)),
-           Tokenizer::load(o.model)};
-  return l;
+Loaded load_model_and_tokenizer(const GenOptions& o, const char* command, int64_t max_ctx) {
+  const bool cuda = use_cuda(o.device, command);
+  Tokenizer tok = Tokenizer::load(o.model);  // before the weights: a missing tokenizer fails fast
+  return Loaded{load_step_model(o.model, cuda, o.numerics, 1, max_ctx, 256, terminal_load_progress(o.model)),
+                std::move(tok)};
 }
 
 LoadProgress terminal_load_progress(const std::string& what) {

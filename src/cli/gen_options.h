@@ -8,6 +8,7 @@
 #include "model/model.h"
 #include "runtime/generate.h"
 #include "runtime/sampler.h"
+#include "runtime/step_model.h"
 #include "tokenizer/tokenizer.h"
 
 namespace CLI {
@@ -36,12 +37,14 @@ struct GenOptions {
   StopConditions stops(const Tokenizer& tok) const;  // adds the tokenizer's EOS as a stop id
 };
 
-// A loaded model and its tokenizer, with a progress line on a terminal while loading.
+// A loaded model (one sequence at a time) and its tokenizer, with a progress line on a terminal while
+// loading. The model runs on o.device (cli/device.h; `command` names the command in its errors): a
+// CpuStepModel, or a CudaStepModel of one slot with `max_ctx` positions (0: the default).
 struct Loaded {
-  std::unique_ptr<Model> model;
+  std::unique_ptr<StepModel> model;
   Tokenizer tok;
 };
-Loaded load_model_and_tokenizer(const GenOptions& o);
+Loaded load_model_and_tokenizer(const GenOptions& o, const char* command, int64_t max_ctx = 0);
 // A progress line on stderr while weights load (nothing when stderr is not a terminal).
 LoadProgress terminal_load_progress(const std::string& what);
 

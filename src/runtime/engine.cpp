@@ -17,10 +17,11 @@ struct Engine::Pending {
 // A running request: its model state, sampler and the text pipeline of the single-sequence loop
 // (generate.cpp): ids -> StreamDecoder -> StopStringFilter.
 struct Engine::Sequence {
-  Sequence(Pending p, const Model& model, const Tokenizer& tok)
+  Sequence(Pending p, StepModel& model, const Tokenizer& tok)
       : ch(std::move(p.ch)),
         req(std::move(p.req)),
-        state(model.new_state()),
+        model(model),
+        slot(model.new_sequence()),
         sampler(req.sampling),
         dec(tok),
         filter(req.stop.stop_strings),
@@ -28,10 +29,14 @@ struct Engine::Sequence {
         max_new(p.max_new),
         pages(p.pages),
         arrived(p.arrived) {}
+  ~Sequence() { model.release(slot); }
+  Sequence(const Sequence&) = delete;
+  Sequence& operator=(const Sequence&) = delete;
 
   std::shared_ptr<RequestChannel> ch;
   GenerationRequest req;
-  SequenceState state;
+  StepModel& model;
+  int slot;  // the model's sequence slot
   Sampler sampler;
   StreamDecoder dec;
   StopStringFilter filter;
@@ -39,14 +44,15 @@ struct Engine::Sequence {
   int64_t max_new, pages;
   Clock::time_point arrived, last_token;
   int64_t prefilled = 0, generated = 0;
+  int64_t pos = 0;          // the next position to feed
   int32_t next_token = -1;  // sampled, to be fed by the next decode
   bool done = false;
 };
 
 namespace {
 
-int64_t context_of(const Model& model, const EngineOptions& opt) {
-  const int64_t model_ctx = model.config().max_position_embeddings;
+int64_t context_of(const StepModel& model, const EngineOptions& opt) {
+  const int64_t model_ctx = model.max_context();
   return opt.max_context > 0 ? std::min(opt.max_context, model_ctx) : model_ctx;
 }
 
@@ -62,16 +68,24 @@ EngineEvent failed(const std::string& why) {
 }  // namespace
 
 Engine::Engine(const Model& model, const Tokenizer& tok, EngineOptions opt)
-    : model_(model),
+    : Engine(std::make_unique<CpuStepModel>(model, std::max(1, opt.max_num_seqs)), nullptr, tok, opt) {}
+
+Engine::Engine(StepModel& model, const Tokenizer& tok, EngineOptions opt) : Engine(nullptr, &model, tok, opt) {}
+
+Engine::Engine(std::unique_ptr<StepModel> owned, StepModel* model, const Tokenizer& tok, EngineOptions opt)
+    : owned_(std::move(owned)),
+      model_(owned_ ? *owned_ : *model),
       tok_(tok),
       opt_(opt),
-      max_context_(context_of(model, opt)),
+      max_context_(context_of(model_, opt)),
       pool_(opt.cache_tokens > 0 ? opt.cache_tokens : int64_t(std::max(1, opt.max_num_seqs)) * max_context_,
             opt.cache_page_tokens),
       signal_(std::make_shared<EngineSignal>()) {
   if (opt_.max_num_seqs < 1) fail("max_num_seqs must be at least 1 (got ", opt_.max_num_seqs, ")");
   if (opt_.max_step_tokens < 1) fail("max_step_tokens must be at least 1 (got ", opt_.max_step_tokens, ")");
   if (opt_.max_queue < 0) fail("max_queue must not be negative (got ", opt_.max_queue, ")");
+  if (model_.max_sequences() < opt_.max_num_seqs)
+    fail("max_num_seqs is ", opt_.max_num_seqs, " but the model holds ", model_.max_sequences(), " sequences");
   opt_.prefill_chunk = std::clamp<int64_t>(opt_.prefill_chunk, 1, opt_.max_step_tokens);
   stats_.max_num_seqs = opt_.max_num_seqs;
   update_gauges(0);
@@ -171,7 +185,16 @@ void Engine::loop() {
       }
       admit(admitted);
     }
-    for (Pending& p : admitted) running_.push_back(std::make_unique<Sequence>(std::move(p), model_, tok_));
+    for (Pending& p : admitted) {
+      auto ch = p.ch;
+      try {
+        running_.push_back(std::make_unique<Sequence>(std::move(p), model_, tok_));
+      } catch (const std::exception& e) {  // no slot (a StepModel smaller than max_num_seqs)
+        ch->push(failed(e.what()));
+        pool_.release(p.pages);
+        --in_flight_;
+      }
+    }
     run_step(step++);
   }
 }
@@ -230,27 +253,58 @@ void Engine::run_step(uint64_t step) {
   for (const auto& s : running_) demands.push_back({int64_t(s->req.prompt.size()), s->prefilled});
   const std::vector<StepItem> plan = plan_step(demands, {opt_.max_step_tokens, opt_.prefill_chunk}, step);
 
-  ForwardOptions last;
-  last.all_logits = false;
+  // The decode tokens of every decoding sequence go through one decode call (the plan puts them
+  // first), then the prefill chunks one by one.
   int64_t step_tokens = 0, step_seqs = 0;
   size_t prev_seq = SIZE_MAX;
+  std::vector<DecodeItem> batch;
+  std::vector<Sequence*> batch_seqs;
+  std::vector<const StepItem*> prefills;
   for (const StepItem& item : plan) {
     Sequence& s = *running_[item.seq];
     if (s.done || s.ch->cancelled()) continue;
     step_tokens += item.tokens();
     if (item.seq != prev_seq) ++step_seqs;
     prev_seq = item.seq;
+    if (item.decode) {
+      batch.push_back({s.slot, s.next_token, s.pos});
+      batch_seqs.push_back(&s);
+    } else {
+      prefills.push_back(&item);
+    }
+  }
+  if (!batch.empty()) {
+    Tensor logits;
     try {
-      if (item.decode) {
-        Tensor logits = model_.forward(s.state, {s.next_token}, last);
-        sample(s, logits.ptr());
-      } else {
-        const auto& p = s.req.prompt;
-        std::vector<int32_t> chunk(p.begin() + item.begin, p.begin() + item.end);
-        Tensor logits = model_.forward(s.state, chunk, last);
-        s.prefilled = item.end;
-        if (s.prefilled == int64_t(p.size())) sample(s, logits.ptr());
+      logits = model_.decode(batch);
+    } catch (const std::exception& e) {
+      for (Sequence* s : batch_seqs) {
+        s->ch->push(failed(e.what()));
+        s->done = true;
       }
+      batch_seqs.clear();
+    }
+    for (size_t b = 0; b < batch_seqs.size(); ++b) {
+      Sequence& s = *batch_seqs[b];
+      ++s.pos;
+      try {
+        sample(s, logits.row(int64_t(b)));
+      } catch (const std::exception& e) {
+        s.ch->push(failed(e.what()));
+        s.done = true;
+      }
+    }
+  }
+  for (const StepItem* item : prefills) {
+    Sequence& s = *running_[item->seq];
+    if (s.done) continue;
+    try {
+      const auto& p = s.req.prompt;
+      std::vector<int32_t> chunk(p.begin() + item->begin, p.begin() + item->end);
+      Tensor logits = model_.prefill(s.slot, s.pos, chunk, false);
+      s.pos += int64_t(chunk.size());
+      s.prefilled = item->end;
+      if (s.prefilled == int64_t(p.size())) sample(s, logits.ptr());
     } catch (const std::exception& e) {
       s.ch->push(failed(e.what()));
       s.done = true;

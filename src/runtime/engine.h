@@ -6,9 +6,10 @@
 // its events through its own channel (engine_channel.h); cancelling a channel frees the sequence
 // before the next step.
 //
-// The CPU backend runs the step's forward passes one sequence after another (Model::forward per
-// sequence, chunked prefill on consecutive chunks of one SequenceState); the plan/run split is where
-// a batched backend takes over.
+// The model is a StepModel (runtime/step_model.h): each sequence holds one of its slots while it runs;
+// a step's decode tokens (one per decoding sequence) go through ONE StepModel::decode call (a single
+// batched GPU step on CUDA; on the CPU, Model::forward per sequence), then the prefill chunks, one
+// StepModel::prefill per chunk.
 //
 // The engine knows nothing of HTTP or chat: it takes token ids and returns token ids and text.
 #pragma once
@@ -28,6 +29,7 @@
 #include "runtime/engine_schedule.h"
 #include "runtime/generate.h"
 #include "runtime/sampler.h"
+#include "runtime/step_model.h"
 #include "tokenizer/tokenizer.h"
 
 namespace dsv4 {
@@ -61,8 +63,10 @@ class RequestRejected : public Error {
 
 class Engine {
  public:
-  // `model` and `tok` must outlive the engine. Starts the scheduler thread.
+  // `model` and `tok` must outlive the engine. Starts the scheduler thread. The Model form runs on a
+  // CpuStepModel of it; a StepModel must hold at least opt.max_num_seqs sequences.
   Engine(const Model& model, const Tokenizer& tok, EngineOptions opt = {});
+  Engine(StepModel& model, const Tokenizer& tok, EngineOptions opt = {});
   ~Engine();  // shutdown(0)
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -82,6 +86,7 @@ class Engine {
  private:
   struct Pending;
   struct Sequence;
+  Engine(std::unique_ptr<StepModel> owned, StepModel* model, const Tokenizer& tok, EngineOptions opt);
   void loop();
   void admit(std::vector<Pending>& admitted);
   void run_step(uint64_t step);
@@ -90,7 +95,8 @@ class Engine {
   void fail_all(const std::string& why, std::deque<Pending>& queued);
   void update_gauges(int64_t queued);
 
-  const Model& model_;
+  std::unique_ptr<StepModel> owned_;  // the CpuStepModel of the Model form
+  StepModel& model_;
   const Tokenizer& tok_;
   EngineOptions opt_;
   int64_t max_context_;

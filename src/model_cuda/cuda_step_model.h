@@ -1,0 +1,37 @@
+// CudaStepModel: the runtime's StepModel (runtime/step_model.h) on the GPU. Slots are CudaModel state
+// slots; a prefill chunk is CudaModel::forward (split at max_tokens), a decode batch is ONE
+// CudaModel::decode_step (the CUDA graph of batch B). Official numerics only.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model_cuda/cuda_model.h"
+#include "runtime/step_model.h"
+
+namespace dsv4::cuda {
+
+class CudaStepModel : public StepModel {
+ public:
+  explicit CudaStepModel(std::unique_ptr<CudaModel> model);
+  // CudaModel::load(dir, {max_seqs, max_ctx, max_tokens}).
+  static std::unique_ptr<CudaStepModel> load(const std::string& dir, int max_seqs, int64_t max_ctx, int64_t max_tokens,
+                                             const LoadProgress& progress = {});
+  CudaModel& model() { return *model_; }
+
+  const ModelConfig& config() const override { return model_->config(); }
+  int64_t max_context() const override { return model_->options().max_ctx; }
+  int max_sequences() const override { return int(model_->options().max_seqs); }
+  int new_sequence() override;
+  void release(int slot) override;
+  Tensor prefill(int slot, int64_t pos, const std::vector<int32_t>& tokens, bool all_logits = false) override;
+  Tensor decode(const std::vector<DecodeItem>& items) override;
+
+ private:
+  void check(int slot, int64_t pos, int64_t T) const;
+
+  std::unique_ptr<CudaModel> model_;
+  std::vector<bool> taken_;
+};
+
+}  // namespace dsv4::cuda
