@@ -1,8 +1,8 @@
 // The engine (runtime/engine.h) on the GPU through CudaStepModel: concurrent greedy requests, whose
-// decode tokens share one CUDA-graph step, give the ids of the single-sequence CUDA path (generate()
-// over one slot: prefill chunks, then decode steps of batch 1). A batch of B runs other GEMM shapes
-// than a batch of 1, so ids are compared up to the first step where the single path's top two logits
-// are within kTie (a near-tie may flip); that must leave most of each completion compared.
+// decode tokens share one CUDA-graph step, give the ids of the single-sequence CUDA path (one slot:
+// prefill chunks, then decode steps of batch 1). A batch of B runs other GEMM shapes than a batch of
+// 1, so the ids may part where the single path's top two logits are within kTie (a near-tie), never
+// elsewhere; most ids must agree.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -109,27 +109,18 @@ TEST(CudaEngine, ConcurrentGreedyMatchesSingleSequence) {
   for (size_t i = 0; i < chans.size(); ++i) {
     const std::vector<int32_t> got = collect_ids(*chans[i]);
     ASSERT_EQ(got.size(), size_t(n)) << i;
+    // Equal ids up to the first difference; that one must come from a near-tie of the single path.
     int equal = 0;
-    bool tie = false, differs = false;
-    for (int k = 0; k < n; ++k) {
-      const bool tied = alone[i].margin[size_t(k)] < kTie;  // the logits id k came from
-      if (got[size_t(k)] != alone[i].ids[size_t(k)]) {
-        (tied ? tie : differs) = true;
-        break;
-      }
-      ++equal;
-      if (tied) {  // the ids after it may follow the other branch
-        tie = true;
-        break;
-      }
-    }
+    while (equal < n && got[size_t(equal)] == alone[i].ids[size_t(equal)]) ++equal;
+    const bool tie = equal < n && alone[i].margin[size_t(equal)] < kTie;
+    const bool differs = equal < n && !tie;
     std::printf("    request %zu: %d of %d ids equal to the single path%s\n", i, equal, n,
-                tie ? " (then a near-tie)" : "");
+                tie ? " (then they part at a near-tie)" : "");
     EXPECT_FALSE(differs) << "request " << i << " differs at id " << equal << " (single-path margin "
                           << alone[i].margin[size_t(std::min(equal, n - 1))] << ")";
     total_equal += equal;
   }
-  EXPECT_GE(total_equal, n);  // near-ties leave most of the ids compared
+  EXPECT_GE(total_equal, 2 * n);  // at least half of all ids agree
   const EngineStats st = engine.stats();
   std::printf("    %llu steps, batch mean %.2f\n", (unsigned long long)st.steps,
               st.batch_size.count() ? st.batch_size.sum() / double(st.batch_size.count()) : 0.0);
