@@ -7,6 +7,7 @@
 
 #include "backend/cuda/attn_ops.h"
 #include "backend/cuda/check.h"
+#include "backend/cuda/linear_exact.h"
 #include "backend/cuda/ops.h"
 #include "core/error.h"
 
@@ -104,10 +105,48 @@ LtMatmul& AttentionWorkspace::plan(const DeviceContext& ctx, GemmKind kind, int6
 
 namespace {
 
-// y [P, out] = linear(x [T, in]) in official numerics: FP8 weights quantize x (1x128) for the
-// block-scaled GEMM, dense weights run a bf16 GEMM. y must hold the plan's padded rows.
+// y [P, out] = linear(x [T, in]) in official numerics: FP8 weights quantize x (1x128), dense weights
+// take x as is. Up to kExactLinearMaxTokens tokens: exact_linear (bit-identical to the CPU twin);
+// beyond, cuBLASLt (FP8 block-scaled or bf16 GEMM), whose y must hold the plan's padded rows.
 void run_linear(const DeviceContext& ctx, AttentionWorkspace& ws, const DevLinear& w, const bf16* x, int64_t T,
                 bf16* y) {
+  if (T <= kExactLinearMaxTokens) {
+    ExactLinearParams e;
+    e.tokens = T;
+    e.out = int(w.out);
+    e.in = int(w.in);
+    e.y = y;
+    e.y_stride = w.out;
+    if (w.fp8) {
+      const int64_t nb = (w.in + 127) / 128;
+      ActQuantParams q;
+      q.x = x;
+      q.codes = ws.codes.get();
+      q.scale_f32 = ws.scales.get();
+      q.rows = T;
+      q.cols = int(w.in);
+      q.block = 128;
+      q.x_stride = w.in;
+      q.codes_stride = w.in;
+      q.sf_row_stride = nb;
+      q.sf_block_stride = 1;
+      act_quant_fp8(ctx, q);
+      e.x_codes = ws.codes.get();
+      e.x_scales = ws.scales.get();
+      e.x_stride = w.in;
+      e.xs_row_stride = nb;
+      e.xs_block_stride = 1;
+      e.w8 = w.w8.codes.get();
+      e.w_scales = w.w8.scales.get();
+      e.w_scale_ld = w.w8.scale_ld;
+    } else {
+      e.x = x;
+      e.x_stride = w.in;
+      e.w16 = w.w16.get();
+    }
+    exact_linear(ctx, e);
+    return;
+  }
   if (!w.fp8) {
     ws.plan(ctx, GemmKind::Bf16, w.out, w.in, T).run_bf16(ctx, x, w.w16.get(), y);
     return;
@@ -128,6 +167,22 @@ void run_linear(const DeviceContext& ctx, AttentionWorkspace& ws, const DevLinea
   q.sf_block_stride = P;
   act_quant_fp8(ctx, q);
   mm.run_fp8(ctx, ws.codes.get(), ws.scales.get(), w.w8, y);
+}
+
+// The fp32 linears (compressor projections, indexer weights_proj): exact_linear for short calls.
+void run_linear_f32(const DeviceContext& ctx, const LinearF32Params& lp) {
+  if (lp.tokens > kExactLinearMaxTokens) return linear_f32(ctx, lp);
+  ExactLinearParams e;
+  e.x = lp.x;
+  e.x_stride = lp.x_stride;
+  e.w16 = lp.w;
+  e.y = lp.y_bf16;
+  e.y_f32 = lp.y;
+  e.y_stride = lp.out;
+  e.tokens = lp.tokens;
+  e.out = lp.out;
+  e.in = lp.in;
+  exact_linear(ctx, e);
 }
 
 void run_rms_norm(const DeviceContext& ctx, bf16* x, const float* w, int64_t rows, int64_t dim, float eps) {
@@ -172,10 +227,10 @@ void run_compressor(const DeviceContext& ctx, const ModelConfig& cfg, AttentionW
   lp.out = width;
   lp.w = w.wkv.get();
   lp.y = ws.ca.get();
-  linear_f32(ctx, lp);
+  run_linear_f32(ctx, lp);
   lp.w = w.wgate.get();
   lp.y = ws.cg.get();
-  linear_f32(ctx, lp);
+  run_linear_f32(ctx, lp);
 
   CompressorPoolParams pp;
   pp.a = ws.ca.get();
@@ -233,7 +288,7 @@ void run_indexer(const DeviceContext& ctx, const ModelConfig& cfg, AttentionWork
   lp.x_stride = cfg.hidden_size;
   lp.in = int(cfg.hidden_size);
   lp.out = int(HI);
-  linear_f32(ctx, lp);
+  run_linear_f32(ctx, lp);
 
   IndexerScoreParams sp;
   sp.q = ws.qi.get();
@@ -265,6 +320,7 @@ void run_indexer(const DeviceContext& ctx, const ModelConfig& cfg, AttentionWork
 
 void AttentionWorkspace::prepare(const DeviceContext& ctx, const ModelConfig& cfg, const DevAttentionWeights& w,
                                  int64_t tokens) {
+  if (tokens <= kExactLinearMaxTokens) return;  // exact_linear needs no plans
   auto lin = [&](const DevLinear& l) {
     plan(ctx, l.fp8 ? GemmKind::Fp8BlockScaled : GemmKind::Bf16, l.out, l.in, tokens);
   };
@@ -371,6 +427,24 @@ void attention_forward(const DeviceContext& ctx, const ModelConfig& cfg, const D
   ring_write(ctx, rw);
 
   // Grouped output projection: heads of group g through rows g*ro.. of wo_a (bf16 GEMM), then wo_b.
+  if (T <= kExactLinearMaxTokens) {
+    for (int64_t g = 0; g < G; ++g) {
+      ExactLinearParams e;
+      e.x = ws.o.get() + g * gin;
+      e.x_stride = H * d;
+      e.w16 = w.wo_a.get() + g * ro * gin;
+      e.y = ws.z.get() + g * ro;
+      e.y_stride = G * ro;
+      e.tokens = T;
+      e.out = int(ro);
+      e.in = int(gin);
+      exact_linear(ctx, e);
+    }
+    run_linear(ctx, ws, w.wo_b, ws.z.get(), T, ws.y.get());
+    DSV4_CUDA_CHECK(cudaMemcpyAsync(out, ws.y.get(), size_t(T * D) * sizeof(bf16), cudaMemcpyDeviceToDevice,
+                                    ctx.stream()));
+    return;
+  }
   LtMatmul& mm_a = ws.plan(ctx, GemmKind::Bf16, ro, gin, T);
   for (int64_t g = 0; g < G; ++g) {
     DSV4_CUDA_CHECK(cudaMemcpy2DAsync(ws.og.get(), size_t(gin) * sizeof(bf16), ws.o.get() + g * gin,

@@ -7,6 +7,7 @@
 #include "backend/cuda/embed_head.h"
 #include "backend/cuda/fp4_gemv.h"
 #include "backend/cuda/fp4_tiled.h"
+#include "backend/cuda/linear_exact.h"
 #include "backend/cuda/moe_ops.h"
 #include "backend/cuda/ops.h"
 #include "core/dtype.h"
@@ -31,6 +32,25 @@ DeviceBuffer<bf16> upload_bf16(const TensorView& v) {
 }
 
 DeviceBuffer<float> upload_f32(const TensorView& v) { return DeviceBuffer<float>(to_tensor(v).data); }
+
+// Appends a dense weight's bf16 bits (checking its shape) to a host staging vector.
+void stage_dense(const LinearWeight& w, int64_t rows, int64_t K, std::vector<uint16_t>& dst) {
+  if (w.format != WeightFormat::Dense) fail(w.name, ": expected a dense weight, got ", weight_format_name(w.format));
+  if (w.out != rows || w.in != K) fail(w.name, ": shape [", w.out, ", ", w.in, "], expected [", rows, ", ", K, "]");
+  if (w.weight.dtype == DType::BF16) {
+    const uint16_t* b = reinterpret_cast<const uint16_t*>(w.weight.data);
+    dst.insert(dst.end(), b, b + rows * K);
+  } else {
+    const Tensor t = to_tensor(w.weight);
+    for (float v : t.data) dst.push_back(f32_to_bf16(v));
+  }
+}
+
+DeviceBuffer<bf16> upload_bits(const std::vector<uint16_t>& h) {
+  DeviceBuffer<bf16> d(h.size());
+  if (!h.empty()) DSV4_CUDA_CHECK(cudaMemcpy(d.get(), h.data(), h.size() * 2, cudaMemcpyHostToDevice));
+  return d;
+}
 
 // Writes an FP4 weight (checkpoint layout [rows, K/2]) to packed_dst in the tiled layout, and its E8M0
 // scales [rows, K/32] to scale_dst, after checking format and shape.
@@ -74,25 +94,49 @@ DevMoeWeights upload_moe_weights(const DeviceContext& ctx, const MoeWeights& w, 
   }
 
   const int64_t E = d.E, D = d.D, I = d.I;
-  std::vector<uint8_t> w13(size_t(E * 2 * I * D / 2)), s13(size_t(E * 2 * I * D / 32));
-  std::vector<uint8_t> w2(size_t(E * D * I / 2)), s2(size_t(E * D * I / 32));
-  for (int64_t e = 0; e < E; ++e) {
-    const ExpertWeights& x = w.experts[size_t(e)];
-    uint8_t* p13 = w13.data() + e * 2 * I * D / 2;
-    uint8_t* q13 = s13.data() + e * 2 * I * D / 32;
-    // w1 and w3 are packed as one [2I, D] matrix: the tiled layout tiles 16 rows, and I % 16 == 0, so
-    // packing the halves separately gives the same bytes as packing the stack.
-    stage_fp4(x.w1, I, D, p13, q13);
-    stage_fp4(x.w3, I, D, p13 + I * D / 2, q13 + I * D / 32);
-    stage_fp4(x.w2, D, I, w2.data() + e * D * I / 2, s2.data() + e * D * I / 32);
+  d.dense_experts = E > 0 && w.experts[0].w1.format == WeightFormat::Dense;
+  if (d.dense_experts) {
+    std::vector<uint16_t> w13, w2;
+    w13.reserve(size_t(E * 2 * I * D));
+    w2.reserve(size_t(E * D * I));
+    for (int64_t e = 0; e < E; ++e) {
+      const ExpertWeights& x = w.experts[size_t(e)];
+      stage_dense(x.w1, I, D, w13);
+      stage_dense(x.w3, I, D, w13);
+      stage_dense(x.w2, D, I, w2);
+    }
+    d.w13_16 = upload_bits(w13);
+    d.w2_16 = upload_bits(w2);
+  } else {
+    std::vector<uint8_t> w13(size_t(E * 2 * I * D / 2)), s13(size_t(E * 2 * I * D / 32));
+    std::vector<uint8_t> w2(size_t(E * D * I / 2)), s2(size_t(E * D * I / 32));
+    for (int64_t e = 0; e < E; ++e) {
+      const ExpertWeights& x = w.experts[size_t(e)];
+      uint8_t* p13 = w13.data() + e * 2 * I * D / 2;
+      uint8_t* q13 = s13.data() + e * 2 * I * D / 32;
+      // w1 and w3 are packed as one [2I, D] matrix: the tiled layout tiles 16 rows, and I % 16 == 0, so
+      // packing the halves separately gives the same bytes as packing the stack.
+      stage_fp4(x.w1, I, D, p13, q13);
+      stage_fp4(x.w3, I, D, p13 + I * D / 2, q13 + I * D / 32);
+      stage_fp4(x.w2, D, I, w2.data() + e * D * I / 2, s2.data() + e * D * I / 32);
+    }
+    d.w13 = DeviceBuffer<uint8_t>(w13);
+    d.w13_scales = DeviceBuffer<uint8_t>(s13);
+    d.w2 = DeviceBuffer<uint8_t>(w2);
+    d.w2_scales = DeviceBuffer<uint8_t>(s2);
   }
-  d.w13 = DeviceBuffer<uint8_t>(w13);
-  d.w13_scales = DeviceBuffer<uint8_t>(s13);
-  d.w2 = DeviceBuffer<uint8_t>(w2);
-  d.w2_scales = DeviceBuffer<uint8_t>(s2);
 
   d.has_shared = cfg.n_shared_experts > 0 && w.shared.w1.present();
-  if (d.has_shared) {
+  d.shared_dense = d.has_shared && w.shared.w1.format == WeightFormat::Dense;
+  if (d.shared_dense) {
+    std::vector<uint16_t> h1, h3, h2;
+    stage_dense(w.shared.w1, I, D, h1);
+    stage_dense(w.shared.w3, I, D, h3);
+    stage_dense(w.shared.w2, D, I, h2);
+    d.shared16_w1 = upload_bits(h1);
+    d.shared16_w3 = upload_bits(h3);
+    d.shared16_w2 = upload_bits(h2);
+  } else if (d.has_shared) {
     for (const LinearWeight* l : {&w.shared.w1, &w.shared.w2, &w.shared.w3})
       if (l->format != WeightFormat::FP8) fail(l->name, ": the GPU MoE needs an FP8 shared expert, got ", weight_format_name(l->format));
     d.shared_w1 = upload_fp8_weight(w.shared.w1.weight, w.shared.w1.scale);
@@ -156,7 +200,9 @@ MoeWorkspace::SharedPlans& MoeWorkspace::plans(const DeviceContext& ctx, int64_t
   return *plans_.emplace(T, std::move(p)).first->second;
 }
 
-void MoeWorkspace::prepare(const DeviceContext& ctx, int64_t T) { plans(ctx, T); }
+void MoeWorkspace::prepare(const DeviceContext& ctx, int64_t T) {
+  if (T > kExactLinearMaxTokens) plans(ctx, T);
+}
 
 // ---- Forward.
 void moe_forward(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace& ws, const bf16* x,
@@ -165,7 +211,9 @@ void moe_forward(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace&
   if (T > ws.max_tokens()) fail("moe_forward: ", T, " tokens, the workspace holds ", ws.max_tokens());
   if (ws.D != w.D || ws.I != w.I || ws.E != w.E || ws.k != w.k) fail("moe_forward: workspace shapes differ from the layer's");
   const int64_t D = w.D, I = w.I, k = w.k, Tk = T * k;
-  MoeWorkspace::SharedPlans* plans = w.has_shared ? &ws.plans(ctx, T) : nullptr;
+  const bool exact = T <= kExactLinearMaxTokens, shared_fp8 = w.has_shared && !w.shared_dense;
+  if (w.dense_experts && Tk > 65535) fail("moe_forward: ", Tk, " dense-expert selections exceed one launch");
+  MoeWorkspace::SharedPlans* plans = shared_fp8 && !exact ? &ws.plans(ctx, T) : nullptr;
   const int64_t P = plans ? plans->up->padded_tokens() : T;
 
   RouterParams r;
@@ -187,29 +235,57 @@ void moe_forward(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace&
   r.scaling = w.routed_scaling;
   moe_router(ctx, r);
 
-  ActQuantParams q;  // x -> e4m3, scales block-major for cuBLASLt (the GEMVs read the gathered copy)
-  q.x = x;
-  q.codes = ws.xq.get();
-  q.scale_f32 = ws.xs.get();
-  q.rows = T;
-  q.cols = int(D);
-  q.block = 128;
-  q.x_stride = D;
-  q.codes_stride = D;
-  q.sf_row_stride = 1;
-  q.sf_block_stride = P;
-  act_quant_fp8(ctx, q);
+  if (!w.dense_experts || shared_fp8) {  // x -> e4m3, scales block-major (b * P + t)
+    ActQuantParams q;
+    q.x = x;
+    q.codes = ws.xq.get();
+    q.scale_f32 = ws.xs.get();
+    q.rows = T;
+    q.cols = int(D);
+    q.block = 128;
+    q.x_stride = D;
+    q.codes_stride = D;
+    q.sf_row_stride = 1;
+    q.sf_block_stride = P;
+    act_quant_fp8(ctx, q);
+  }
 
-  MoeGatherParams g;
-  g.xq = ws.xq.get();
-  g.xs = ws.xs.get();
-  g.sel_xq = ws.sel_xq.get();
-  g.sel_xs = ws.sel_xs.get();
-  g.T = T;
-  g.P = P;
-  g.k = int(k);
-  g.D = int(D);
-  moe_gather(ctx, g);
+  // exact_linear of a bf16 / FP8 input against a bf16 / FP8 weight (one token per expert selection
+  // when expert_ids is given).
+  auto exact_dense = [&](const bf16* xin, int64_t rows, int64_t row_div, const bf16* wt, const int32_t* ids,
+                         int64_t out, int64_t K, bf16* yout) {
+    ExactLinearParams e;
+    e.x = xin;
+    e.x_stride = K;
+    e.x_row_div = row_div;
+    e.w16 = wt;
+    e.expert_ids = ids;
+    e.w_expert_stride = out * K;
+    e.y = yout;
+    e.y_stride = out;
+    e.tokens = rows;
+    e.out = int(out);
+    e.in = int(K);
+    exact_linear(ctx, e);
+  };
+  auto exact_fp8 = [&](const uint8_t* codes, const float* scales, int64_t xs_row, int64_t xs_blk, const Fp8Weight& wt,
+                       bf16* yout) {
+    ExactLinearParams e;
+    e.x_codes = codes;
+    e.x_scales = scales;
+    e.x_stride = wt.in;
+    e.xs_row_stride = xs_row;
+    e.xs_block_stride = xs_blk;
+    e.w8 = wt.codes.get();
+    e.w_scales = wt.scales.get();
+    e.w_scale_ld = wt.scale_ld;
+    e.y = yout;
+    e.y_stride = wt.out;
+    e.tokens = T;
+    e.out = int(wt.out);
+    e.in = int(wt.in);
+    exact_linear(ctx, e);
+  };
 
   // Routed experts: one GEMV selection per (token, pick), in launches of at most 65535 selections.
   auto gemv = [&](const DeviceBuffer<uint8_t>& wp, const DeviceBuffer<uint8_t>& wsc, const uint8_t* xc, const float* xsc,
@@ -234,7 +310,21 @@ void moe_forward(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace&
       fp4_gemv(ctx, f);
     }
   };
-  gemv(w.w13, w.w13_scales, ws.sel_xq.get(), ws.sel_xs.get(), 2 * I, D, ws.y13.get());
+  if (w.dense_experts) {
+    exact_dense(x, Tk, k, w.w13_16.get(), ws.ids.get(), 2 * I, D, ws.y13.get());
+  } else {
+    MoeGatherParams g;
+    g.xq = ws.xq.get();
+    g.xs = ws.xs.get();
+    g.sel_xq = ws.sel_xq.get();
+    g.sel_xs = ws.sel_xs.get();
+    g.T = T;
+    g.P = P;
+    g.k = int(k);
+    g.D = int(D);
+    moe_gather(ctx, g);
+    gemv(w.w13, w.w13_scales, ws.sel_xq.get(), ws.sel_xs.get(), 2 * I, D, ws.y13.get());
+  }
 
   SwigluParams s;
   s.g = ws.y13.get();
@@ -247,22 +337,35 @@ void moe_forward(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace&
   s.limit = w.swiglu_limit;
   swiglu(ctx, s);
 
-  ActQuantParams hq;
-  hq.x = ws.h.get();
-  hq.codes = ws.hq.get();
-  hq.scale_f32 = ws.hs.get();
-  hq.rows = Tk;
-  hq.cols = int(I);
-  hq.x_stride = I;
-  hq.codes_stride = I;
-  hq.sf_row_stride = I / 128;
-  hq.sf_block_stride = 1;
-  act_quant_fp8(ctx, hq);
-  gemv(w.w2, w.w2_scales, ws.hq.get(), ws.hs.get(), D, I, ws.y2.get());
+  if (w.dense_experts) {
+    exact_dense(ws.h.get(), Tk, 1, w.w2_16.get(), ws.ids.get(), D, I, ws.y2.get());
+  } else {
+    ActQuantParams hq;
+    hq.x = ws.h.get();
+    hq.codes = ws.hq.get();
+    hq.scale_f32 = ws.hs.get();
+    hq.rows = Tk;
+    hq.cols = int(I);
+    hq.x_stride = I;
+    hq.codes_stride = I;
+    hq.sf_row_stride = I / 128;
+    hq.sf_block_stride = 1;
+    act_quant_fp8(ctx, hq);
+    gemv(w.w2, w.w2_scales, ws.hq.get(), ws.hs.get(), D, I, ws.y2.get());
+  }
 
-  if (plans) {  // shared expert: FP8 linears through cuBLASLt
-    plans->up->run_fp8(ctx, ws.xq.get(), ws.xs.get(), w.shared_w1, ws.sg.get());
-    plans->up->run_fp8(ctx, ws.xq.get(), ws.xs.get(), w.shared_w3, ws.su.get());
+  if (w.has_shared) {
+    // Gate and up.
+    if (w.shared_dense) {
+      exact_dense(x, T, 1, w.shared16_w1.get(), nullptr, I, D, ws.sg.get());
+      exact_dense(x, T, 1, w.shared16_w3.get(), nullptr, I, D, ws.su.get());
+    } else if (plans) {
+      plans->up->run_fp8(ctx, ws.xq.get(), ws.xs.get(), w.shared_w1, ws.sg.get());
+      plans->up->run_fp8(ctx, ws.xq.get(), ws.xs.get(), w.shared_w3, ws.su.get());
+    } else {
+      exact_fp8(ws.xq.get(), ws.xs.get(), 1, P, w.shared_w1, ws.sg.get());
+      exact_fp8(ws.xq.get(), ws.xs.get(), 1, P, w.shared_w3, ws.su.get());
+    }
     SwigluParams ss;
     ss.g = ws.sg.get();
     ss.u = ws.su.get();
@@ -272,25 +375,31 @@ void moe_forward(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace&
     ss.I = int(I);
     ss.limit = w.swiglu_limit;
     swiglu(ctx, ss);
-    const int64_t P2 = plans->down->padded_tokens();
-    ActQuantParams sq;
-    sq.x = ws.sh.get();
-    sq.codes = ws.shq.get();
-    sq.scale_f32 = ws.shs.get();
-    sq.rows = T;
-    sq.cols = int(I);
-    sq.x_stride = I;
-    sq.codes_stride = I;
-    sq.sf_row_stride = 1;
-    sq.sf_block_stride = P2;
-    act_quant_fp8(ctx, sq);
-    plans->down->run_fp8(ctx, ws.shq.get(), ws.shs.get(), w.shared_w2, ws.ys.get());
+    // Down.
+    if (w.shared_dense) {
+      exact_dense(ws.sh.get(), T, 1, w.shared16_w2.get(), nullptr, D, I, ws.ys.get());
+    } else {
+      const int64_t P2 = plans ? plans->down->padded_tokens() : T;
+      ActQuantParams sq;
+      sq.x = ws.sh.get();
+      sq.codes = ws.shq.get();
+      sq.scale_f32 = ws.shs.get();
+      sq.rows = T;
+      sq.cols = int(I);
+      sq.x_stride = I;
+      sq.codes_stride = I;
+      sq.sf_row_stride = 1;
+      sq.sf_block_stride = P2;
+      act_quant_fp8(ctx, sq);
+      if (plans) plans->down->run_fp8(ctx, ws.shq.get(), ws.shs.get(), w.shared_w2, ws.ys.get());
+      else exact_fp8(ws.shq.get(), ws.shs.get(), 1, P2, w.shared_w2, ws.ys.get());
+    }
   }
 
   MoeCombineParams c;
   c.y2 = ws.y2.get();
   c.ids = ws.ids.get();
-  c.shared = plans ? ws.ys.get() : nullptr;
+  c.shared = w.has_shared ? ws.ys.get() : nullptr;
   c.y = y;
   c.T = T;
   c.k = int(k);
@@ -369,6 +478,19 @@ void head_hidden_forward(const DeviceContext& ctx, const DevHeadWeights& w, cons
 void head_forward(const DeviceContext& ctx, const DevHeadWeights& w, const bf16* X, int64_t T, bf16* h,
                   float* logits) {
   head_hidden_forward(ctx, w, X, T, h);
+  if (T <= kExactLinearMaxTokens) {  // cpu::matmul's order, bit-identical logits
+    ExactLinearParams e;
+    e.x = h;
+    e.x_stride = w.D;
+    e.w16 = w.head.get();
+    e.y_f32 = logits;
+    e.y_stride = w.vocab;
+    e.tokens = T;
+    e.out = int(w.vocab);
+    e.in = int(w.D);
+    exact_linear(ctx, e);
+    return;
+  }
   MatmulF32Params m;
   m.x = h;
   m.w = w.head.get();

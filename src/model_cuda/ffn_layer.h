@@ -38,12 +38,19 @@ struct DevMoeWeights {
   DeviceBuffer<uint8_t> w13_scales; // [E, 2I, D/32] E8M0
   DeviceBuffer<uint8_t> w2;         // [E, D, I/2] e2m1, tiled
   DeviceBuffer<uint8_t> w2_scales;  // [E, D, I/32] E8M0
-  bool has_shared = false;
+  // Dense (bf16) routed experts instead (official numerics: no activation quantization in front):
+  bool dense_experts = false;
+  DeviceBuffer<bf16> w13_16;        // [E, 2I, D] w1 | w3 stacked per expert
+  DeviceBuffer<bf16> w2_16;         // [E, D, I]
+  bool has_shared = false, shared_dense = false;
   Fp8Weight shared_w1, shared_w3, shared_w2;  // [I, D], [I, D], [D, I] FP8 (cuBLASLt layout)
+  DeviceBuffer<bf16> shared16_w1, shared16_w3, shared16_w2;  // the same, dense bf16
 };
 // Copies one layer's MoE weights to the device (FP4 experts re-laid out to the tiled form on the host).
-// Throws when the experts are not FP4, the shared expert not FP8, or shapes break the kernels'
-// contracts (D, I multiples of 128).
+// Routed experts FP4 or dense bf16, the shared expert FP8 or dense bf16. Throws on other formats or
+// shapes that break the kernels' contracts (D, I multiples of 128).
+// Up to kExactLinearMaxTokens tokens, dense experts and the shared expert run through exact_linear
+// (bit-identical to the CPU twin); FP4 experts through fp4_gemv; larger shared-expert calls cuBLASLt.
 DevMoeWeights upload_moe_weights(const DeviceContext& ctx, const MoeWeights& w, const ModelConfig& cfg,
                                  const LayerSpec& spec);
 

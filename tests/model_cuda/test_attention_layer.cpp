@@ -29,18 +29,19 @@ namespace {
 using cuda::bf16;
 
 struct Diff {
-  double rel_l2 = 0, max_abs = 0;
+  double rel_l2 = 0, max_abs = 0, same = 0;  // same: share of bit-identical outputs
 };
 
 Diff diff(const std::vector<float>& got, const Tensor& ref) {
-  double dd = 0, rr = 0, mx = 0;
+  double dd = 0, rr = 0, mx = 0, same = 0;
   for (size_t i = 0; i < got.size(); ++i) {
+    same += got[i] == ref.data[i];
     const double d = double(got[i]) - ref.data[i];
     dd += d * d;
     rr += double(ref.data[i]) * ref.data[i];
     mx = std::max(mx, std::fabs(d));
   }
-  return {std::sqrt(dd / std::max(rr, 1e-30)), mx};
+  return {std::sqrt(dd / std::max(rr, 1e-30)), mx, same / double(std::max<size_t>(got.size(), 1))};
 }
 
 cuda::DeviceBuffer<bf16> to_device(const Tensor& x) {
@@ -76,7 +77,7 @@ void run_fixture(const std::string& name) {
     for (float& v : x.data) v = round_bf16(nd(gen));
     return x;
   };
-  double worst = 0;
+  double worst = 0, same_min = 1;
 
   for (size_t li = 0; li < cfg.layers.size(); ++li) {
     const LayerSpec& spec = cfg.layers[li];
@@ -119,9 +120,12 @@ void run_fixture(const std::string& name) {
       }
       const Diff d = diff(got, ref);
       worst = std::max(worst, d.rel_l2);
-      std::printf("[%s layer %zu %s ratio %d] %s T=%lld rel_l2=%.3e max|d|=%.3e\n", name.c_str(), li,
-                  attn_kind_name(spec.attn), spec.ratio, what, (long long)T, d.rel_l2, d.max_abs);
-      EXPECT_LT(d.rel_l2, 5e-2) << "layer " << li << " " << what;
+      same_min = std::min(same_min, d.same);
+      std::printf("[%s layer %zu %s ratio %d] %s T=%lld rel_l2=%.3e max|d|=%.3e identical %.4f\n", name.c_str(), li,
+                  attn_kind_name(spec.attn), spec.ratio, what, (long long)T, d.rel_l2, d.max_abs, d.same);
+      // exact_linear, the twin-ordered attention and CPU-rounded transcendentals: bit-identical but for
+      // rare one-ulp flips (glibc's expf / sinf are not always correctly rounded).
+      EXPECT_LT(d.rel_l2, 2e-3) << "layer " << li << " " << what;
     };
     call({0}, 45, "prefill seq0");
     call({1}, 20, "prefill seq1");
@@ -130,7 +134,7 @@ void run_fixture(const std::string& name) {
     for (int step = 0; step < 6; ++step) call({0, 1, 2}, 1, "decode batch");
     call({2}, 1, "decode seq2 alone");
   }
-  std::printf("[%s] worst rel_l2 over all calls: %.3e\n", name.c_str(), worst);
+  std::printf("[%s] worst rel_l2 over all calls: %.3e, least identical share %.4f\n", name.c_str(), worst, same_min);
 }
 
 TEST(CudaAttentionLayer, TinyQ) { run_fixture("tiny-q"); }

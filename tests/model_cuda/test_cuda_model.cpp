@@ -83,26 +83,20 @@ int64_t greedy_agreement(const std::string& dir, int64_t N, double& worst_rel) {
   return same;
 }
 
-// The bundled tiny-shakespeare stores dense (bf16) experts, which the GPU MoE does not take (FP4 only):
-// then the same trained model in the published formats (fixture tiny-shakespeare-fp8) is the check.
+// Acceptance (issue 6): the bundled tiny-shakespeare (dense bf16 weights everywhere) greedy on the GPU
+// picks the CPU's ids for 32+ of 48 tokens. The same trained model in the published formats (fixture
+// tiny-shakespeare-fp8: FP8 linears, FP4 experts) is measured and held to the same bound.
 TEST(CudaModel, GreedyMatchesCpu) {
   if (!have_hopper_device()) GTEST_SKIP() << "no sm_90 CUDA device";
+  ASSERT_TRUE(std::filesystem::exists(bundled())) << bundled();
   for (const std::string& dir : {bundled(), test::fixture_dir("tiny-shakespeare-fp8") + "/model"}) {
     if (!std::filesystem::exists(dir)) continue;
     double worst = 0;
-    int64_t same = 0;
-    try {
-      same = greedy_agreement(dir, 48, worst);
-    } catch (const Error& e) {
-      std::printf("    %s: not on the GPU: %s\n", dir.c_str(), e.what());
-      continue;
-    }
+    const int64_t same = greedy_agreement(dir, 48, worst);
     std::printf("    %s greedy: %lld of 48 ids equal; worst logits rel L2 gpu vs cpu %.3g\n", dir.c_str(),
                 (long long)same, worst);
     EXPECT_GE(same, 32) << dir;
-    return;
   }
-  GTEST_SKIP() << "no model with FP4 experts found";
 }
 
 // Where GPU and CPU part: the residual streams at every layer boundary of one prefill (CPU:

@@ -1,9 +1,10 @@
 // Sparse decode attention with sinks (contract in ops.h; MODEL.md §4.4).
 //
 // One block per (token, group of G heads), three phases over the token's key list:
-//   1. logits: each warp takes keys s = warp, warp + nwarps, ...; a key row is read once for the G heads
-//      (q of the G heads sits in registers) and z_s goes to shared memory;
-//   2. per head: M = max z, p_s = exp(z_s - M) (kept unrounded for the denominator, as the reference);
+//   1. logits: one thread per key, its row read once for the G heads (q in shared memory), the dot in
+//      ascending dims as the twin sums it (bf16 products are exact in fp32: bit-identical logits);
+//   2. per head: M = max z, p_s = exp(z_s - M) in double rounded once (glibc's expf), the denominator
+//      summed in the twin's order (sink term first, then the keys in list order);
 //   3. P.V: each thread owns two output dims and walks all keys with bf16(p_s).
 // The exact max is known before any p is formed, so bf16(p) is rounded exactly where the reference
 // rounds it (an online softmax would round rescaled values instead). This is the correctness-first
@@ -12,6 +13,7 @@
 #include <cstdint>
 
 #include "backend/cuda/check.h"
+#include "backend/cuda/cpu_math.cuh"
 #include "backend/cuda/kernel_util.cuh"
 #include "backend/cuda/ops.h"
 
@@ -20,37 +22,6 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
-
-// Lane `lane` holds DIM/32 elements of a row: for DIM >= 256, chunks of 8 at c*256 + lane*8 (16-byte
-// loads, a warp covers 512 contiguous bytes per chunk); for DIM = 128, 4 elements at lane*4.
-template <int DIM>
-struct RowSlice {
-  static constexpr int kPerLane = DIM / 32;
-  __device__ static void load(const bf16* row, int lane, float (&v)[kPerLane]) {
-    if constexpr (kPerLane >= 8) {
-#pragma unroll
-      for (int c = 0; c < kPerLane / 8; ++c) {
-        uint4 raw = *reinterpret_cast<const uint4*>(row + c * 256 + lane * 8);
-        const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          float2 f = __bfloat1622float2(h[i]);
-          v[c * 8 + 2 * i] = f.x;
-          v[c * 8 + 2 * i + 1] = f.y;
-        }
-      }
-    } else {
-      uint2 raw = *reinterpret_cast<const uint2*>(row + lane * 4);
-      const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        float2 f = __bfloat1622float2(h[i]);
-        v[2 * i] = f.x;
-        v[2 * i + 1] = f.y;
-      }
-    }
-  }
-};
 
 template <int DIM, int G>
 __global__ void __launch_bounds__(kThreads) sparse_attention_kernel(SparseAttentionParams p) {
@@ -63,31 +34,43 @@ __global__ void __launch_bounds__(kThreads) sparse_attention_kernel(SparseAttent
   const int64_t token = blockIdx.x / groups;
   const int h0 = (blockIdx.x % groups) * G;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  constexpr int PL = RowSlice<DIM>::kPerLane;
 
-  float q[G][PL];
-#pragma unroll
-  for (int g = 0; g < G; ++g) RowSlice<DIM>::load(p.q + (token * p.heads + h0 + g) * DIM, lane, q[g]);
+  // q of the G heads in shared memory as fp32 (exact bf16 values).
+  float* qs = reinterpret_cast<float*>(idx + p.max_keys);  // [G][DIM]
+  for (int i = threadIdx.x; i < G * DIM; i += kThreads)
+    qs[i] = __bfloat162float(p.q[(token * p.heads + h0 + i / DIM) * DIM + i % DIM]);
+  __syncthreads();
 
-  // Phase 1: logits.
+  // Phase 1: logits, one thread per key, the dot in ascending dims (the twin's order; products of
+  // bf16 values are exact in fp32).
   const int32_t* ind = p.indices + token * p.max_keys;
-  for (int s = warp; s < p.max_keys; s += kWarps) {
+  for (int s = threadIdx.x; s < p.max_keys; s += kThreads) {
     const int32_t e = ind[s];
-    if (lane == 0) idx[s] = e;
+    idx[s] = e;
     if (e < 0) {
-      if (lane < G) z[lane * p.max_keys + s] = -INFINITY;
+#pragma unroll
+      for (int g = 0; g < G; ++g) z[g * p.max_keys + s] = -INFINITY;
       continue;
     }
-    float k[PL];
-    RowSlice<DIM>::load(p.kv + int64_t(e) * DIM, lane, k);
+    const bf16* krow = p.kv + int64_t(e) * DIM;
+    float acc[G];
 #pragma unroll
-    for (int g = 0; g < G; ++g) {
-      float acc = 0.0f;
+    for (int g = 0; g < G; ++g) acc[g] = 0.0f;
+    for (int c = 0; c < DIM; c += 8) {
+      uint4 raw = *reinterpret_cast<const uint4*>(krow + c);
+      const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
 #pragma unroll
-      for (int i = 0; i < PL; ++i) acc += q[g][i] * k[i];
-      acc = warp_sum(acc);
-      if (lane == 0) z[g * p.max_keys + s] = acc * p.scale;
+      for (int i = 0; i < 4; ++i) {
+        const float2 f = __bfloat1622float2(h[i]);
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+          acc[g] = __fadd_rn(acc[g], __fmul_rn(qs[g * DIM + c + 2 * i], f.x));
+          acc[g] = __fadd_rn(acc[g], __fmul_rn(qs[g * DIM + c + 2 * i + 1], f.y));
+        }
+      }
     }
+#pragma unroll
+    for (int g = 0; g < G; ++g) z[g * p.max_keys + s] = __fmul_rn(acc[g], p.scale);
   }
   __syncthreads();
 
@@ -97,18 +80,17 @@ __global__ void __launch_bounds__(kThreads) sparse_attention_kernel(SparseAttent
     float m = -INFINITY;
     for (int s = lane; s < p.max_keys; s += 32) m = fmaxf(m, zg[s]);
     m = warp_max(m);
-    float sum = 0.0f;
-    if (m != -INFINITY) {
-      for (int s = lane; s < p.max_keys; s += 32) {
-        const float e = expf(zg[s] - m);  // exp(-inf) = 0 for missing keys
-        zg[s] = e;
-        sum += e;
+    if (m != -INFINITY)
+      for (int s = lane; s < p.max_keys; s += 32) zg[s] = cpu_expf(__fsub_rn(zg[s], m));  // exp(-inf) = 0
+    __syncwarp();
+    if (lane == 0) {  // the twin's denominator: the sink's term first, then the keys in list order
+      float den = 0.0f;
+      if (m != -INFINITY) {
+        den = cpu_expf(__fsub_rn(p.sinks[h0 + warp], m));
+        for (int s = 0; s < p.max_keys; ++s) den = __fadd_rn(den, zg[s]);
       }
-    }
-    sum = warp_sum(sum);
-    if (lane == 0) {
       max_s[warp] = m;
-      den_s[warp] = m == -INFINITY ? 0.0f : sum + expf(p.sinks[h0 + warp] - m);
+      den_s[warp] = den;
     }
   }
   __syncthreads();
@@ -127,16 +109,16 @@ __global__ void __launch_bounds__(kThreads) sparse_attention_kernel(SparseAttent
 #pragma unroll
     for (int g = 0; g < G; ++g) {
       const float pr = __bfloat162float(__float2bfloat16_rn(z[g * p.max_keys + s]));  // bf16(p) for P.V
-      acc[g][0] += pr * kv.x;
-      acc[g][1] += pr * kv.y;
+      acc[g][0] = __fadd_rn(acc[g][0], __fmul_rn(pr, kv.x));
+      acc[g][1] = __fadd_rn(acc[g][1], __fmul_rn(pr, kv.y));
     }
   }
 #pragma unroll
   for (int g = 0; g < G; ++g) {
     float o0 = 0.0f, o1 = 0.0f;
     if (max_s[g] != -INFINITY) {
-      o0 = acc[g][0] / den_s[g];
-      o1 = acc[g][1] / den_s[g];
+      o0 = __fdiv_rn(acc[g][0], den_s[g]);
+      o1 = __fdiv_rn(acc[g][1], den_s[g]);
     }
     *reinterpret_cast<__nv_bfloat162*>(p.out + (token * p.heads + h0 + g) * DIM + d) = __floats2bfloat162_rn(o0, o1);
   }
@@ -144,7 +126,7 @@ __global__ void __launch_bounds__(kThreads) sparse_attention_kernel(SparseAttent
 
 template <int DIM, int G>
 void launch(const DeviceContext& ctx, const SparseAttentionParams& p) {
-  const size_t smem = size_t(G + 1) * size_t(p.max_keys) * sizeof(float);
+  const size_t smem = size_t(G + 1) * size_t(p.max_keys) * sizeof(float) + size_t(G) * DIM * sizeof(float);
   auto kernel = sparse_attention_kernel<DIM, G>;
   if (smem > 48 * 1024)
     DSV4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
@@ -157,7 +139,7 @@ template <int DIM>
 void dispatch_group(const DeviceContext& ctx, const SparseAttentionParams& p) {
   // Four heads per block share each key read; fall back to fewer when the logits would not fit in
   // shared memory or when too few blocks would be launched to cover the GPU.
-  auto fits = [&](int g) { return size_t(g + 1) * size_t(p.max_keys) * 4 <= ctx.max_smem_per_block(); };
+  auto fits = [&](int g) { return (size_t(g + 1) * size_t(p.max_keys) + size_t(g) * DIM) * 4 <= ctx.max_smem_per_block(); };
   const bool many = p.tokens * p.heads / 4 >= 2 * ctx.sm_count();
   if (p.heads % 4 == 0 && fits(4) && many) return launch<DIM, 4>(ctx, p);
   if (p.heads % 2 == 0 && fits(2) && p.tokens * p.heads / 2 >= ctx.sm_count()) return launch<DIM, 2>(ctx, p);

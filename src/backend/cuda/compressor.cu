@@ -6,6 +6,7 @@
 
 #include "backend/cuda/attn_ops.h"
 #include "backend/cuda/check.h"
+#include "backend/cuda/cpu_math.cuh"
 #include "backend/cuda/kernel_util.cuh"
 #include "backend/cuda/quant_sim.cuh"
 #include "core/hadamard.h"
@@ -44,12 +45,12 @@ __global__ void compressor_pool_kernel(CompressorPoolParams p, int ch_blocks) {
     float den = 0.0f, num = 0.0f;
     if (prev)
       for (int s = 0; s < m; ++s) {
-        const float e = expf(__fsub_rn(pg[s * p.dc + ch], mx));
+        const float e = cpu_expf(__fsub_rn(pg[s * p.dc + ch], mx));
         den = __fadd_rn(den, e);
         num = __fadd_rn(num, __fmul_rn(e, pa[s * p.dc + ch]));
       }
     for (int s = 0; s < m; ++s) {
-      const float e = expf(__fsub_rn(cg[s * width + off + ch], mx));
+      const float e = cpu_expf(__fsub_rn(cg[s * width + off + ch], mx));
       den = __fadd_rn(den, e);
       num = __fadd_rn(num, __fmul_rn(e, ca[s * width + off + ch]));
     }
@@ -65,7 +66,7 @@ __global__ void compressor_pool_kernel(CompressorPoolParams p, int ch_blocks) {
 // One block of dc threads per token; thread i owns element i.
 __global__ void compressor_emit_kernel(CompressorEmitParams p, float hscale) {
   extern __shared__ float v[];  // [dc]
-  __shared__ float warp_ss[32];
+  __shared__ double warp_ss[32];
   __shared__ float r_shared;
   const int64_t t = blockIdx.x;
   const int pos = p.positions[t];
@@ -75,13 +76,16 @@ __global__ void compressor_emit_kernel(CompressorEmitParams p, float hscale) {
   const int i = threadIdx.x, lane = i & 31, warp = i >> 5, nwarps = blockDim.x >> 5;
   const float x = __bfloat162float(p.pooled[t * p.dc + i]);
   // RMSNorm as rms_norm.cu: fp32 sum of squares, 1/sqrt, (x * r) * w, one rounding.
-  float ss = warp_sum(x * x);
+  // The sum of squares in double, as cpu::rms_norm.
+  double ss = double(x) * x;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
   if (lane == 0) warp_ss[warp] = ss;
   __syncthreads();
   if (i == 0) {
-    float tot = 0.0f;
+    double tot = 0.0;
     for (int w = 0; w < nwarps; ++w) tot += warp_ss[w];
-    r_shared = 1.0f / sqrtf(tot / float(p.dc) + p.eps);
+    r_shared = 1.0f / sqrtf(__fadd_rn(float(tot / double(p.dc)), p.eps));
   }
   __syncthreads();
   v[i] = qsim::bf16r(__fmul_rn(__fmul_rn(x, r_shared), p.norm[i]));
@@ -92,7 +96,7 @@ __global__ void compressor_emit_kernel(CompressorEmitParams p, float hscale) {
     const int pair = (i - nope) / 2;
     const float ang = float(j * p.ratio) * p.inv_freq[pair];
     float s, c;
-    sincosf(ang, &s, &c);
+    cpu_sincosf(ang, &s, &c);
     const float a = v[i], b = v[i + 1];
     v[i] = qsim::bf16r(__fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s)));
     v[i + 1] = qsim::bf16r(__fadd_rn(__fmul_rn(a, s), __fmul_rn(b, c)));

@@ -2,6 +2,7 @@
 #include <cstdint>
 
 #include "backend/cuda/check.h"
+#include "backend/cuda/cpu_math.cuh"
 #include "backend/cuda/embed_head.h"
 #include "backend/cuda/kernel_util.cuh"
 
@@ -80,7 +81,7 @@ __global__ void hc_head_kernel(HcHeadParams p) {
     const float rho = 1.0f / sqrtf(s / float(width) + p.norm_eps);
     for (int r = 0; r < p.n; ++r) {
       const float z = __fadd_rn(__fmul_rn(p.scale[0], m[r] * rho), p.base[r]);
-      pre[r] = 1.0f / (1.0f + expf(-z)) + p.hc_eps;
+      pre[r] = 1.0f / (1.0f + cpu_expf(-z)) + p.hc_eps;
     }
   }
   __syncthreads();

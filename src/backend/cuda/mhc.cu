@@ -2,6 +2,7 @@
 #include <cstdint>
 
 #include "backend/cuda/check.h"
+#include "backend/cuda/cpu_math.cuh"
 #include "backend/cuda/kernel_util.cuh"
 #include "backend/cuda/ops.h"
 
@@ -13,7 +14,7 @@ constexpr int kRows = (2 + kN) * kN;    // 24 mixes: pre 4, post 4, comb 16
 constexpr int kThreads = 256;
 constexpr int kChunk = kThreads * 8;    // inputs per block: 8 bf16 (one 16-byte vector) per thread
 
-__device__ __forceinline__ float sigmoid_dev(float z) { return 1.0f / (1.0f + expf(-z)); }
+__device__ __forceinline__ float sigmoid_dev(float z) { return 1.0f / (1.0f + cpu_expf(-z)); }
 // scale * mix + base without FMA contraction, as the CPU twin computes it.
 __device__ __forceinline__ float affine(float s, float m, float b) { return __fadd_rn(__fmul_rn(s, m), b); }
 
@@ -36,47 +37,52 @@ __global__ void mhc_mix_partial_kernel(MhcPreParams p, int slices) {
   const int64_t width = int64_t(kN) * p.D;
   const int64_t i0 = int64_t(slice) * kChunk + threadIdx.x * 8;
 
-  float acc[kRows + 1];
+  // Double sums, as cpu::hc_mixes (products of fp32 weights and bf16 streams are exact in double).
+  double acc[kRows + 1];
 #pragma unroll
-  for (int r = 0; r <= kRows; ++r) acc[r] = 0.0f;
+  for (int r = 0; r <= kRows; ++r) acc[r] = 0.0;
   if (i0 < width) {
     float x[8];
     load8(p.X + token * width + i0, x);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) acc[kRows] += x[i] * x[i];
+    for (int i = 0; i < 8; ++i) acc[kRows] += double(x[i]) * x[i];
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       const float4* f = reinterpret_cast<const float4*>(p.fn + r * width + i0);
       float4 a = f[0], b = f[1];
-      acc[r] = a.x * x[0] + a.y * x[1] + a.z * x[2] + a.w * x[3] + b.x * x[4] + b.y * x[5] + b.z * x[6] + b.w * x[7];
+      acc[r] = double(a.x) * x[0] + double(a.y) * x[1] + double(a.z) * x[2] + double(a.w) * x[3] +
+               double(b.x) * x[4] + double(b.y) * x[5] + double(b.z) * x[6] + double(b.w) * x[7];
     }
   }
-  __shared__ float part[kThreads / 32][kRows + 1];
+  __shared__ double part[kThreads / 32][kRows + 1];
 #pragma unroll
   for (int r = 0; r <= kRows; ++r) {
-    float v = warp_sum(acc[r]);
+    double v = acc[r];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5][r] = v;
   }
   __syncthreads();
   if (threadIdx.x <= kRows) {
-    float t = 0.0f;
+    double t = 0.0;
     for (int w = 0; w < kThreads / 32; ++w) t += part[w][threadIdx.x];
-    p.partial[(token * slices + slice) * (kRows + 1) + threadIdx.x] = t;
+    reinterpret_cast<double*>(p.partial)[(token * slices + slice) * (kRows + 1) + threadIdx.x] = t;
   }
 }
 
 // The coefficients of one token from its partials, mirroring cpu::mhc_coeffs step by step.
-__device__ void mhc_coefficients(const MhcPreParams& p, const float* partial, int slices, float* pre,
+__device__ void mhc_coefficients(const MhcPreParams& p, const double* partial, int slices, float* pre,
                                  float* post, float* C) {
-  float mix[kRows];
-  float ss = 0.0f;
-  for (int r = 0; r < kRows; ++r) mix[r] = 0.0f;
+  double dmix[kRows];
+  double ss = 0.0;
+  for (int r = 0; r < kRows; ++r) dmix[r] = 0.0;
   for (int s = 0; s < slices; ++s) {  // fixed order: deterministic across runs
-    for (int r = 0; r < kRows; ++r) mix[r] += partial[s * (kRows + 1) + r];
+    for (int r = 0; r < kRows; ++r) dmix[r] += partial[s * (kRows + 1) + r];
     ss += partial[s * (kRows + 1) + kRows];
   }
-  const float rho = 1.0f / sqrtf(ss / float(kN * p.D) + p.norm_eps);
-  for (int r = 0; r < kRows; ++r) mix[r] *= rho;
+  const float rho = 1.0f / sqrtf(__fadd_rn(float(ss / double(kN * p.D)), p.norm_eps));
+  float mix[kRows];
+  for (int r = 0; r < kRows; ++r) mix[r] = __fmul_rn(float(dmix[r]), rho);
   for (int j = 0; j < kN; ++j) {
     pre[j] = sigmoid_dev(affine(p.scale[0], mix[j], p.base[j])) + p.hc_eps;
     post[j] = 2.0f * sigmoid_dev(affine(p.scale[1], mix[kN + j], p.base[kN + j]));
@@ -89,7 +95,7 @@ __device__ void mhc_coefficients(const MhcPreParams& p, const float* partial, in
       mx = fmaxf(mx, C[j * kN + k]);
     }
     float sum = 0.0f;
-    for (int k = 0; k < kN; ++k) sum += (C[j * kN + k] = expf(C[j * kN + k] - mx));
+    for (int k = 0; k < kN; ++k) sum += (C[j * kN + k] = cpu_expf(C[j * kN + k] - mx));
     for (int k = 0; k < kN; ++k) C[j * kN + k] = C[j * kN + k] / sum + p.hc_eps;
   }
   auto col_norm = [&] {
@@ -121,7 +127,7 @@ __global__ void mhc_finish_collapse_kernel(MhcPreParams p, int slices, int col_s
   __shared__ float pre_s[kN];
   if (threadIdx.x == 0) {
     float pre[kN], post[kN], C[kN * kN];
-    mhc_coefficients(p, p.partial + token * slices * (kRows + 1), slices, pre, post, C);
+    mhc_coefficients(p, reinterpret_cast<const double*>(p.partial) + token * slices * (kRows + 1), slices, pre, post, C);
     for (int j = 0; j < kN; ++j) pre_s[j] = pre[j];
     if (cs == 0) {
       for (int j = 0; j < kN; ++j) {
@@ -186,7 +192,7 @@ int mix_slices(int n, int D) { return int(ceil_div(int64_t(n) * D, kChunk)); }
 }  // namespace
 
 size_t mhc_pre_partial_floats(int64_t tokens, int n, int D) {
-  return size_t(tokens) * size_t(mix_slices(n, D)) * size_t((2 + n) * n + 1);
+  return 2 * size_t(tokens) * size_t(mix_slices(n, D)) * size_t((2 + n) * n + 1);  // doubles
 }
 
 void mhc_pre(const DeviceContext& ctx, const MhcPreParams& p) {

@@ -2,6 +2,7 @@
 #include <cstdint>
 
 #include "backend/cuda/check.h"
+#include "backend/cuda/cpu_math.cuh"
 #include "backend/cuda/kernel_util.cuh"
 #include "backend/cuda/moe_ops.h"
 
@@ -62,7 +63,7 @@ __global__ void swiglu_kernel(SwigluParams p, int64_t pairs) {
       a = fminf(a, p.limit);
       b = fminf(fmaxf(b, -p.limit), p.limit);
     }
-    const float silu = __fdiv_rn(a, __fadd_rn(1.0f, expf(-a)));
+    const float silu = __fdiv_rn(a, __fadd_rn(1.0f, cpu_expf(-a)));
     h[i] = __fmul_rn(w, __fmul_rn(silu, b));
   }
   *reinterpret_cast<__nv_bfloat162*>(p.h + row * p.I + c) = __floats2bfloat162_rn(h[0], h[1]);

@@ -20,26 +20,28 @@ __global__ void rms_norm_kernel(RmsNormParams p) {
   bf16* y = p.y + row * p.y_stride;
   const int nvec = p.dim / 8;
 
-  float ss = 0.0f;
+  // Sum of squares in double, as cpu::rms_norm (bf16 squares are exact in double and the sum is
+  // order-independent in practice), then r = 1 / sqrt(float(ss / dim) + eps) in fp32 (not rsqrtf).
+  double ss = 0.0;
   for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
     uint4 raw = reinterpret_cast<const uint4*>(x)[v];
     const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       float2 f = __bfloat1622float2(h[i]);
-      ss += f.x * f.x + f.y * f.y;
+      ss += double(f.x) * f.x + double(f.y) * f.y;
     }
   }
-  __shared__ float warp_part[kMaxThreads / 32];
+  __shared__ double warp_part[kMaxThreads / 32];
   __shared__ float r_shared;
-  ss = warp_sum(ss);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
   if ((threadIdx.x & 31) == 0) warp_part[threadIdx.x >> 5] = ss;
   __syncthreads();
   if (threadIdx.x == 0) {
-    float t = 0.0f;
+    double t = 0.0;
     for (int w = 0; w < int(blockDim.x >> 5); ++w) t += warp_part[w];
-    // 1/sqrt rather than rsqrtf: the CPU twin divides, and rsqrtf is off by up to 2 ulp.
-    r_shared = 1.0f / sqrtf(t / float(p.dim) + p.eps);
+    r_shared = 1.0f / sqrtf(__fadd_rn(float(t / double(p.dim)), p.eps));
   }
   __syncthreads();
   const float r = r_shared;

@@ -1,5 +1,6 @@
 // Interleaved RoPE kernel (contract in ops.h).
 #include "backend/cuda/check.h"
+#include "backend/cuda/cpu_math.cuh"
 #include "backend/cuda/kernel_util.cuh"
 #include "backend/cuda/ops.h"
 
@@ -18,7 +19,7 @@ __global__ void rope_kernel(RopeParams p, int half, int total) {
   bf16* x = p.x + row * p.row_stride + int64_t(head) * p.head_stride + (p.head_dim - p.rope_dim) + 2 * i;
   const float ang = float(p.positions[row]) * p.inv_freq[i];
   float s, c;
-  sincosf(ang, &s, &c);
+  cpu_sincosf(ang, &s, &c);  // as cpu::rope's std::sin / std::cos
   if (p.inverse) s = -s;
   const float2 v = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162*>(x));
   const float a = __fsub_rn(__fmul_rn(v.x, c), __fmul_rn(v.y, s));

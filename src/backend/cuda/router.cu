@@ -2,6 +2,7 @@
 #include <cstdint>
 
 #include "backend/cuda/check.h"
+#include "backend/cuda/cpu_math.cuh"
 #include "backend/cuda/kernel_util.cuh"
 #include "backend/cuda/moe_ops.h"
 
@@ -39,7 +40,7 @@ __global__ void router_scores_kernel(RouterParams p, int64_t warps) {
   for (int c = lane * 8; c < p.D; c += 256) acc += dot8(x + c, g + c);
   acc = warp_sum(acc);
   if (lane == 0) {
-    const float sp = acc > 20.0f ? acc : log1pf(expf(acc));
+    const float sp = acc > 20.0f ? acc : cpu_log1pf(cpu_expf(acc));
     p.scores[t * p.E + e] = sqrtf(sp);
   }
 }

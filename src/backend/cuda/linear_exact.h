@@ -1,0 +1,55 @@
+// Small-token linears in the CPU twin's exact arithmetic (official numerics, MODEL.md §6, numerics.md):
+// y[t, o] = sum_k x[t, k] * W[o, k] where every product is exact in fp32 (e4m3 code x power-of-two scale
+// against e4m3 x scale, or bf16 x bf16) and the sum runs in cpu::matmul's order: eight partial sums over
+// k = j (mod 8), each in ascending k, combined as ((s0+s1)+(s2+s3))+((s4+s5)+(s6+s7)). The result is
+// bit-identical to cpu::matmul on the dequantized operands (QuantSim::linear), rounded once to bf16
+// and/or kept in fp32. Hopper's FP8 tensor cores (cuBLASLt) accumulate inside a 128-K block with fewer
+// bits than fp32, which moved the GPU attention 1-3% away from the CPU: this kernel replaces them (and
+// the bf16 cuBLASLt / linear_f32 paths) for decode steps and short chunks; cuBLASLt stays for prefill.
+//
+// Shape of the kernel: a block of 128 threads owns 16 output rows x TT tokens; thread (row r, lane j)
+// carries partial sum j of row r. Weight rows stream through a cp.async ring of 128-K slices (one
+// weight-scale tile wide), the token tile's activations alongside; e4m3 decodes through a shared
+// table; the eight partial sums meet by xor-shuffles, which is the twin's tree (fp32 addition is
+// commutative). Graph-capturable: expert ids are read on the device.
+#pragma once
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "backend/cuda/context.h"
+
+namespace dsv4::cuda {
+
+using bf16 = __nv_bfloat16;
+
+// Token counts up to which the callers (attention, MoE shared / dense experts, head) use exact_linear.
+inline constexpr int64_t kExactLinearMaxTokens = 64;
+
+struct ExactLinearParams {
+  // Activations, one of (row of token t: t / x_row_div):
+  const bf16* x = nullptr;             // [rows, in] bf16, row stride x_stride (elements)
+  const uint8_t* x_codes = nullptr;    // [rows, in] e4m3, row stride x_stride
+  const float* x_scales = nullptr;     // fp32 power-of-two scale of (row r, 128-block b) at
+                                       // r * xs_row_stride + b * xs_block_stride
+  int64_t x_stride = 0, xs_row_stride = 0, xs_block_stride = 0;
+  int64_t x_row_div = 1;               // > 1: tokens are (row, pick) selections of k = x_row_div picks
+  // Weights, one of:
+  const bf16* w16 = nullptr;           // [out, in] bf16
+  const uint8_t* w8 = nullptr;         // [out, in] e4m3
+  const float* w_scales = nullptr;     // [ceil(out/128), w_scale_ld] fp32 per 128 x 128 tile (Fp8Weight)
+  int64_t w_scale_ld = 0;
+  // Optional expert mode: token t multiplies weight expert_ids[t] at w + e * w_expert_stride (elements)
+  // and w_scales + e * ws_expert_stride.
+  const int32_t* expert_ids = nullptr;  // [tokens] device
+  int64_t w_expert_stride = 0, ws_expert_stride = 0;
+  // Outputs, one or both: [tokens, out], row stride y_stride.
+  bf16* y = nullptr;
+  float* y_f32 = nullptr;
+  int64_t y_stride = 0;
+  int64_t tokens = 0;
+  int out = 0, in = 0;                 // in: a multiple of 16; rows 16-byte aligned
+};
+void exact_linear(const DeviceContext& ctx, const ExactLinearParams& p);
+
+}  // namespace dsv4::cuda

@@ -1,0 +1,247 @@
+// exact_linear against its CPU twin, bit for bit: cpu::matmul on the dequantized operands (QuantSim::linear
+// in official numerics), rounded to bf16 / kept in fp32. FP8 weights x FP8 activations (the official
+// FP8 linears), bf16 x bf16 (dense linears, wo_a, compressor projections), the expert mode (dense
+// experts gathered per (token, pick)), partial row and K tiles, and a timing of Flash-shaped decodes.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "backend/cpu/ops.h"
+#include "backend/cuda/check.h"
+#include "backend/cuda/gemm.h"
+#include "backend/cuda/linear_exact.h"
+#include "backend/cuda/ops.h"
+#include "core/quant.h"
+#include "harness.h"
+#include "io/weights.h"
+
+namespace dsv4::cuda::test {
+namespace {
+
+struct HostFp8 {
+  int64_t out, in;
+  std::vector<uint8_t> codes, scales;
+  TensorView wv() const { return {DType::F8_E4M3, {out, in}, codes.data(), codes.size()}; }
+  TensorView sv() const { return {DType::F8_E8M0, {(out + 127) / 128, (in + 127) / 128}, scales.data(), scales.size()}; }
+  std::vector<float> dequantized() const {
+    LinearWeight lw;
+    lw.format = WeightFormat::FP8;
+    lw.out = out;
+    lw.in = in;
+    lw.weight = wv();
+    lw.scale = sv();
+    return dequantize(lw).data;
+  }
+};
+
+HostFp8 make_fp8(Rng& rng, int64_t out, int64_t in) {
+  HostFp8 w{out, in, std::vector<uint8_t>(size_t(out * in)), {}};
+  const int64_t ob = (out + 127) / 128, kb = (in + 127) / 128;
+  w.scales.resize(size_t(ob * kb));
+  for (auto& s : w.scales) s = uint8_t(127 - 8 + rng.uniform_int(-2, 2));
+  for (auto& c : w.codes) {
+    c = uint8_t(rng.uniform_int(0, 255));
+    if ((c & 0x7f) == 0x7f) c ^= 1;  // no NaN codes
+  }
+  return w;
+}
+
+std::vector<uint32_t> bits(const std::vector<float>& v) {
+  std::vector<uint32_t> b(v.size());
+  std::memcpy(b.data(), v.data(), v.size() * 4);
+  return b;
+}
+
+// FP8 weight x FP8 activations (quantized on the GPU by act_quant_fp8, scales row-major).
+void check_fp8(int64_t out, int64_t in, int64_t T, uint64_t seed) {
+  DeviceContext ctx;
+  Rng rng(seed);
+  HostFp8 hw = make_fp8(rng, out, in);
+  Fp8Weight w = upload_fp8_weight(hw.wv(), hw.sv());
+  std::vector<float> x = rng.bf16_normal(size_t(T * in));
+  auto dx = upload_bf16(x);
+  const int64_t nb = (in + 127) / 128;
+  DeviceBuffer<uint8_t> xc(size_t(T * in));
+  DeviceBuffer<float> xs(size_t(T * nb));
+  ActQuantParams q;
+  q.x = reinterpret_cast<const bf16*>(dx.get());
+  q.codes = xc.get();
+  q.scale_f32 = xs.get();
+  q.rows = T;
+  q.cols = int(in);
+  q.block = 128;
+  q.x_stride = q.codes_stride = in;
+  q.sf_row_stride = nb;
+  q.sf_block_stride = 1;
+  act_quant_fp8(ctx, q);
+  Guarded<uint16_t> y(size_t(T * out));
+  Guarded<float> yf(size_t(T * out));
+  ExactLinearParams p;
+  p.x_codes = xc.get();
+  p.x_scales = xs.get();
+  p.x_stride = in;
+  p.xs_row_stride = nb;
+  p.xs_block_stride = 1;
+  p.w8 = w.codes.get();
+  p.w_scales = w.scales.get();
+  p.w_scale_ld = w.scale_ld;
+  p.y = reinterpret_cast<bf16*>(y.get());
+  p.y_f32 = yf.get();
+  p.y_stride = out;
+  p.tokens = T;
+  p.out = int(out);
+  p.in = int(in);
+  exact_linear(ctx, p);
+  ctx.synchronize();
+
+  std::vector<float> xq = x;
+  fp8_sim(xq.data(), int64_t(xq.size()), 128);
+  std::vector<float> wd = hw.dequantized(), ref(size_t(T * out));
+  cpu::matmul(xq.data(), T, in, wd.data(), out, ref.data());
+  const std::string what = "exact_linear fp8 out=" + std::to_string(out) + " in=" + std::to_string(in) +
+                           " T=" + std::to_string(T);
+  const std::vector<float> got32 = yf.download(what);
+  EXPECT_EQ(bits(got32), bits(ref)) << what << ": fp32 sums differ from cpu::matmul";
+  compare(what, from_bf16(y.download(what)), round_bf16(ref), Tol::Exact);
+}
+
+// bf16 x bf16, with strided input / output (wo_a's group slices), or the expert mode.
+void check_bf16(int64_t out, int64_t in, int64_t T, bool experts, uint64_t seed) {
+  DeviceContext ctx;
+  Rng rng(seed);
+  const int64_t E = experts ? 5 : 1, k = experts ? 2 : 1, rows = T / k;
+  const int64_t xs = in + 32, ys = out + 16;  // strides wider than the rows
+  std::vector<float> w = rng.bf16_normal(size_t(E * out * in), 0.05f), x = rng.bf16_normal(size_t(rows * xs));
+  std::vector<int32_t> ids(static_cast<size_t>(T));
+  for (auto& e : ids) e = rng.uniform_int(0, int(E - 1));
+  auto dw = upload_bf16(w), dx = upload_bf16(x);
+  DeviceBuffer<int32_t> did(ids);
+  Guarded<uint16_t> y(size_t(T * ys));
+  DSV4_CUDA_CHECK(cudaMemset(y.get(), 0, size_t(T * ys) * 2));
+  ExactLinearParams p;
+  p.x = reinterpret_cast<const bf16*>(dx.get());
+  p.x_stride = xs;
+  p.x_row_div = k;
+  p.w16 = reinterpret_cast<const bf16*>(dw.get());
+  if (experts) {
+    p.expert_ids = did.get();
+    p.w_expert_stride = out * in;
+  }
+  p.y = reinterpret_cast<bf16*>(y.get());
+  p.y_stride = ys;
+  p.tokens = T;
+  p.out = int(out);
+  p.in = int(in);
+  exact_linear(ctx, p);
+  ctx.synchronize();
+  std::vector<float> ref(size_t(T * ys), 0.0f);
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t e = experts ? ids[size_t(t)] : 0;
+    cpu::matmul(x.data() + (t / k) * xs, 1, in, w.data() + e * out * in, out, ref.data() + t * ys);
+  }
+  const std::string what = std::string("exact_linear bf16") + (experts ? " experts" : "") + " out=" +
+                           std::to_string(out) + " in=" + std::to_string(in) + " T=" + std::to_string(T);
+  compare(what, from_bf16(y.download(what)), round_bf16(ref), Tol::Exact);
+}
+
+TEST(CudaExactLinear, Fp8MatchesCpuBitForBit) {
+  DSV4_REQUIRE_HOPPER();
+  check_fp8(1024, 4096, 1, 1);
+  check_fp8(520, 1024, 3, 2);    // partial row tile and scale tile
+  check_fp8(256, 4096 + 48, 5, 3);  // partial K slice
+  check_fp8(384, 512, 17, 4);
+  check_fp8(256, 256, 64, 5);
+}
+
+TEST(CudaExactLinear, Bf16MatchesCpuBitForBit) {
+  DSV4_REQUIRE_HOPPER();
+  check_bf16(256, 256, 1, false, 11);
+  check_bf16(200, 528, 7, false, 12);
+  check_bf16(128, 256, 12, true, 13);
+  check_bf16(256, 128, 1, true, 14);
+}
+
+TEST(CudaExactLinear, RejectsBadShapes) {
+  DSV4_REQUIRE_HOPPER();
+  DeviceContext ctx;
+  ExactLinearParams p;
+  p.tokens = 1;
+  p.out = 16;
+  p.in = 24;
+  EXPECT_THROW(exact_linear(ctx, p), Error);
+}
+
+// Flash-shaped decode timings (graph replays), against cuBLASLt's FP8 GEMM at the same shape.
+TEST(CudaExactLinear, DecodeTiming) {
+  DSV4_REQUIRE_HOPPER();
+  DeviceContext ctx;
+  struct Shape { const char* name; int64_t out, in; };
+  for (const Shape s : {Shape{"wq_a", 1024, 4096}, Shape{"wkv", 512, 4096}, Shape{"wq_b", 32768, 1024},
+                        Shape{"wo_b", 4096, 8192}, Shape{"shared w1", 2048, 4096}}) {
+    Rng rng(99);
+    HostFp8 hw = make_fp8(rng, s.out, s.in);
+    Fp8Weight w = upload_fp8_weight(hw.wv(), hw.sv());
+    for (int64_t T : {int64_t(1), int64_t(4), int64_t(16)}) {
+      DeviceBuffer<uint8_t> xc(size_t(16 * s.in));
+      DeviceBuffer<float> xs(size_t(16 * s.in / 128));
+      xc.fill_bytes(0x38);
+      xs.fill_bytes(0);
+      DeviceBuffer<bf16> y(size_t(16 * s.out));
+      ExactLinearParams p;
+      p.x_codes = xc.get();
+      p.x_scales = xs.get();
+      p.x_stride = s.in;
+      p.xs_row_stride = s.in / 128;
+      p.xs_block_stride = 1;
+      p.w8 = w.codes.get();
+      p.w_scales = w.scales.get();
+      p.w_scale_ld = w.scale_ld;
+      p.y = y.get();
+      p.y_stride = s.out;
+      p.tokens = T;
+      p.out = int(s.out);
+      p.in = int(s.in);
+      LtMatmul mm(ctx, GemmKind::Fp8BlockScaled, s.out, s.in, T);
+      DeviceBuffer<bf16> y2(size_t(mm.padded_tokens() * s.out));
+      DeviceBuffer<uint8_t> xc2(size_t(mm.padded_tokens() * s.in));
+      DeviceBuffer<float> xs2(size_t(mm.padded_tokens() * s.in / 128));
+      xc2.fill_bytes(0);
+      xs2.fill_bytes(0);
+      auto time = [&](auto&& body) {
+        cudaGraph_t g;
+        cudaGraphExec_t ge;
+        DSV4_CUDA_CHECK(cudaStreamBeginCapture(ctx.stream(), cudaStreamCaptureModeThreadLocal));
+        for (int i = 0; i < 20; ++i) body();
+        DSV4_CUDA_CHECK(cudaStreamEndCapture(ctx.stream(), &g));
+        DSV4_CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
+        DSV4_CUDA_CHECK(cudaGraphLaunch(ge, ctx.stream()));
+        cudaEvent_t a, b;
+        DSV4_CUDA_CHECK(cudaEventCreate(&a));
+        DSV4_CUDA_CHECK(cudaEventCreate(&b));
+        DSV4_CUDA_CHECK(cudaEventRecord(a, ctx.stream()));
+        for (int i = 0; i < 10; ++i) DSV4_CUDA_CHECK(cudaGraphLaunch(ge, ctx.stream()));
+        DSV4_CUDA_CHECK(cudaEventRecord(b, ctx.stream()));
+        ctx.synchronize();
+        float ms = 0;
+        DSV4_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+        cudaEventDestroy(a);
+        cudaEventDestroy(b);
+        cudaGraphExecDestroy(ge);
+        cudaGraphDestroy(g);
+        return 1000.0 * ms / 200;
+      };
+      const double us = time([&] { exact_linear(ctx, p); });
+      const double lt = time([&] { mm.run_fp8(ctx, xc2.get(), xs2.get(), w, y2.get()); });
+      const double gbs = double(s.out * s.in) / (us * 1e3);
+      std::printf("[exact_linear timing] %-9s [%lld x %lld] T=%-2lld exact %.2f us (%.0f GB/s), cuBLASLt %.2f us\n",
+                  s.name, (long long)s.out, (long long)s.in, (long long)T, us, gbs, lt);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dsv4::cuda::test
