@@ -23,8 +23,10 @@ namespace dsv4::cuda {
 
 using bf16 = __nv_bfloat16;
 
-// Token counts up to which the callers (attention, MoE shared / dense experts, head) use exact_linear.
-inline constexpr int64_t kExactLinearMaxTokens = 64;
+// Token counts up to which the callers (attention, MoE shared expert, head) use exact_linear: decode
+// batches and prefill chunks up to 512 (Flash prefill chunks of 2048 keep cuBLASLt). Dense experts
+// always run through it.
+inline constexpr int64_t kExactLinearMaxTokens = 512;
 
 struct ExactLinearParams {
   // Activations, one of (row of token t: t / x_row_div):
