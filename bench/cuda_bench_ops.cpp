@@ -2,14 +2,17 @@
 //   * device-to-device copy and a bf16 8192^3 GEMM: the same-run ceilings;
 //   * FP8 block-scaled GEMM (cuBLASLt) for wq_a [1024, 4096], wq_b [32768, 1024], wo_b [4096, 8192] at
 //     M = 1, 8, 32, 1024, 8192 tokens: TFLOP/s vs the 1410 TFLOP/s FP8 ceiling, GB/s vs 4.26 TB/s;
+//   * exact_linear (the CPU-ordered exact FP8 linear of decode steps) for wq_a, wq_b, wo_b and a shared
+//     expert w1 [2048, 4096] at T = 1, 4, 8, 32: the Auto choice and the tiled kernel, GB/s of weight bytes;
 //   * the FP4 routed-expert GEMV: one expert [2048, 4096], six experts with w1||w3 stacked [4096, 4096]
 //     sharing one input, six w2 [4096, 2048] with their own inputs: GB/s of weight bytes.
 // Method (docs/.library METHOD.md): random data (never zeros), weights rotated through copies that
 // together exceed the 60 MB L2, a batch of launches captured in a CUDA graph, warm-up replays, then
 // the median over timed replays with CUDA events.
 //
-//   bench_cuda_ops [--json FILE] [--quick] [--sweep] [--fp4-only]
-// --sweep adds the GEMV configuration sweep; --fp4-only skips the GEMMs (for profiling the GEMV).
+//   bench_cuda_ops [--json FILE] [--quick] [--sweep] [--fp4-only] [--exact-only]
+// --sweep adds the GEMV configuration sweep; --fp4-only skips the GEMMs (for profiling the GEMV);
+// --exact-only runs the exact_linear entries alone (after the bf16 GEMM that brings the clocks up).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -25,6 +28,7 @@
 #include "backend/cuda/fill.h"
 #include "backend/cuda/fp4_gemv.h"
 #include "backend/cuda/gemm.h"
+#include "backend/cuda/linear_exact.h"
 #include "cuda_bench_kernels.h"
 
 using namespace dsv4::cuda;
@@ -36,7 +40,7 @@ constexpr double kBf16PeakTflops = 777.0;
 constexpr double kHbmTBs = 4.26;           // device-to-device copy, bytes read + written
 constexpr size_t kRotateBytes = size_t(320) << 20;  // weights cycled per graph: > 5x the L2
 
-bool g_quick = false, g_sweep = false, g_fp4_only = false;
+bool g_quick = false, g_sweep = false, g_fp4_only = false, g_exact_only = false;
 FILE* g_json = nullptr;
 
 // Median time of one call of `launch(i)` (i = 0..batch-1 inside a captured graph), in microseconds.
@@ -132,6 +136,46 @@ void bench_fp8(const DeviceContext& ctx, const char* name, int64_t out, int64_t 
          us, flops, bytes, kFp8PeakTflops);
 }
 
+// exact_linear with an FP8 weight [out, in] and FP8 activations of T tokens, weights rotated past L2.
+void bench_exact(const DeviceContext& ctx, const char* name, int64_t out, int64_t in, int64_t T, ExactLinearKernel kernel) {
+  const size_t wbytes = size_t(out * in);
+  const int copies = int(std::clamp<size_t>(kRotateBytes / wbytes, 1, 16));
+  const int64_t ob = (out + 127) / 128, ld = (in + 127) / 128;
+  DeviceBuffer<uint8_t> wc(wbytes * copies);
+  DeviceBuffer<float> ws(size_t(ob * ld) * copies);
+  DeviceBuffer<uint8_t> xc(size_t(T * in));
+  DeviceBuffer<float> xs(size_t(T * ld));
+  DeviceBuffer<__nv_bfloat16> y(size_t(T * out));
+  fill_random_e4m3(ctx, wc.get(), wc.size(), 12);
+  fill_random_pow2(ctx, ws.get(), ws.size(), 13, -12, -8);
+  fill_random_e4m3(ctx, xc.get(), xc.size(), 14);
+  fill_random_pow2(ctx, xs.get(), xs.size(), 15, -8, -4);
+  ExactLinearParams p;
+  p.x_codes = xc.get();
+  p.x_scales = xs.get();
+  p.x_stride = in;
+  p.xs_row_stride = ld;
+  p.xs_block_stride = 1;
+  p.w_scale_ld = ld;
+  p.y = y.get();
+  p.y_stride = out;
+  p.tokens = T;
+  p.out = int(out);
+  p.in = int(in);
+  p.kernel = kernel;
+  const double us = time_us(ctx, std::max(copies, 20), [&](int i) {
+    const int c = i % copies;
+    ExactLinearParams q = p;
+    q.w8 = wc.get() + size_t(c) * wbytes;
+    q.w_scales = ws.get() + size_t(c) * size_t(ob * ld);
+    exact_linear(ctx, q);
+  });
+  const double bytes = double(wbytes) + 4.0 * ob * ld + double(T * in) + 4.0 * T * ld + 2.0 * T * out;
+  report(kernel == ExactLinearKernel::Tiled ? "exact_linear tiled" : "exact_linear",
+         std::string(name) + " [" + std::to_string(out) + "," + std::to_string(in) + "] T=" + std::to_string(T), us,
+         2.0 * double(T) * double(out) * double(in), bytes, kFp8PeakTflops);
+}
+
 // `selections` matrices [rows, K] per call, chosen round-robin from a pool larger than L2.
 void bench_fp4(const DeviceContext& ctx, const char* name, int64_t rows, int64_t K, int selections, int tokens,
                bool shared_input, bool tiled, int warps = 0, int unroll = 0, bool bulk = false) {
@@ -195,8 +239,9 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--quick")) g_quick = true;
     else if (!std::strcmp(argv[i], "--sweep")) g_sweep = true;
     else if (!std::strcmp(argv[i], "--fp4-only")) g_fp4_only = true;
+    else if (!std::strcmp(argv[i], "--exact-only")) g_exact_only = true;
     else {
-      std::fprintf(stderr, "usage: %s [--json FILE] [--quick] [--sweep] [--fp4-only]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--json FILE] [--quick] [--sweep] [--fp4-only] [--exact-only]\n", argv[0]);
       return 2;
     }
   }
@@ -210,8 +255,16 @@ int main(int argc, char** argv) {
     std::printf("device: %s, %d SMs; ceilings: FP8 %.0f TFLOP/s, bf16 %.0f TFLOP/s, HBM %.2f TB/s\n",
                 ctx.name().c_str(), ctx.sm_count(), kFp8PeakTflops, kBf16PeakTflops, kHbmTBs);
     bench_bf16(ctx, 8192);  // first: it also brings the clocks up
-    bench_copy(ctx);
     struct Shape { const char* name; int64_t out, in; };
+    const Shape exact_shapes[] = {{"wq_a", 1024, 4096}, {"wq_b", 32768, 1024}, {"wo_b", 4096, 8192}, {"shared w1", 2048, 4096}};
+    for (const Shape& s : exact_shapes)
+      for (int64_t T : {1, 4, 8, 32})
+        for (ExactLinearKernel k : {ExactLinearKernel::Auto, ExactLinearKernel::Tiled}) bench_exact(ctx, s.name, s.out, s.in, T, k);
+    if (g_exact_only) {
+      if (g_json) std::fclose(g_json);
+      return 0;
+    }
+    bench_copy(ctx);
     const Shape shapes[] = {{"wq_a", 1024, 4096}, {"wq_b", 32768, 1024}, {"wo_b", 4096, 8192}};
     if (!g_fp4_only)
       for (const Shape& s : shapes)

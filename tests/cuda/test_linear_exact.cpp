@@ -50,6 +50,11 @@ HostFp8 make_fp8(Rng& rng, int64_t out, int64_t in) {
   return w;
 }
 
+constexpr ExactLinearKernel kKernels[] = {ExactLinearKernel::Auto, ExactLinearKernel::Tiled, ExactLinearKernel::Gemv};
+const char* kernel_name(ExactLinearKernel k) {
+  return k == ExactLinearKernel::Tiled ? "tiled" : k == ExactLinearKernel::Gemv ? "gemv" : "auto";
+}
+
 std::vector<uint32_t> bits(const std::vector<float>& v) {
   std::vector<uint32_t> b(v.size());
   std::memcpy(b.data(), v.data(), v.size() * 4);
@@ -95,18 +100,55 @@ void check_fp8(int64_t out, int64_t in, int64_t T, uint64_t seed) {
   p.tokens = T;
   p.out = int(out);
   p.in = int(in);
-  exact_linear(ctx, p);
-  ctx.synchronize();
-
   std::vector<float> xq = x;
   fp8_sim(xq.data(), int64_t(xq.size()), 128);
   std::vector<float> wd = hw.dequantized(), ref(size_t(T * out));
   cpu::matmul(xq.data(), T, in, wd.data(), out, ref.data());
-  const std::string what = "exact_linear fp8 out=" + std::to_string(out) + " in=" + std::to_string(in) +
-                           " T=" + std::to_string(T);
-  const std::vector<float> got32 = yf.download(what);
-  EXPECT_EQ(bits(got32), bits(ref)) << what << ": fp32 sums differ from cpu::matmul";
-  compare(what, from_bf16(y.download(what)), round_bf16(ref), Tol::Exact);
+  for (const ExactLinearKernel kernel : kKernels) {
+    p.kernel = kernel;
+    DSV4_CUDA_CHECK(cudaMemset(yf.get(), 0xff, size_t(T * out) * 4));  // NaN: unwritten shows
+    DSV4_CUDA_CHECK(cudaMemset(y.get(), 0xff, size_t(T * out) * 2));
+    exact_linear(ctx, p);
+    ctx.synchronize();
+    const std::string what = std::string("exact_linear ") + kernel_name(kernel) + " fp8 out=" + std::to_string(out) +
+                             " in=" + std::to_string(in) + " T=" + std::to_string(T);
+    const std::vector<float> got32 = yf.download(what);
+    EXPECT_EQ(bits(got32), bits(ref)) << what << ": fp32 sums differ from cpu::matmul";
+    compare(what, from_bf16(y.download(what)), round_bf16(ref), Tol::Exact);
+  }
+}
+
+// bf16 activations x FP8 weight (the W8 x bf16 instantiation).
+void check_fp8_bf16x(int64_t out, int64_t in, int64_t T, uint64_t seed) {
+  DeviceContext ctx;
+  Rng rng(seed);
+  HostFp8 hw = make_fp8(rng, out, in);
+  Fp8Weight w = upload_fp8_weight(hw.wv(), hw.sv());
+  std::vector<float> x = rng.bf16_normal(size_t(T * in));
+  auto dx = upload_bf16(x);
+  Guarded<float> yf(size_t(T * out));
+  ExactLinearParams p;
+  p.x = reinterpret_cast<const bf16*>(dx.get());
+  p.x_stride = in;
+  p.w8 = w.codes.get();
+  p.w_scales = w.scales.get();
+  p.w_scale_ld = w.scale_ld;
+  p.y_f32 = yf.get();
+  p.y_stride = out;
+  p.tokens = T;
+  p.out = int(out);
+  p.in = int(in);
+  std::vector<float> wd = hw.dequantized(), ref(size_t(T * out));
+  cpu::matmul(x.data(), T, in, wd.data(), out, ref.data());
+  for (const ExactLinearKernel kernel : kKernels) {
+    p.kernel = kernel;
+    DSV4_CUDA_CHECK(cudaMemset(yf.get(), 0xff, size_t(T * out) * 4));
+    exact_linear(ctx, p);
+    ctx.synchronize();
+    const std::string what = std::string("exact_linear ") + kernel_name(kernel) + " fp8 x bf16 out=" +
+                             std::to_string(out) + " in=" + std::to_string(in) + " T=" + std::to_string(T);
+    EXPECT_EQ(bits(yf.download(what)), bits(ref)) << what << ": fp32 sums differ from cpu::matmul";
+  }
 }
 
 // bf16 x bf16, with strided input / output (wo_a's group slices), or the expert mode.
@@ -121,7 +163,6 @@ void check_bf16(int64_t out, int64_t in, int64_t T, bool experts, uint64_t seed)
   auto dw = upload_bf16(w), dx = upload_bf16(x);
   DeviceBuffer<int32_t> did(ids);
   Guarded<uint16_t> y(size_t(T * ys));
-  DSV4_CUDA_CHECK(cudaMemset(y.get(), 0, size_t(T * ys) * 2));
   ExactLinearParams p;
   p.x = reinterpret_cast<const bf16*>(dx.get());
   p.x_stride = xs;
@@ -136,16 +177,20 @@ void check_bf16(int64_t out, int64_t in, int64_t T, bool experts, uint64_t seed)
   p.tokens = T;
   p.out = int(out);
   p.in = int(in);
-  exact_linear(ctx, p);
-  ctx.synchronize();
   std::vector<float> ref(size_t(T * ys), 0.0f);
   for (int64_t t = 0; t < T; ++t) {
     const int64_t e = experts ? ids[size_t(t)] : 0;
     cpu::matmul(x.data() + (t / k) * xs, 1, in, w.data() + e * out * in, out, ref.data() + t * ys);
   }
-  const std::string what = std::string("exact_linear bf16") + (experts ? " experts" : "") + " out=" +
-                           std::to_string(out) + " in=" + std::to_string(in) + " T=" + std::to_string(T);
-  compare(what, from_bf16(y.download(what)), round_bf16(ref), Tol::Exact);
+  for (const ExactLinearKernel kernel : kKernels) {
+    p.kernel = kernel;
+    DSV4_CUDA_CHECK(cudaMemset(y.get(), 0, size_t(T * ys) * 2));
+    exact_linear(ctx, p);
+    ctx.synchronize();
+    const std::string what = std::string("exact_linear ") + kernel_name(kernel) + " bf16" + (experts ? " experts" : "") +
+                             " out=" + std::to_string(out) + " in=" + std::to_string(in) + " T=" + std::to_string(T);
+    compare(what, from_bf16(y.download(what)), round_bf16(ref), Tol::Exact);
+  }
 }
 
 TEST(CudaExactLinear, Fp8MatchesCpuBitForBit) {
@@ -155,6 +200,16 @@ TEST(CudaExactLinear, Fp8MatchesCpuBitForBit) {
   check_fp8(256, 4096 + 128, 5, 3);
   check_fp8(384, 512, 17, 4);
   check_fp8(256, 256, 64, 5);
+  for (int64_t T : {2, 4, 6, 8, 13})  // the streaming kernel's token tiles (1, 2, 4, 8) and a partial one
+    check_fp8(1024, 4096, T, 20 + uint64_t(T));
+  check_fp8(136, 8192, 2, 6);   // long chains, 17 row blocks of 8
+  check_fp8(64, 128, 1, 7);     // one slice
+}
+
+TEST(CudaExactLinear, Fp8WeightBf16InputMatchesCpuBitForBit) {
+  DSV4_REQUIRE_HOPPER();
+  check_fp8_bf16x(264, 4096, 1, 31);
+  check_fp8_bf16x(136, 1040, 5, 32);  // K tail inside a slice
 }
 
 TEST(CudaExactLinear, Bf16MatchesCpuBitForBit) {
@@ -163,6 +218,9 @@ TEST(CudaExactLinear, Bf16MatchesCpuBitForBit) {
   check_bf16(200, 528, 7, false, 12);
   check_bf16(128, 256, 12, true, 13);
   check_bf16(256, 128, 2, true, 14);
+  check_bf16(72, 4096 + 16, 3, false, 15);  // K tail (16) after whole 256-K slices
+  check_bf16(40, 2064, 1, false, 16);
+  check_bf16(4096, 64, 40, true, 17);      // many expert tokens, one short slice
 }
 
 TEST(CudaExactLinear, RejectsBadShapes) {

@@ -12,6 +12,9 @@
 // weight-scale tile wide), the token tile's activations alongside; e4m3 decodes through a shared
 // table; the eight partial sums meet by xor-shuffles, which is the twin's tree (fp32 addition is
 // commutative). Graph-capturable: expert ids are read on the device.
+//
+// Up to kExactGemvMaxTokens tokens (and in the expert mode) a second kernel takes the call, exact_gemv
+// (linear_exact_gemv.h): the same sums, shaped to stream the weight at HBM speed for decode steps.
 #pragma once
 #include <cuda_bf16.h>
 
@@ -27,6 +30,12 @@ using bf16 = __nv_bfloat16;
 // batches and prefill chunks up to 512 (Flash prefill chunks of 2048 keep cuBLASLt). Dense experts
 // always run through it.
 inline constexpr int64_t kExactLinearMaxTokens = 512;
+// Token counts up to which exact_linear runs the streaming kernel (exact_gemv) rather than the tiled one.
+inline constexpr int64_t kExactGemvMaxTokens = 32;
+
+// Which kernel computes the sums (all give the same bits): Auto picks by token count; the others are
+// for tests and benchmarks.
+enum class ExactLinearKernel : uint8_t { Auto, Tiled, Gemv };
 
 struct ExactLinearParams {
   // Activations, one of (row of token t: t / x_row_div):
@@ -51,6 +60,7 @@ struct ExactLinearParams {
   int64_t y_stride = 0;
   int64_t tokens = 0;
   int out = 0, in = 0;                 // in: a multiple of 16; rows 16-byte aligned
+  ExactLinearKernel kernel = ExactLinearKernel::Auto;
 };
 void exact_linear(const DeviceContext& ctx, const ExactLinearParams& p);
 
