@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "backend/cuda/attn_ops.h"
 #include "backend/cuda/embed_head.h"
 #include "backend/cuda/fp4_gemv.h"
 #include "backend/cuda/fp4_tiled.h"
@@ -491,15 +492,15 @@ void head_forward(const DeviceContext& ctx, const DevHeadWeights& w, const bf16*
     exact_linear(ctx, e);
     return;
   }
-  MatmulF32Params m;
+  LinearF32Params m;
   m.x = h;
+  m.x_stride = w.D;
   m.w = w.head.get();
   m.y = logits;
-  m.T = T;
-  m.N = w.vocab;
-  m.y_stride = w.vocab;
-  m.K = int(w.D);
-  matmul_bf16_f32(ctx, m);
+  m.tokens = T;
+  m.out = int(w.vocab);
+  m.in = int(w.D);
+  linear_f32(ctx, m);
 }
 
 }  // namespace dsv4::cuda

@@ -80,31 +80,5 @@ TEST(CudaEmbedHead, HcHeadCollapse) {
   EXPECT_TRUE(compare("hc_head", from_bf16(u.download("u")), round_bf16(ref), Tol::Bf16).ok);
 }
 
-TEST(CudaEmbedHead, MatmulF32Out) {
-  DSV4_REQUIRE_HOPPER();
-  DeviceContext ctx;
-  Rng rng(53);
-  for (int64_t T : {1, 3, 11}) {
-    const int64_t N = 300;
-    const int K = 768;
-    std::vector<float> x = rng.bf16_normal(size_t(T * K)), w = rng.bf16_normal(size_t(N * K), 0.05f);
-    DeviceBuffer<uint16_t> dx = upload_bf16(x), dw = upload_bf16(w);
-    Guarded<float> y(size_t(T * N));
-    MatmulF32Params p;
-    p.x = reinterpret_cast<const bf16*>(dx.get());
-    p.w = reinterpret_cast<const bf16*>(dw.get());
-    p.y = y.get();
-    p.T = T;
-    p.N = N;
-    p.y_stride = N;
-    p.K = K;
-    matmul_bf16_f32(ctx, p);
-    ctx.synchronize();
-    std::vector<float> ref(size_t(T * N));
-    cpu::matmul(x.data(), T, K, w.data(), N, ref.data());
-    EXPECT_TRUE(compare("matmul_bf16_f32 T=" + std::to_string(T), y.download("y"), ref, Tol::F32Chain).ok);
-  }
-}
-
 }  // namespace
 }  // namespace dsv4::cuda::test

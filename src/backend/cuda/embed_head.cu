@@ -1,4 +1,4 @@
-// Embedding gather, hc_head collapse and the fp32-output matmul (contracts in embed_head.h).
+// Embedding gather and the hc_head collapse (contracts in embed_head.h).
 #include <cstdint>
 
 #include "backend/cuda/check.h"
@@ -11,18 +11,6 @@ namespace {
 
 constexpr int kHeadThreads = 256;
 constexpr int kMaxStreams = 8;
-constexpr int kTokGroup = 8;
-
-__device__ __forceinline__ void load8f(const bf16* p, float (&v)[8]) {
-  const uint4 raw = *reinterpret_cast<const uint4*>(p);
-  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 f = __bfloat1622float2(h[i]);
-    v[2 * i] = f.x;
-    v[2 * i + 1] = f.y;
-  }
-}
 
 // Block per token: 16-byte vectors of the row to all n streams.
 __global__ void embed_kernel(EmbedParams p) {
@@ -49,7 +37,7 @@ __global__ void hc_head_kernel(HcHeadParams p) {
   for (int r = 0; r < kMaxStreams; ++r) acc[r] = 0.0f;
   for (int64_t i = int64_t(threadIdx.x) * 8; i < width; i += int64_t(blockDim.x) * 8) {
     float x[8];
-    load8f(X + i, x);
+    load_bf16x8(X + i, x);
 #pragma unroll
     for (int q = 0; q < 8; ++q) ss += x[q] * x[q];
 #pragma unroll
@@ -96,37 +84,6 @@ __global__ void hc_head_kernel(HcHeadParams p) {
   }
 }
 
-// Warp per weight row n; lane covers k = 8 lane + 256 i. Tokens in groups of 8.
-__global__ void matmul_f32_kernel(MatmulF32Params p) {
-  const int64_t n = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
-  if (n >= p.N) return;
-  const int lane = threadIdx.x & 31;
-  const bf16* w = p.w + n * p.K;
-  for (int64_t t0 = 0; t0 < p.T; t0 += kTokGroup) {
-    const int tn = p.T - t0 < kTokGroup ? int(p.T - t0) : kTokGroup;
-    float acc[kTokGroup];
-#pragma unroll
-    for (int j = 0; j < kTokGroup; ++j) acc[j] = 0.0f;
-    for (int c = lane * 8; c < p.K; c += 256) {
-      float wv[8];
-      load8f(w + c, wv);
-#pragma unroll
-      for (int j = 0; j < kTokGroup; ++j)
-        if (j < tn) {
-          float xv[8];
-          load8f(p.x + (t0 + j) * p.K + c, xv);
-#pragma unroll
-          for (int q = 0; q < 8; ++q) acc[j] = fmaf(xv[q], wv[q], acc[j]);
-        }
-    }
-#pragma unroll
-    for (int j = 0; j < kTokGroup; ++j) {
-      const float s = warp_sum(acc[j]);
-      if (lane == 0 && j < tn) p.y[(t0 + j) * p.y_stride + n] = s;
-    }
-  }
-}
-
 }  // namespace
 
 void embed_gather(const DeviceContext& ctx, const EmbedParams& p) {
@@ -147,14 +104,5 @@ void hc_head_collapse(const DeviceContext& ctx, const HcHeadParams& p) {
   DSV4_CUDA_CHECK_LAUNCH();
 }
 
-void matmul_bf16_f32(const DeviceContext& ctx, const MatmulF32Params& p) {
-  if (p.T == 0 || p.N == 0) return;
-  if (!p.x || !p.w || !p.y) fail("matmul_bf16_f32: null pointer");
-  if (p.K <= 0 || p.K % 8 != 0) fail("matmul_bf16_f32: K ", p.K, " must be a positive multiple of 8");
-  if (p.y_stride < p.N) fail("matmul_bf16_f32: y_stride ", p.y_stride, " < N ", p.N);
-  const int64_t blocks = ceil_div(p.N * 32, 256);
-  matmul_f32_kernel<<<unsigned(narrow_int(blocks, "matmul_bf16_f32 blocks")), 256, 0, ctx.stream()>>>(p);
-  DSV4_CUDA_CHECK_LAUNCH();
-}
 
 }  // namespace dsv4::cuda

@@ -39,16 +39,5 @@ struct HcHeadParams {
 };
 void hc_head_collapse(const DeviceContext& ctx, const HcHeadParams& p);
 
-// ---- y[T, N] fp32 = x[T, K] . w[N, K]^T, bf16 inputs, fp32 products and sums (router logits, head
-// logits). One warp per weight row, tokens in groups of 8 held in registers: memory-bound at small T
-// (the weight is read ceil(T / 8) times; L2 catches most re-reads).
-struct MatmulF32Params {
-  const bf16* x = nullptr;  // [T, K]
-  const bf16* w = nullptr;  // [N, K]
-  float* y = nullptr;       // [T, N], row stride y_stride
-  int64_t T = 0, N = 0, y_stride = 0;
-  int K = 0;                // multiple of 8
-};
-void matmul_bf16_f32(const DeviceContext& ctx, const MatmulF32Params& p);
 
 }  // namespace dsv4::cuda

@@ -12,17 +12,6 @@ __device__ __forceinline__ int64_t imin64(int64_t a, int64_t b) { return a < b ?
 
 constexpr int kTok = 8;
 
-__device__ __forceinline__ void load8(const bf16* p, float (&v)[8]) {
-  const uint4 raw = *reinterpret_cast<const uint4*>(p);
-  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 f = __bfloat1622float2(h[i]);
-    v[2 * i] = f.x;
-    v[2 * i + 1] = f.y;
-  }
-}
-
 __global__ void linear_f32_kernel(LinearF32Params p, int64_t total_warps, int tok_groups) {
   const int64_t warp = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   if (warp >= total_warps) return;
@@ -36,12 +25,12 @@ __global__ void linear_f32_kernel(LinearF32Params p, int64_t total_warps, int to
   const bf16* wr = p.w + int64_t(o) * p.in;
   for (int k = lane * 8; k < p.in; k += 256) {
     float wv[8];
-    load8(wr + k, wv);
+    load_bf16x8(wr + k, wv);
 #pragma unroll
     for (int i = 0; i < kTok; ++i) {
       if (i >= nt) break;
       float xv[8];
-      load8(p.x + (t0 + i) * p.x_stride + k, xv);
+      load_bf16x8(p.x + (t0 + i) * p.x_stride + k, xv);
 #pragma unroll
       for (int j = 0; j < 8; ++j) acc[i] = fmaf(xv[j], wv[j], acc[i]);
     }
