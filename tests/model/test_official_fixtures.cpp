@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "model/golden.h"
+#include "model/logits_steps.h"
 #include "model/model.h"
 #include "model/schedule.h"
 
@@ -17,22 +18,6 @@ struct Bounds {
   double rel, top1;          // the targets (reported)
   double cpu_rel, cpu_top1;  // DeepSeek's reference itself run on a CPU (asserted; 0 = not measured)
 };
-
-// Logits of positions P-1 .. n-1 after a prefill of P then one token per step.
-Tensor steps(const Model& m, const std::vector<int32_t>& ids, int64_t P) {
-  SequenceState st = m.new_state();
-  const int64_t n = int64_t(ids.size()), V = m.config().vocab_size;
-  Tensor out({n - P + 1, V});
-  ForwardOptions last;
-  last.all_logits = false;
-  Tensor l = m.forward(st, std::vector<int32_t>(ids.begin(), ids.begin() + P), last);
-  std::copy(l.data.begin(), l.data.end(), out.row(0));
-  for (int64_t t = P; t < n; ++t) {
-    l = m.forward(st, {ids[size_t(t)]}, last);
-    std::copy(l.data.begin(), l.data.end(), out.row(t - P + 1));
-  }
-  return out;
-}
 
 class Official : public ::testing::TestWithParam<Bounds> {
  protected:
@@ -54,8 +39,8 @@ TEST_P(Official, LogitsSteps) {
   const std::string dir = test::fixture_dir(b.fixture) + "/model";
   const auto ids = g.ids("input_ids");
   const int64_t P = g.manifest["prefill"].get<int64_t>();
-  Tensor official = steps(*Model::load(dir, Numerics::Official), ids, P);
-  Tensor reference = steps(*Model::load(dir, Numerics::Reference), ids, P);
+  Tensor official = test::logits_steps(*Model::load(dir, Numerics::Official), ids, P);
+  Tensor reference = test::logits_steps(*Model::load(dir, Numerics::Reference), ids, P);
   const Tensor& want = g["logits_steps"];
   const double rel = test::rel_l2(official, want), rel_ref = test::rel_l2(reference, want);
   const double unquantized = g.manifest["agreement"]["quantized_vs_unquantized_rel"].get<double>();

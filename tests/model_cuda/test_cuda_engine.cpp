@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "model_cuda/cuda_step_model.h"
 #include "runtime/engine.h"
+#include "support/engine_events.h"
 #include "support/test_paths.h"
 
 namespace dsv4::cuda {
@@ -48,22 +49,6 @@ Single single_path(StepModel& m, const std::vector<int32_t>& prompt, int n, int6
     if (i + 1 < n) l = seq.feed({id});
   }
   return s;
-}
-
-std::vector<int32_t> collect_ids(RequestChannel& ch) {
-  std::vector<int32_t> ids;
-  const auto deadline = std::chrono::steady_clock::now() + 120s;
-  while (std::chrono::steady_clock::now() < deadline)
-    for (const EngineEvent& e : ch.wait(100ms)) {
-      if (e.kind == EngineEvent::Kind::Token) ids.push_back(e.id);
-      if (e.kind == EngineEvent::Kind::Finished) return ids;
-      if (e.kind == EngineEvent::Kind::Failed) {
-        ADD_FAILURE() << "failed: " << e.text;
-        return ids;
-      }
-    }
-  ADD_FAILURE() << "no final event";
-  return ids;
 }
 
 // The bundled model's dense experts may not load on the GPU yet: then the same trained model in the
@@ -107,7 +92,7 @@ TEST(CudaEngine, ConcurrentGreedyMatchesSingleSequence) {
   }
   int total_equal = 0;
   for (size_t i = 0; i < chans.size(); ++i) {
-    const std::vector<int32_t> got = collect_ids(*chans[i]);
+    const std::vector<int32_t> got = test::collect_ids(*chans[i]);
     ASSERT_EQ(got.size(), size_t(n)) << i;
     // Equal ids up to the first difference; that one must come from a near-tie of the single path.
     int equal = 0;

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "io/presets.h"
 #include "model/golden.h"
+#include "model/logits_steps.h"
 #include "model/model.h"
 #include "model_cuda/cuda_model.h"
 #include "model_cuda/dummy_weights.h"
@@ -40,21 +41,6 @@ Tensor cuda_steps(CudaModel& m, const std::vector<int32_t>& ids, int64_t P) {
   }
   return out;
 }
-Tensor cpu_steps(const Model& m, const std::vector<int32_t>& ids, int64_t P) {
-  SequenceState st = m.new_state();
-  const int64_t n = int64_t(ids.size()), V = m.config().vocab_size;
-  Tensor out({n - P + 1, V});
-  ForwardOptions last;
-  last.all_logits = false;
-  Tensor l = m.forward(st, std::vector<int32_t>(ids.begin(), ids.begin() + P), last);
-  std::copy(l.data.begin(), l.data.end(), out.row(0));
-  for (int64_t t = P; t < n; ++t) {
-    l = m.forward(st, {ids[size_t(t)]}, last);
-    std::copy(l.data.begin(), l.data.end(), out.row(t - P + 1));
-  }
-  return out;
-}
-
 // Greedy ids of the CPU and the CUDA model from the same prompt; returns how many agree from the start.
 int64_t greedy_agreement(const std::string& dir, int64_t N, double& worst_rel) {
   auto cpu = Model::load(dir, Numerics::Official);
@@ -149,7 +135,7 @@ TEST_P(CudaOfficial, LogitsSteps) {
   o.max_tokens = P;
   auto gpu = CudaModel::load(dir, o);
   const Tensor got = cuda_steps(*gpu, ids, P);
-  const Tensor cpu = cpu_steps(*Model::load(dir, Numerics::Official), ids, P);
+  const Tensor cpu = test::logits_steps(*Model::load(dir, Numerics::Official), ids, P);
   const Tensor& want = g["logits_steps"];
   const double rel = test::rel_l2(got, want), rel_cpu = test::rel_l2(cpu, want), gpu_cpu = test::rel_l2(got, cpu);
   const double top1 = test::top1_agreement(got, want), top1_cpu = test::top1_agreement(got, cpu);

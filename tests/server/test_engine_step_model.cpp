@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "runtime/engine.h"
+#include "support/engine_events.h"
 #include "support/test_paths.h"
 
 namespace dsv4 {
@@ -33,22 +34,6 @@ class CountingStepModel : public CpuStepModel {
   std::vector<size_t> batches;  // size of each decode call
 };
 
-std::vector<int32_t> collect_ids(RequestChannel& ch) {
-  std::vector<int32_t> ids;
-  const auto deadline = std::chrono::steady_clock::now() + 120s;
-  while (std::chrono::steady_clock::now() < deadline)
-    for (const EngineEvent& e : ch.wait(100ms)) {
-      if (e.kind == EngineEvent::Kind::Token) ids.push_back(e.id);
-      if (e.kind == EngineEvent::Kind::Finished) return ids;
-      if (e.kind == EngineEvent::Kind::Failed) {
-        ADD_FAILURE() << "failed: " << e.text;
-        return ids;
-      }
-    }
-  ADD_FAILURE() << "no final event";
-  return ids;
-}
-
 TEST(EngineStepModel, OneDecodeCallPerStepSameResults) {
   const std::string dir = test::source_dir() + "/models/tiny-shakespeare";
   auto model = Model::load(dir, Numerics::Official);
@@ -74,14 +59,14 @@ TEST(EngineStepModel, OneDecodeCallPerStepSameResults) {
     Engine engine(*model, tok, opt);  // the Model form
     std::vector<std::shared_ptr<RequestChannel>> chans;
     for (const auto& r : reqs) chans.push_back(engine.submit(r));
-    for (auto& c : chans) want.push_back(collect_ids(*c));
+    for (auto& c : chans) want.push_back(test::collect_ids(*c));
   }
   uint64_t steps = 0;
   {
     Engine engine(counting, tok, opt);
     std::vector<std::shared_ptr<RequestChannel>> chans;
     for (const auto& r : reqs) chans.push_back(engine.submit(r));
-    for (size_t i = 0; i < chans.size(); ++i) EXPECT_EQ(collect_ids(*chans[i]), want[i]) << i;
+    for (size_t i = 0; i < chans.size(); ++i) EXPECT_EQ(test::collect_ids(*chans[i]), want[i]) << i;
     steps = engine.stats().steps;
   }
   std::lock_guard<std::mutex> lk(counting.mu);
