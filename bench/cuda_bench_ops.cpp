@@ -3,7 +3,7 @@
 //   * FP8 block-scaled GEMM (cuBLASLt) for wq_a [1024, 4096], wq_b [32768, 1024], wo_b [4096, 8192] at
 //     M = 1, 8, 32, 1024, 8192 tokens: TFLOP/s vs the 1410 TFLOP/s FP8 ceiling, GB/s vs 4.26 TB/s;
 //   * exact_linear (the CPU-ordered exact FP8 linear of decode steps) for wq_a, wq_b, wo_b and a shared
-//     expert w1 [2048, 4096] at T = 1, 4, 8, 32: the Auto choice and the tiled kernel, GB/s of weight bytes;
+//     expert w1 [2048, 4096] at T = 1, 4, 8, 32: the streaming (gemv) and the tiled kernel (Auto picks between them), GB/s of weight bytes;
 //   * the FP4 routed-expert GEMV: one expert [2048, 4096], six experts with w1||w3 stacked [4096, 4096]
 //     sharing one input, six w2 [4096, 2048] with their own inputs: GB/s of weight bytes.
 // Method (docs/.library METHOD.md): random data (never zeros), weights rotated through copies that
@@ -171,7 +171,7 @@ void bench_exact(const DeviceContext& ctx, const char* name, int64_t out, int64_
     exact_linear(ctx, q);
   });
   const double bytes = double(wbytes) + 4.0 * ob * ld + double(T * in) + 4.0 * T * ld + 2.0 * T * out;
-  report(kernel == ExactLinearKernel::Tiled ? "exact_linear tiled" : "exact_linear",
+  report(kernel == ExactLinearKernel::Tiled ? "exact_linear tiled" : kernel == ExactLinearKernel::Gemv ? "exact_linear gemv" : "exact_linear",
          std::string(name) + " [" + std::to_string(out) + "," + std::to_string(in) + "] T=" + std::to_string(T), us,
          2.0 * double(T) * double(out) * double(in), bytes, kFp8PeakTflops);
 }
@@ -259,7 +259,7 @@ int main(int argc, char** argv) {
     const Shape exact_shapes[] = {{"wq_a", 1024, 4096}, {"wq_b", 32768, 1024}, {"wo_b", 4096, 8192}, {"shared w1", 2048, 4096}};
     for (const Shape& s : exact_shapes)
       for (int64_t T : {1, 4, 8, 32})
-        for (ExactLinearKernel k : {ExactLinearKernel::Auto, ExactLinearKernel::Tiled}) bench_exact(ctx, s.name, s.out, s.in, T, k);
+        for (ExactLinearKernel k : {ExactLinearKernel::Gemv, ExactLinearKernel::Tiled}) bench_exact(ctx, s.name, s.out, s.in, T, k);
     if (g_exact_only) {
       if (g_json) std::fclose(g_json);
       return 0;

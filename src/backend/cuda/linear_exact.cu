@@ -178,9 +178,10 @@ void exact_linear(const DeviceContext& ctx, const ExactLinearParams& p) {
   if ((p.x_stride * xe) % 16 != 0 || !aligned16(x8 ? static_cast<const void*>(p.x_codes) : p.x) ||
       !aligned16(w8 ? static_cast<const void*>(p.w8) : p.w16) || (p.w_expert_stride * (w8 ? 1 : 2)) % 16 != 0)
     fail("exact_linear: rows must start on 16-byte boundaries");
+  const bool few = p.expert_ids || p.tokens == 1 ||
+                   (p.tokens <= kExactGemvMaxTokens && p.in <= kExactGemvMaxIn && p.out <= kExactGemvMaxOut);
   const bool gemv = p.kernel == ExactLinearKernel::Gemv ||
-                    (p.kernel == ExactLinearKernel::Auto && (p.expert_ids || p.tokens <= kExactGemvMaxTokens) &&
-                     detail::exact_gemv_fits(p));
+                    (p.kernel == ExactLinearKernel::Auto && few && detail::exact_gemv_fits(p));
   if (gemv) return detail::exact_gemv(ctx, p);
   if (w8 && x8) return launch<true, true>(ctx, p);
   if (w8) return launch<true, false>(ctx, p);

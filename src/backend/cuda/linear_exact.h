@@ -13,8 +13,8 @@
 // table; the eight partial sums meet by xor-shuffles, which is the twin's tree (fp32 addition is
 // commutative). Graph-capturable: expert ids are read on the device.
 //
-// Up to kExactGemvMaxTokens tokens (and in the expert mode) a second kernel takes the call, exact_gemv
-// (linear_exact_gemv.h): the same sums, shaped to stream the weight at HBM speed for decode steps.
+// For decode-sized calls (see kExactGemvMaxTokens) a second kernel takes the call, exact_gemv
+// (linear_exact_gemv.h): the same sums, shaped to stream the weight for decode steps.
 #pragma once
 #include <cuda_bf16.h>
 
@@ -30,8 +30,12 @@ using bf16 = __nv_bfloat16;
 // batches and prefill chunks up to 512 (Flash prefill chunks of 2048 keep cuBLASLt). Dense experts
 // always run through it.
 inline constexpr int64_t kExactLinearMaxTokens = 512;
-// Token counts up to which exact_linear runs the streaming kernel (exact_gemv) rather than the tiled one.
-inline constexpr int64_t kExactGemvMaxTokens = 32;
+// Auto's choice of the streaming kernel (exact_gemv) over the tiled one, from the H200 timings in
+// docs/perf-log.md: always at one token and in the expert mode; up to kExactGemvMaxTokens tokens when
+// in <= kExactGemvMaxIn and out <= kExactGemvMaxOut (wo_b's K = 8192 and the head's 129k rows were
+// slower there at 4-8 tokens: its per-token chains are serial and its activations fill shared memory).
+inline constexpr int64_t kExactGemvMaxTokens = 8;
+inline constexpr int kExactGemvMaxIn = 4096, kExactGemvMaxOut = 32768;
 
 // Which kernel computes the sums (all give the same bits): Auto picks by token count; the others are
 // for tests and benchmarks.
