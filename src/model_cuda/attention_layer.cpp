@@ -111,39 +111,21 @@ namespace {
 void run_linear(const DeviceContext& ctx, AttentionWorkspace& ws, const DevLinear& w, const bf16* x, int64_t T,
                 bf16* y) {
   if (T <= kExactLinearMaxTokens) {
+    if (w.fp8) {
+      const int64_t nb = (w.in + 127) / 128;
+      act_quant_rows(ctx, x, T, w.in, ws.codes.get(), ws.scales.get(), nb, 1);
+      exact_linear_fp8(ctx, ws.codes.get(), ws.scales.get(), nb, 1, w.w8, T, y);
+      return;
+    }
     ExactLinearParams e;
     e.tokens = T;
     e.out = int(w.out);
     e.in = int(w.in);
     e.y = y;
     e.y_stride = w.out;
-    if (w.fp8) {
-      const int64_t nb = (w.in + 127) / 128;
-      ActQuantParams q;
-      q.x = x;
-      q.codes = ws.codes.get();
-      q.scale_f32 = ws.scales.get();
-      q.rows = T;
-      q.cols = int(w.in);
-      q.block = 128;
-      q.x_stride = w.in;
-      q.codes_stride = w.in;
-      q.sf_row_stride = nb;
-      q.sf_block_stride = 1;
-      act_quant_fp8(ctx, q);
-      e.x_codes = ws.codes.get();
-      e.x_scales = ws.scales.get();
-      e.x_stride = w.in;
-      e.xs_row_stride = nb;
-      e.xs_block_stride = 1;
-      e.w8 = w.w8.codes.get();
-      e.w_scales = w.w8.scales.get();
-      e.w_scale_ld = w.w8.scale_ld;
-    } else {
-      e.x = x;
-      e.x_stride = w.in;
-      e.w16 = w.w16.get();
-    }
+    e.x = x;
+    e.x_stride = w.in;
+    e.w16 = w.w16.get();
     exact_linear(ctx, e);
     return;
   }
@@ -154,18 +136,7 @@ void run_linear(const DeviceContext& ctx, AttentionWorkspace& ws, const DevLinea
   LtMatmul& mm = ws.plan(ctx, GemmKind::Fp8BlockScaled, w.out, w.in, T);
   const int64_t P = mm.padded_tokens();
   if (P > ws.max_padded_) fail("attention: ", P, " padded tokens exceed the workspace");
-  ActQuantParams q;
-  q.x = x;
-  q.codes = ws.codes.get();
-  q.scale_f32 = ws.scales.get();
-  q.rows = T;
-  q.cols = int(w.in);
-  q.block = 128;
-  q.x_stride = w.in;
-  q.codes_stride = w.in;
-  q.sf_row_stride = 1;
-  q.sf_block_stride = P;
-  act_quant_fp8(ctx, q);
+  act_quant_rows(ctx, x, T, w.in, ws.codes.get(), ws.scales.get(), 1, P);
   mm.run_fp8(ctx, ws.codes.get(), ws.scales.get(), w.w8, y);
 }
 

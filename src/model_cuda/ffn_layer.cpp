@@ -236,20 +236,8 @@ void moe_forward(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace&
   r.scaling = w.routed_scaling;
   moe_router(ctx, r);
 
-  if (!w.dense_experts || shared_fp8) {  // x -> e4m3, scales block-major (b * P + t)
-    ActQuantParams q;
-    q.x = x;
-    q.codes = ws.xq.get();
-    q.scale_f32 = ws.xs.get();
-    q.rows = T;
-    q.cols = int(D);
-    q.block = 128;
-    q.x_stride = D;
-    q.codes_stride = D;
-    q.sf_row_stride = 1;
-    q.sf_block_stride = P;
-    act_quant_fp8(ctx, q);
-  }
+  if (!w.dense_experts || shared_fp8)  // x -> e4m3, scales block-major (b * P + t)
+    act_quant_rows(ctx, x, T, D, ws.xq.get(), ws.xs.get(), 1, P);
 
   // exact_linear of a bf16 / FP8 input against a bf16 / FP8 weight (one token per expert selection
   // when expert_ids is given).
@@ -269,25 +257,6 @@ void moe_forward(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace&
     e.in = int(K);
     exact_linear(ctx, e);
   };
-  auto exact_fp8 = [&](const uint8_t* codes, const float* scales, int64_t xs_row, int64_t xs_blk, const Fp8Weight& wt,
-                       bf16* yout) {
-    ExactLinearParams e;
-    e.x_codes = codes;
-    e.x_scales = scales;
-    e.x_stride = wt.in;
-    e.xs_row_stride = xs_row;
-    e.xs_block_stride = xs_blk;
-    e.w8 = wt.codes.get();
-    e.w_scales = wt.scales.get();
-    e.w_scale_ld = wt.scale_ld;
-    e.y = yout;
-    e.y_stride = wt.out;
-    e.tokens = T;
-    e.out = int(wt.out);
-    e.in = int(wt.in);
-    exact_linear(ctx, e);
-  };
-
   // Routed experts: one GEMV selection per (token, pick), in launches of at most 65535 selections.
   auto gemv = [&](const DeviceBuffer<uint8_t>& wp, const DeviceBuffer<uint8_t>& wsc, const uint8_t* xc, const float* xsc,
                   int64_t rows, int64_t K, bf16* out) {
@@ -341,17 +310,7 @@ void moe_forward(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace&
   if (w.dense_experts) {
     exact_dense(ws.h.get(), Tk, 1, w.w2_16.get(), ws.ids.get(), D, I, ws.y2.get());
   } else {
-    ActQuantParams hq;
-    hq.x = ws.h.get();
-    hq.codes = ws.hq.get();
-    hq.scale_f32 = ws.hs.get();
-    hq.rows = Tk;
-    hq.cols = int(I);
-    hq.x_stride = I;
-    hq.codes_stride = I;
-    hq.sf_row_stride = I / 128;
-    hq.sf_block_stride = 1;
-    act_quant_fp8(ctx, hq);
+    act_quant_rows(ctx, ws.h.get(), Tk, I, ws.hq.get(), ws.hs.get(), I / 128, 1);
     gemv(w.w2, w.w2_scales, ws.hq.get(), ws.hs.get(), D, I, ws.y2.get());
   }
 
@@ -364,8 +323,8 @@ void moe_forward(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace&
       plans->up->run_fp8(ctx, ws.xq.get(), ws.xs.get(), w.shared_w1, ws.sg.get());
       plans->up->run_fp8(ctx, ws.xq.get(), ws.xs.get(), w.shared_w3, ws.su.get());
     } else {
-      exact_fp8(ws.xq.get(), ws.xs.get(), 1, P, w.shared_w1, ws.sg.get());
-      exact_fp8(ws.xq.get(), ws.xs.get(), 1, P, w.shared_w3, ws.su.get());
+      exact_linear_fp8(ctx, ws.xq.get(), ws.xs.get(), 1, P, w.shared_w1, T, ws.sg.get());
+      exact_linear_fp8(ctx, ws.xq.get(), ws.xs.get(), 1, P, w.shared_w3, T, ws.su.get());
     }
     SwigluParams ss;
     ss.g = ws.sg.get();
@@ -381,19 +340,9 @@ void moe_forward(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace&
       exact_dense(ws.sh.get(), T, 1, w.shared16_w2.get(), nullptr, D, I, ws.ys.get());
     } else {
       const int64_t P2 = plans ? plans->down->padded_tokens() : T;
-      ActQuantParams sq;
-      sq.x = ws.sh.get();
-      sq.codes = ws.shq.get();
-      sq.scale_f32 = ws.shs.get();
-      sq.rows = T;
-      sq.cols = int(I);
-      sq.x_stride = I;
-      sq.codes_stride = I;
-      sq.sf_row_stride = 1;
-      sq.sf_block_stride = P2;
-      act_quant_fp8(ctx, sq);
+      act_quant_rows(ctx, ws.sh.get(), T, I, ws.shq.get(), ws.shs.get(), 1, P2);
       if (plans) plans->down->run_fp8(ctx, ws.shq.get(), ws.shs.get(), w.shared_w2, ws.ys.get());
-      else exact_fp8(ws.shq.get(), ws.shs.get(), 1, P2, w.shared_w2, ws.ys.get());
+      else exact_linear_fp8(ctx, ws.shq.get(), ws.shs.get(), 1, P2, w.shared_w2, T, ws.ys.get());
     }
   }
 

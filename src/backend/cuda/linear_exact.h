@@ -21,6 +21,7 @@
 #include <cstdint>
 
 #include "backend/cuda/context.h"
+#include "backend/cuda/gemm.h"
 
 namespace dsv4::cuda {
 
@@ -67,5 +68,26 @@ struct ExactLinearParams {
   ExactLinearKernel kernel = ExactLinearKernel::Auto;
 };
 void exact_linear(const DeviceContext& ctx, const ExactLinearParams& p);
+// The common FP8 case: y [tokens, w.out] bf16 = (codes, scales) . w^T, with the activation scale of
+// (row t, block b) at t * xs_row_stride + b * xs_block_stride.
+inline void exact_linear_fp8(const DeviceContext& ctx, const uint8_t* codes, const float* scales,
+                             int64_t xs_row_stride, int64_t xs_block_stride, const Fp8Weight& w, int64_t tokens,
+                             __nv_bfloat16* y) {
+  ExactLinearParams e;
+  e.x_codes = codes;
+  e.x_scales = scales;
+  e.x_stride = w.in;
+  e.xs_row_stride = xs_row_stride;
+  e.xs_block_stride = xs_block_stride;
+  e.w8 = w.codes.get();
+  e.w_scales = w.scales.get();
+  e.w_scale_ld = w.scale_ld;
+  e.y = y;
+  e.y_stride = w.out;
+  e.tokens = tokens;
+  e.out = int(w.out);
+  e.in = int(w.in);
+  exact_linear(ctx, e);
+}
 
 }  // namespace dsv4::cuda

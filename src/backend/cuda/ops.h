@@ -60,6 +60,21 @@ struct ActQuantParams {
   int64_t sf_row_stride = 0, sf_block_stride = 0;
 };
 void act_quant_fp8(const DeviceContext& ctx, const ActQuantParams& p);
+// The common case: contiguous rows x [rows, cols] -> codes [rows, cols], 1x128 blocks, fp32 scales only.
+inline void act_quant_rows(const DeviceContext& ctx, const bf16* x, int64_t rows, int64_t cols, uint8_t* codes,
+                           float* scales, int64_t sf_row_stride, int64_t sf_block_stride) {
+  ActQuantParams q;
+  q.x = x;
+  q.codes = codes;
+  q.scale_f32 = scales;
+  q.rows = rows;
+  q.cols = int(cols);
+  q.block = 128;
+  q.x_stride = q.codes_stride = cols;
+  q.sf_row_stride = sf_row_stride;
+  q.sf_block_stride = sf_block_stride;
+  act_quant_fp8(ctx, q);
+}
 
 // ---- mHC pre (MODEL.md §3, HCPre): coefficients (incl. Sinkhorn) and the collapse u = sum_j pre_j X_j.
 // CPU twin: cpu::mhc_coeffs + cpu::mhc_collapse (then round_bf16 on u). n must be 4.
