@@ -1,6 +1,7 @@
 // exact_linear (contract in linear_exact.h).
 #include <cuda_fp8.h>
 
+#include "backend/cuda/async_copy.cuh"
 #include "backend/cuda/check.h"
 #include "backend/cuda/kernel_util.cuh"
 #include "backend/cuda/linear_exact.h"
@@ -13,15 +14,6 @@ constexpr int kThreads = 128;
 constexpr int kRows = 16;    // output rows per block: 16 rows x 8 partial sums = 128 threads
 constexpr int kStages = 6;   // 128-K slices in flight per block
 constexpr int kK = 128;      // slice width = weight-scale tile width
-
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  const int n = valid ? 16 : 0;  // 0: zero-fill, nothing read
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(n));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
 template <bool W8, bool X8, int TT>
 __global__ void __launch_bounds__(kThreads) exact_linear_kernel(ExactLinearParams p) {

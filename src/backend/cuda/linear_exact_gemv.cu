@@ -1,6 +1,7 @@
 // exact_gemv: the few-token exact_linear (design in linear_exact_gemv.h).
 #include <cuda_fp8.h>
 
+#include "backend/cuda/async_copy.cuh"
 #include "backend/cuda/check.h"
 #include "backend/cuda/kernel_util.cuh"
 #include "backend/cuda/linear_exact_gemv.h"
@@ -16,15 +17,6 @@ constexpr int kRowPitch = kSliceBytes + 16;  // padded: the 4 rows of a warp fal
 // Ring slots per warp (slices in flight), NS: 8 when the grid is small (one block per SM must keep the
 // SM's share in flight), 4 otherwise (more blocks resident per SM).
 constexpr int kMaxSmem = 160 * 1024;
-
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  const int n = valid ? 16 : 0;  // 0: zero-fill, nothing read
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(n));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
 __device__ __forceinline__ float e4m3_value(unsigned code) {
   return __half2float(__half(__nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t(code), __NV_E4M3)));
