@@ -55,7 +55,7 @@ class TokenizeCli : public ::testing::Test {
   void TearDown() override {
     if (!tmp_.empty()) fs::remove_all(tmp_);
   }
-  std::string model() const { return quote(dsv4::test::source_dir() + "/models/tiny-shakespeare"); }
+  std::string model() const { return quote(dsv4::test::bundled_model_dir()); }
   fs::path tmp_;
 };
 

@@ -200,7 +200,7 @@ TEST(ConfigFixturesSpecific, Values) {
 }
 
 TEST(ConfigRepository, BundledModel) {
-  const std::string dir = test::source_dir() + "/models/tiny-shakespeare";
+  const std::string dir = test::bundled_model_dir();
   if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << "no bundled model";
   const ModelConfig c = load_config(dir);
   EXPECT_EQ(kinds(c.layers), "S S C4 H32 C4 H32");

@@ -160,7 +160,7 @@ TEST(SafetensorsFixtures, GoldenFiles) {
 
 // The checkpoint shipped in the repository (no shared/ needed).
 TEST(SafetensorsFixtures, RepositoryModel) {
-  const std::string dir = test::source_dir() + "/models/tiny-shakespeare";
+  const std::string dir = test::bundled_model_dir();
   if (!fs::exists(dir + "/model.safetensors")) GTEST_SKIP() << "no bundled model";
   auto ck = Checkpoint::open(dir);
   EXPECT_EQ(ck->all().size(), 304u);

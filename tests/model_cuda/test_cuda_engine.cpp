@@ -25,11 +25,6 @@ using namespace std::chrono_literals;
 
 constexpr float kTie = 0.05f;  // logits
 
-std::string bundled() {  // $DSV4_MODEL_DIR (the GPU machine's copy of the tree) or the source tree's
-  if (const char* env = std::getenv("DSV4_MODEL_DIR"); env && *env) return env;
-  return std::string(DSV4_SOURCE_DIR) + "/models/tiny-shakespeare";
-}
-
 // The single-sequence path with the greedy margins (top1 - top2) of the logits each id came from.
 struct Single {
   std::vector<int32_t> ids;
@@ -55,11 +50,11 @@ Single single_path(StepModel& m, const std::vector<int32_t>& prompt, int n, int6
 // published formats (fixture tiny-shakespeare-fp8) with the bundled tokenizer.
 TEST(CudaEngine, ConcurrentGreedyMatchesSingleSequence) {
   if (!have_hopper_device()) GTEST_SKIP() << "no sm_90 CUDA device";
-  const Tokenizer tok = Tokenizer::load(bundled());
+  const Tokenizer tok = Tokenizer::load(test::bundled_model_dir());
   const int kSeqs = 4;
   const int64_t kChunk = 16;
   std::unique_ptr<CudaStepModel> m;
-  for (const std::string& dir : {bundled(), test::fixture_dir("tiny-shakespeare-fp8") + "/model"}) {
+  for (const std::string& dir : {test::bundled_model_dir(), test::fixture_dir("tiny-shakespeare-fp8") + "/model"}) {
     if (!std::filesystem::exists(dir)) continue;
     try {
       m = CudaStepModel::load(dir, kSeqs, 256, kChunk);

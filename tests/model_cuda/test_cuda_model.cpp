@@ -24,11 +24,6 @@ namespace {
 
 int32_t argmax(const float* row, int64_t V) { return int32_t(std::max_element(row, row + V) - row); }
 
-std::string bundled() {  // $DSV4_MODEL_DIR (the GPU machine's copy of the tree) or the source tree's
-  if (const char* env = std::getenv("DSV4_MODEL_DIR"); env && *env) return env;
-  return std::string(DSV4_SOURCE_DIR) + "/models/tiny-shakespeare";
-}
-
 // Logits of positions P-1 .. n-1 after a prefill of P then one token per step (decode graph).
 Tensor cuda_steps(CudaModel& m, const std::vector<int32_t>& ids, int64_t P) {
   const int64_t n = int64_t(ids.size()), V = m.config().vocab_size;
@@ -74,8 +69,8 @@ int64_t greedy_agreement(const std::string& dir, int64_t N, double& worst_rel) {
 // tiny-shakespeare-fp8: FP8 linears, FP4 experts) is measured and held to the same bound.
 TEST(CudaModel, GreedyMatchesCpu) {
   if (!have_hopper_device()) GTEST_SKIP() << "no sm_90 CUDA device";
-  ASSERT_TRUE(std::filesystem::exists(bundled())) << bundled();
-  for (const std::string& dir : {bundled(), test::fixture_dir("tiny-shakespeare-fp8") + "/model"}) {
+  ASSERT_TRUE(std::filesystem::exists(test::bundled_model_dir())) << test::bundled_model_dir();
+  for (const std::string& dir : {test::bundled_model_dir(), test::fixture_dir("tiny-shakespeare-fp8") + "/model"}) {
     if (!std::filesystem::exists(dir)) continue;
     double worst = 0;
     const int64_t same = greedy_agreement(dir, 48, worst);

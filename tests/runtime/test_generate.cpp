@@ -39,7 +39,7 @@ TEST(StopStringFilter, EarliestStopWins) {
 class BundledModel : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = test::source_dir() + "/models/tiny-shakespeare";
+    dir_ = test::bundled_model_dir();
     std::ifstream in(dir_ + "/golden.json");
     golden_ = nlohmann::json::parse(in);
     model_ = Model::load(dir_, Numerics::Reference);

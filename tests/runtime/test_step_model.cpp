@@ -13,7 +13,7 @@ namespace {
 class StepModelTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    const std::string dir = test::source_dir() + "/models/tiny-shakespeare";
+    const std::string dir = test::bundled_model_dir();
     model_ = Model::load(dir, Numerics::Official).release();
     tok_ = new Tokenizer(Tokenizer::load(dir));
   }

@@ -136,7 +136,7 @@ TEST(ChatRequest, MalformedFieldsAreNamed) {
 class ChatRequestWithEngine : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    const std::string dir = test::source_dir() + "/models/tiny-shakespeare";
+    const std::string dir = test::bundled_model_dir();
     model_ = Model::load(dir, Numerics::Reference).release();
     tok_ = new Tokenizer(Tokenizer::load(dir));
     engine_ = new Engine(*model_, *tok_);

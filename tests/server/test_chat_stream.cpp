@@ -18,7 +18,7 @@ namespace {
 const std::string kEos = "<｜end▁of▁sentence｜>";
 
 const Tokenizer& tokenizer() {
-  static Tokenizer tok = Tokenizer::load(test::source_dir() + "/models/tiny-shakespeare");
+  static Tokenizer tok = Tokenizer::load(test::bundled_model_dir());
   return tok;
 }
 

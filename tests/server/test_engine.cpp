@@ -74,7 +74,7 @@ void wait_first_token(RequestChannel& ch) {
 class EngineTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    const std::string dir = test::source_dir() + "/models/tiny-shakespeare";
+    const std::string dir = test::bundled_model_dir();
     model_ = Model::load(dir, Numerics::Reference).release();
     tok_ = new Tokenizer(Tokenizer::load(dir));
   }

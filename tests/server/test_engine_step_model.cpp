@@ -35,7 +35,7 @@ class CountingStepModel : public CpuStepModel {
 };
 
 TEST(EngineStepModel, OneDecodeCallPerStepSameResults) {
-  const std::string dir = test::source_dir() + "/models/tiny-shakespeare";
+  const std::string dir = test::bundled_model_dir();
   auto model = Model::load(dir, Numerics::Official);
   const Tokenizer tok = Tokenizer::load(dir);
   CountingStepModel counting(*model, 4);
@@ -85,7 +85,7 @@ TEST(EngineStepModel, OneDecodeCallPerStepSameResults) {
 }
 
 TEST(EngineStepModel, RefusesAModelWithTooFewSlots) {
-  const std::string dir = test::source_dir() + "/models/tiny-shakespeare";
+  const std::string dir = test::bundled_model_dir();
   auto model = Model::load(dir, Numerics::Official);
   const Tokenizer tok = Tokenizer::load(dir);
   CpuStepModel small(*model, 2);

@@ -18,7 +18,7 @@ using dsv4::Tokenizer;
 using Ids = std::vector<int32_t>;
 
 const Tokenizer& bundled() {
-  static const Tokenizer tok = Tokenizer::load(dsv4::test::source_dir() + "/models/tiny-shakespeare");
+  static const Tokenizer tok = Tokenizer::load(dsv4::test::bundled_model_dir());
   return tok;
 }
 
