@@ -13,6 +13,7 @@
 #include "backend/cuda/ops.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "model_cuda/moe_prefill.h"
 
 namespace dsv4::cuda {
 namespace {
@@ -239,6 +240,20 @@ void moe_forward(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace&
   if (!w.dense_experts || shared_fp8)  // x -> e4m3, scales block-major (b * P + t)
     act_quant_rows(ctx, x, T, D, ws.xq.get(), ws.xs.get(), 1, P);
 
+  // Large FP4 calls: the grouped tensor-core pass (moe_prefill.h) instead of the GEMVs below.
+  GroupedRouted grouped;
+  if (!exact && !w.dense_experts) {
+    if (!ws.grouped) {
+      ModelConfig gc;
+      gc.hidden_size = D;
+      gc.moe_inter_dim = I;
+      gc.n_routed_experts = w.E;
+      gc.experts_per_tok = k;
+      ws.grouped = std::make_unique<MoeGroupedWorkspace>(gc, ws.max_tokens());
+    }
+    grouped = moe_routed_grouped(ctx, w, *ws.grouped, ws.xq.get(), ws.xs.get(), P, ws.ids.get(), ws.weights.get(), T);
+  }
+
   // exact_linear of a bf16 / FP8 input against a bf16 / FP8 weight (one token per expert selection
   // when expert_ids is given).
   auto exact_dense = [&](const bf16* xin, int64_t rows, int64_t row_div, const bf16* wt, const int32_t* ids,
@@ -280,7 +295,9 @@ void moe_forward(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace&
       fp4_gemv(ctx, f);
     }
   };
-  if (w.dense_experts) {
+  if (grouped.y2) {
+    // done above
+  } else if (w.dense_experts) {
     exact_dense(x, Tk, k, w.w13_16.get(), ws.ids.get(), 2 * I, D, ws.y13.get());
   } else {
     MoeGatherParams g;
@@ -296,22 +313,24 @@ void moe_forward(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace&
     gemv(w.w13, w.w13_scales, ws.sel_xq.get(), ws.sel_xs.get(), 2 * I, D, ws.y13.get());
   }
 
-  SwigluParams s;
-  s.g = ws.y13.get();
-  s.u = ws.y13.get() + I;
-  s.g_stride = s.u_stride = 2 * I;
-  s.weight = ws.weights.get();
-  s.h = ws.h.get();
-  s.rows = Tk;
-  s.I = int(I);
-  s.limit = w.swiglu_limit;
-  swiglu(ctx, s);
+  if (!grouped.y2) {  // SwiGLU and the down projection of the per-selection path
+    SwigluParams s;
+    s.g = ws.y13.get();
+    s.u = ws.y13.get() + I;
+    s.g_stride = s.u_stride = 2 * I;
+    s.weight = ws.weights.get();
+    s.h = ws.h.get();
+    s.rows = Tk;
+    s.I = int(I);
+    s.limit = w.swiglu_limit;
+    swiglu(ctx, s);
 
-  if (w.dense_experts) {
-    exact_dense(ws.h.get(), Tk, 1, w.w2_16.get(), ws.ids.get(), D, I, ws.y2.get());
-  } else {
-    act_quant_rows(ctx, ws.h.get(), Tk, I, ws.hq.get(), ws.hs.get(), I / 128, 1);
-    gemv(w.w2, w.w2_scales, ws.hq.get(), ws.hs.get(), D, I, ws.y2.get());
+    if (w.dense_experts) {
+      exact_dense(ws.h.get(), Tk, 1, w.w2_16.get(), ws.ids.get(), D, I, ws.y2.get());
+    } else {
+      act_quant_rows(ctx, ws.h.get(), Tk, I, ws.hq.get(), ws.hs.get(), I / 128, 1);
+      gemv(w.w2, w.w2_scales, ws.hq.get(), ws.hs.get(), D, I, ws.y2.get());
+    }
   }
 
   if (w.has_shared) {
@@ -347,7 +366,8 @@ void moe_forward(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace&
   }
 
   MoeCombineParams c;
-  c.y2 = ws.y2.get();
+  c.y2 = grouped.y2 ? grouped.y2 : ws.y2.get();
+  c.entry_row = grouped.entry_row;
   c.ids = ws.ids.get();
   c.shared = w.has_shared ? ws.ys.get() : nullptr;
   c.y = y;

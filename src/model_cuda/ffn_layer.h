@@ -50,9 +50,12 @@ struct DevMoeWeights {
 // Routed experts FP4 or dense bf16, the shared expert FP8 or dense bf16. Throws on other formats or
 // shapes that break the kernels' contracts (D, I multiples of 128).
 // Up to kExactLinearMaxTokens tokens, dense experts and the shared expert run through exact_linear
-// (bit-identical to the CPU twin); FP4 experts through fp4_gemv; larger shared-expert calls cuBLASLt.
+// (bit-identical to the CPU twin); FP4 experts through fp4_gemv; larger shared-expert calls cuBLASLt and
+// larger FP4 routed-expert calls the grouped tensor-core pass of moe_prefill.h (one host sync).
 DevMoeWeights upload_moe_weights(const DeviceContext& ctx, const MoeWeights& w, const ModelConfig& cfg,
                                  const LayerSpec& spec);
+
+struct MoeGroupedWorkspace;  // moe_prefill.h
 
 // Scratch of moe_forward for up to max_tokens tokens; shared by all layers of one model (same shapes).
 struct MoeWorkspace {
@@ -84,6 +87,8 @@ struct MoeWorkspace {
   DeviceBuffer<float> shs;           // [I/128, P]
   DeviceBuffer<bf16> ys;             // [P, D] shared expert output
   DeviceBuffer<int32_t> bad;         // [1] set when a token id / tid2eid entry was out of range
+  std::unique_ptr<MoeGroupedWorkspace> grouped;  // FP4 routed experts above kExactLinearMaxTokens tokens
+                                                 // (made on first use; moe_prefill.h)
   std::map<int64_t, std::unique_ptr<SharedPlans>> plans_;
 };
 

@@ -154,11 +154,13 @@ TEST(CudaMoeOps, GatherAndPlan) {
   for (int64_t i = 0; i < T * k; ++i) ids.push_back(rng.uniform_int(0, E - 1));
   DeviceBuffer<int32_t> dids(ids);
   Guarded<int32_t> plan(size_t(moe_plan_ints(T * k, E)));
+  DeviceBuffer<int32_t> scratch(size_t(moe_plan_scratch_ints(T * k, E)));
   MoePlanParams pp;
   pp.ids = dids.get();
   pp.counts = plan.get();
   pp.offsets = plan.get() + E;
   pp.rows = plan.get() + 2 * E + 1;
+  pp.scratch = scratch.get();
   pp.entries = T * k;
   pp.E = E;
   moe_plan(ctx, pp);
@@ -184,6 +186,64 @@ TEST(CudaMoeOps, GatherAndPlan) {
   }
   ref[size_t(2 * E)] = off;
   EXPECT_EQ(plan.download("plan"), ref);
+}
+
+// The plan at prefill sizes: up to 8192 tokens x k picks, many chunks, hash-like (uniform), top-k-like
+// unbalanced (most entries on a few experts), a single expert, and the largest E.
+void check_plan(int64_t T, int k, int E, int mode, uint64_t seed) {
+  DeviceContext ctx;
+  Rng rng(seed);
+  const int64_t n = T * k;
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    if (mode == 0) ids[size_t(i)] = rng.uniform_int(0, E - 1);                                  // uniform
+    else if (mode == 1) ids[size_t(i)] = rng.uniform_int(0, 9) < 8 ? rng.uniform_int(0, 3) : rng.uniform_int(0, E - 1);
+    else ids[size_t(i)] = E - 1;                                                                 // one expert
+  }
+  DeviceBuffer<int32_t> dids(ids);
+  Guarded<int32_t> plan(size_t(moe_plan_ints(n, E)));
+  Guarded<int32_t> entry_row(static_cast<size_t>(n));
+  DeviceBuffer<int32_t> scratch(size_t(moe_plan_scratch_ints(n, E)));
+  MoePlanParams pp;
+  pp.ids = dids.get();
+  pp.counts = plan.get();
+  pp.offsets = plan.get() + E;
+  pp.rows = plan.get() + 2 * E + 1;
+  pp.entry_row = entry_row.get();
+  pp.scratch = scratch.get();
+  pp.entries = n;
+  pp.E = E;
+  moe_plan(ctx, pp);
+  moe_plan(ctx, pp);  // re-runnable on the same scratch
+  ctx.synchronize();
+  std::vector<int32_t> ref(size_t(moe_plan_ints(n, E)), 0), ref_inv(static_cast<size_t>(n));
+  std::vector<int32_t> cnt(size_t(E), 0);
+  for (int32_t e : ids) ++cnt[size_t(e)];
+  int32_t off = 0;
+  for (int e = 0; e < E; ++e) {
+    ref[size_t(e)] = cnt[size_t(e)];
+    ref[size_t(E + e)] = off;
+    off += cnt[size_t(e)];
+  }
+  ref[size_t(2 * E)] = off;
+  std::vector<int32_t> next(ref.begin() + E, ref.begin() + 2 * E);
+  for (int64_t i = 0; i < n; ++i) {  // ascending entries = ascending token, then pick
+    const int32_t r = next[size_t(ids[size_t(i)])]++;
+    ref[size_t(2 * E + 1 + r)] = int32_t(i);
+    ref_inv[size_t(i)] = r;
+  }
+  EXPECT_EQ(plan.download("plan"), ref) << "T " << T << " k " << k << " E " << E << " mode " << mode;
+  EXPECT_EQ(entry_row.download("entry_row"), ref_inv) << "T " << T << " k " << k << " E " << E << " mode " << mode;
+}
+
+TEST(CudaMoeOps, PlanAtPrefillSizes) {
+  DSV4_REQUIRE_HOPPER();
+  check_plan(8192, 6, 256, 0, 41);
+  check_plan(8192, 6, 256, 1, 42);
+  check_plan(8192, 8, 4096, 0, 43);
+  check_plan(3000, 6, 64, 2, 44);
+  check_plan(600, 6, 256, 1, 45);
+  check_plan(1, 1, 1, 0, 46);
 }
 
 TEST(CudaMoeOps, SwigluClamped) {

@@ -9,7 +9,7 @@
 namespace dsv4::cuda {
 namespace {
 
-constexpr int kPlanThreads = 1024;
+constexpr int kPlanChunk = 1024;  // entries per block of the plan (= threads)
 constexpr int kMaxPlanExperts = 4096;
 constexpr int kMaxPicks = 16;
 
@@ -24,27 +24,92 @@ __global__ void moe_gather_kernel(MoeGatherParams p) {
   for (int b = threadIdx.x; b < blocks; b += blockDim.x) p.sel_xs[i * blocks + b] = p.xs[int64_t(b) * p.P + t];
 }
 
-// One block: thread e counts / places the entries of experts e, e + blockDim, ... in entry order.
-__global__ void moe_plan_kernel(MoePlanParams p) {
-  __shared__ int off[kMaxPlanExperts + 1];
+// Plan step 1, block per chunk of kPlanChunk entries: the warps take turns in entry order; each gives
+// its lanes their rank among the chunk's earlier entries of the same expert (a shared histogram
+// advanced warp by warp, peers found by __match_any_sync), then the block stores its histogram.
+__global__ void moe_plan_rank_kernel(MoePlanParams p) {
+  extern __shared__ int hist[];  // [E]
+  for (int e = threadIdx.x; e < p.E; e += blockDim.x) hist[e] = 0;
+  __syncthreads();
+  const int64_t i = int64_t(blockIdx.x) * kPlanChunk + threadIdx.x;
+  const bool live = i < p.entries;
+  const int id = live ? p.ids[i] : -1;
+  const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+  const unsigned peers = __match_any_sync(0xffffffffu, id);
+  const int rank_in_warp = __popc(peers & ((1u << lane) - 1u));
+  const bool leader = rank_in_warp == 0;
+  int32_t* ranks = p.scratch;
+  for (unsigned w = 0; w < blockDim.x / 32; ++w) {
+    if (w == warp && live) {
+      const int base = hist[id];
+      __syncwarp(peers);
+      if (leader) hist[id] = base + __popc(peers);
+      ranks[i] = base + rank_in_warp;
+    }
+    __syncthreads();
+  }
+  int32_t* chunk_counts = p.scratch + p.entries + int64_t(blockIdx.x) * p.E;
+  for (int e = threadIdx.x; e < p.E; e += blockDim.x) chunk_counts[e] = hist[e];
+}
+
+// Plan step 2, one block of kPlanChunk threads: per expert, the exclusive prefix of the chunk counts
+// (in place) and the total; then the exclusive scan of the totals over the experts.
+__global__ void moe_plan_scan_kernel(MoePlanParams p, int chunks) {
+  __shared__ int total[kMaxPlanExperts];
+  __shared__ int warp_sums[kPlanChunk / 32];
+  int32_t* cc = p.scratch + p.entries;
   for (int e = threadIdx.x; e < p.E; e += blockDim.x) {
-    int c = 0;
-    for (int64_t i = 0; i < p.entries; ++i) c += p.ids[i] == e;
-    off[e + 1] = c;
-    p.counts[e] = c;
+    int run = 0;
+    for (int c = 0; c < chunks; ++c) {
+      const int v = cc[int64_t(c) * p.E + e];
+      cc[int64_t(c) * p.E + e] = run;
+      run += v;
+    }
+    total[e] = run;
+    p.counts[e] = run;
   }
   __syncthreads();
-  if (threadIdx.x == 0) {
-    off[0] = 0;
-    for (int e = 0; e < p.E; ++e) off[e + 1] += off[e];
+  constexpr int kPer = kMaxPlanExperts / kPlanChunk;  // experts per thread, consecutive
+  int v[kPer], sum = 0;
+  for (int q = 0; q < kPer; ++q) {
+    const int e = threadIdx.x * kPer + q;
+    v[q] = e < p.E ? total[e] : 0;
+    sum += v[q];
+  }
+  const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+  int incl = sum;  // inclusive scan of the per-thread sums: warp, then across warps
+  for (int d = 1; d < 32; d <<= 1) {
+    const int o = __shfl_up_sync(0xffffffffu, incl, d);
+    if (lane >= unsigned(d)) incl += o;
+  }
+  if (lane == 31) warp_sums[warp] = incl;
+  __syncthreads();
+  if (warp == 0) {
+    int ws = lane < kPlanChunk / 32 ? warp_sums[lane] : 0;
+    for (int d = 1; d < 32; d <<= 1) {
+      const int o = __shfl_up_sync(0xffffffffu, ws, d);
+      if (lane >= unsigned(d)) ws += o;
+    }
+    if (lane < kPlanChunk / 32) warp_sums[lane] = ws;
   }
   __syncthreads();
-  for (int e = threadIdx.x; e <= p.E; e += blockDim.x) p.offsets[e] = off[e];
-  for (int e = threadIdx.x; e < p.E; e += blockDim.x) {
-    int o = off[e];
-    for (int64_t i = 0; i < p.entries; ++i)
-      if (p.ids[i] == e) p.rows[o++] = int32_t(i);
+  int run = incl - sum + (warp > 0 ? warp_sums[warp - 1] : 0);
+  for (int q = 0; q < kPer; ++q) {
+    const int e = threadIdx.x * kPer + q;
+    if (e < p.E) p.offsets[e] = run;
+    run += v[q];
+    if (e == p.E - 1) p.offsets[p.E] = run;
   }
+}
+
+// Plan step 3: entry i of chunk c, expert e, goes to offsets[e] + prefix[c, e] + rank[i].
+__global__ void moe_plan_scatter_kernel(MoePlanParams p) {
+  const int64_t i = int64_t(blockIdx.x) * kPlanChunk + threadIdx.x;
+  if (i >= p.entries) return;
+  const int e = p.ids[i];
+  const int r = p.offsets[e] + p.scratch[p.entries + int64_t(blockIdx.x) * p.E + e] + p.scratch[i];
+  p.rows[r] = int32_t(i);
+  if (p.entry_row) p.entry_row[i] = r;
 }
 
 __global__ void swiglu_kernel(SwigluParams p, int64_t pairs) {
@@ -90,10 +155,11 @@ __global__ void moe_combine_kernel(MoeCombineParams p, int64_t pairs) {
     }
     order[b + 1] = v;
   }
+  auto row_of = [&](int64_t entry) { return p.entry_row ? int64_t(p.entry_row[entry]) : entry; };
   float s0 = 0.0f, s1 = 0.0f;
   for (int j = 0; j < p.k; ++j) {
     const float2 v = __bfloat1622float2(
-        *reinterpret_cast<const __nv_bfloat162*>(p.y2 + (t * p.k + order[j]) * p.D + c));
+        *reinterpret_cast<const __nv_bfloat162*>(p.y2 + row_of(t * p.k + order[j]) * p.D + c));
     s0 = __fadd_rn(s0, v.x);
     s1 = __fadd_rn(s1, v.y);
   }
@@ -124,11 +190,20 @@ void moe_gather(const DeviceContext& ctx, const MoeGatherParams& p) {
 
 void moe_plan(const DeviceContext& ctx, const MoePlanParams& p) {
   if (!p.ids && p.entries > 0) fail("moe_plan: null ids");
-  if (!p.counts || !p.offsets || !p.rows) fail("moe_plan: null pointer");
+  if (!p.counts || !p.offsets || !p.rows || !p.scratch) fail("moe_plan: null pointer");
   if (p.E <= 0 || p.E > kMaxPlanExperts) fail("moe_plan: ", p.E, " experts (1..", kMaxPlanExperts, ")");
-  narrow_int(p.entries, "moe_plan entries");
-  moe_plan_kernel<<<1, kPlanThreads, 0, ctx.stream()>>>(p);
+  narrow_int(p.entries + moe_plan_scratch_ints(p.entries, p.E), "moe_plan entries");
+  const int chunks = int(ceil_div(p.entries, kPlanChunk));
+  if (chunks > 0) {
+    moe_plan_rank_kernel<<<unsigned(chunks), kPlanChunk, size_t(p.E) * sizeof(int), ctx.stream()>>>(p);
+    DSV4_CUDA_CHECK_LAUNCH();
+  }
+  moe_plan_scan_kernel<<<1, kPlanChunk, 0, ctx.stream()>>>(p, chunks);
   DSV4_CUDA_CHECK_LAUNCH();
+  if (chunks > 0) {
+    moe_plan_scatter_kernel<<<unsigned(chunks), kPlanChunk, 0, ctx.stream()>>>(p);
+    DSV4_CUDA_CHECK_LAUNCH();
+  }
 }
 
 void swiglu(const DeviceContext& ctx, const SwigluParams& p) {

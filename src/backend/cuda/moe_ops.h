@@ -52,18 +52,24 @@ void moe_gather(const DeviceContext& ctx, const MoeGatherParams& p);
 // ---- Token permutation plan for a grouped expert pass: entries (t, j) -> index t * k + j, grouped by
 // expert in ascending id order and, inside an expert, in entry order (the CPU's row order in
 // Model::moe). counts[e], offsets[e] (offsets[E] = entries), rows[offsets[e] .. offsets[e+1]) = the
-// entry indices routed to e. One block; deterministic. CPU twin: a counting sort.
+// entry indices routed to e; entry_row (optional) the inverse: entry_row[rows[r]] = r. Three launches
+// that scale with the entries (chunks of 1024 entries: per-chunk histogram and in-chunk ranks, a scan
+// over chunks and experts, the scatter); deterministic. CPU twin: a counting sort.
 struct MoePlanParams {
   const int32_t* ids = nullptr;  // [entries] expert of each entry, in [0, E)
   int32_t* counts = nullptr;     // [E]
   int32_t* offsets = nullptr;    // [E + 1]
   int32_t* rows = nullptr;       // [entries]
+  int32_t* entry_row = nullptr;  // [entries] optional
+  int32_t* scratch = nullptr;    // [moe_plan_scratch_ints(entries, E)]
   int64_t entries = 0;
   int E = 0;                     // <= 4096
 };
 void moe_plan(const DeviceContext& ctx, const MoePlanParams& p);
 // Int32 elements a plan needs (counts, offsets, rows in one buffer: counts at 0, offsets at E, rows at 2E + 1).
 inline int64_t moe_plan_ints(int64_t entries, int E) { return 2 * int64_t(E) + 1 + entries; }
+// Int32 elements of the plan's scratch: in-chunk ranks and per-chunk expert counts.
+inline int64_t moe_plan_scratch_ints(int64_t entries, int E) { return entries + (entries + 1023) / 1024 * int64_t(E); }
 
 // ---- Clamped SwiGLU: h = bf16(w * (silu(min(g, L)) * clamp(u, -L, L))), silu(z) = z / (1 + exp(-z));
 // L = limit (0: no clamp), w = weight[row] (null: 1). CPU twin: expert_forward in src/model/moe.cpp.
@@ -83,6 +89,7 @@ void swiglu(const DeviceContext& ctx, const SwigluParams& p);
 struct MoeCombineParams {
   const bf16* y2 = nullptr;      // [T*k, D] weighted routed outputs, row t * k + j
   const int32_t* ids = nullptr;  // [T, k]
+  const int32_t* entry_row = nullptr;  // [T*k] optional: the y2 row of entry t * k + j (default: the entry)
   const bf16* shared = nullptr;  // [T, D] or null
   bf16* y = nullptr;             // [T, D]
   int64_t T = 0;

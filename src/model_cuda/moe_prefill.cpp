@@ -1,0 +1,141 @@
+// The grouped routed-expert pass for prefill (contract in moe_prefill.h).
+#include "model_cuda/moe_prefill.h"
+
+#include "backend/cuda/check.h"
+#include "backend/cuda/moe_grouped.h"
+#include "backend/cuda/moe_ops.h"
+#include "backend/cuda/ops.h"
+#include "core/error.h"
+#include "model_cuda/ffn_layer.h"
+
+namespace dsv4::cuda {
+
+MoeGroupedWorkspace::MoeGroupedWorkspace(const ModelConfig& cfg, int64_t max_tokens)
+    : max_entries(max_tokens * cfg.experts_per_tok), D(cfg.hidden_size), I(cfg.moe_inter_dim),
+      E(cfg.n_routed_experts), k(cfg.experts_per_tok) {
+  const size_t n = size_t(max_entries), np = n + size_t(kRowAlign);
+  plan = DeviceBuffer<int32_t>(size_t(moe_plan_ints(max_entries, int(E))));
+  entry_row = DeviceBuffer<int32_t>(n);
+  scratch = DeviceBuffer<int32_t>(size_t(moe_plan_scratch_ints(max_entries, int(E))));
+  w_rows = DeviceBuffer<float>(n);
+  xb = DeviceBuffer<bf16>(np * size_t(D));
+  y13 = DeviceBuffer<bf16>(np * size_t(2 * I));
+  h = DeviceBuffer<bf16>(n * size_t(I));
+  hq = DeviceBuffer<uint8_t>(n * size_t(I));
+  hs = DeviceBuffer<float>(n * size_t(I / 128));
+  hb = DeviceBuffer<bf16>(np * size_t(I));
+  y2 = DeviceBuffer<bf16>(np * size_t(D));
+  w13b = DeviceBuffer<bf16>(size_t(2 * I * D));
+  w2b = DeviceBuffer<bf16>(size_t(D * I));
+  counts_host.resize(size_t(E));
+  // The rounded-up GEMMs read rows past the last expert's: keep them finite.
+  xb.fill_bytes(0);
+  hb.fill_bytes(0);
+}
+
+LtMatmul& MoeGroupedWorkspace::gemm(const DeviceContext& ctx, int64_t out, int64_t in, int64_t n) {
+  auto& slot = gemms[{out, n}];
+  if (!slot) slot = std::make_unique<LtMatmul>(ctx, GemmKind::Bf16, out, in, n);
+  return *slot;
+}
+
+GroupedRouted moe_routed_grouped(const DeviceContext& ctx, const DevMoeWeights& w, MoeGroupedWorkspace& g,
+                                 const uint8_t* xq, const float* xs, int64_t P, const int32_t* ids,
+                                 const float* weights, int64_t T) {
+  const int64_t D = w.D, I = w.I, E = w.E, k = w.k, n = T * k;
+  if (w.dense_experts) fail("moe_routed_grouped: FP4 routed experts only");
+  if (g.D != D || g.I != I || g.E != E || g.k != k) fail("moe_routed_grouped: workspace shapes differ from the layer's");
+  if (n > g.max_entries) fail("moe_routed_grouped: ", T, " tokens, the workspace holds ", g.max_entries / k);
+  int32_t* counts = g.plan.get();
+  int32_t* offsets = counts + E;
+  int32_t* rows = counts + 2 * E + 1;
+
+  MoePlanParams pp;
+  pp.ids = ids;
+  pp.counts = counts;
+  pp.offsets = offsets;
+  pp.rows = rows;
+  pp.entry_row = g.entry_row.get();
+  pp.scratch = g.scratch.get();
+  pp.entries = n;
+  pp.E = int(E);
+  moe_plan(ctx, pp);
+
+  MoeGatherRowsParams gr;
+  gr.xq = xq;
+  gr.xs = xs;
+  gr.rows = rows;
+  gr.weights = weights;
+  gr.xb = g.xb.get();
+  gr.w_rows = g.w_rows.get();
+  gr.n = n;
+  gr.P = P;
+  gr.k = int(k);
+  gr.D = int(D);
+  moe_gather_rows_bf16(ctx, gr);
+
+  DSV4_CUDA_CHECK(cudaMemcpyAsync(g.counts_host.data(), counts, size_t(E) * sizeof(int32_t), cudaMemcpyDeviceToHost,
+                                  ctx.stream()));
+  ctx.synchronize();
+
+  // Ascending experts: a GEMM rounded up to kRowAlign rows writes into the next expert's rows, which
+  // that expert's GEMM (later on the stream) overwrites; the last expert's spill lands in the padding.
+  auto each_expert = [&](auto&& fn) {
+    int64_t off = 0;
+    for (int64_t e = 0; e < E; ++e) {
+      const int64_t c = g.counts_host[size_t(e)];
+      if (c > 0) fn(e, off, (c + MoeGroupedWorkspace::kRowAlign - 1) / MoeGroupedWorkspace::kRowAlign *
+                                MoeGroupedWorkspace::kRowAlign);
+      off += c;
+    }
+    if (off != n) fail("moe_routed_grouped: plan counts sum to ", off, ", expected ", n);
+  };
+
+  each_expert([&](int64_t e, int64_t off, int64_t rows_e) {
+    Fp4ToBf16Params f;
+    f.packed = w.w13.get() + e * 2 * I * D / 2;
+    f.scales = w.w13_scales.get() + e * 2 * I * D / 32;
+    f.w = g.w13b.get();
+    f.rows = 2 * I;
+    f.K = D;
+    fp4_to_bf16(ctx, f);
+    g.gemm(ctx, 2 * I, D, rows_e).run_bf16(ctx, g.xb.get() + off * D, g.w13b.get(), g.y13.get() + off * 2 * I);
+  });
+
+  SwigluParams s;
+  s.g = g.y13.get();
+  s.u = g.y13.get() + I;
+  s.g_stride = s.u_stride = 2 * I;
+  s.weight = g.w_rows.get();
+  s.h = g.h.get();
+  s.rows = n;
+  s.I = int(I);
+  s.limit = w.swiglu_limit;
+  swiglu(ctx, s);
+  act_quant_rows(ctx, g.h.get(), n, I, g.hq.get(), g.hs.get(), I / 128, 1);
+  Fp8RowsToBf16Params q;
+  q.codes = g.hq.get();
+  q.scales = g.hs.get();
+  q.y = g.hb.get();
+  q.rows = n;
+  q.K = int(I);
+  fp8_rows_to_bf16(ctx, q);
+
+  each_expert([&](int64_t e, int64_t off, int64_t rows_e) {
+    Fp4ToBf16Params f;
+    f.packed = w.w2.get() + e * D * I / 2;
+    f.scales = w.w2_scales.get() + e * D * I / 32;
+    f.w = g.w2b.get();
+    f.rows = D;
+    f.K = I;
+    fp4_to_bf16(ctx, f);
+    g.gemm(ctx, D, I, rows_e).run_bf16(ctx, g.hb.get() + off * I, g.w2b.get(), g.y2.get() + off * D);
+  });
+
+  GroupedRouted out;
+  out.y2 = g.y2.get();
+  out.entry_row = g.entry_row.get();
+  return out;
+}
+
+}  // namespace dsv4::cuda
