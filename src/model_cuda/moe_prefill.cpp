@@ -25,12 +25,24 @@ MoeGroupedWorkspace::MoeGroupedWorkspace(const ModelConfig& cfg, int64_t max_tok
   hs = DeviceBuffer<float>(n * size_t(I / 128));
   hb = DeviceBuffer<bf16>(np * size_t(I));
   y2 = DeviceBuffer<bf16>(np * size_t(D));
-  w13b = DeviceBuffer<bf16>(size_t(2 * I * D));
-  w2b = DeviceBuffer<bf16>(size_t(D * I));
+  for (auto& b : wb) b = DeviceBuffer<bf16>(size_t(2 * I * D));
+  DSV4_CUDA_CHECK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+  for (int s = 0; s < 2; ++s) {
+    DSV4_CUDA_CHECK(cudaEventCreateWithFlags(&ready[s], cudaEventDisableTiming));
+    DSV4_CUDA_CHECK(cudaEventCreateWithFlags(&freed[s], cudaEventDisableTiming));
+  }
   counts_host.resize(size_t(E));
   // The rounded-up GEMMs read rows past the last expert's: keep them finite.
   xb.fill_bytes(0);
   hb.fill_bytes(0);
+}
+
+MoeGroupedWorkspace::~MoeGroupedWorkspace() {
+  for (int s = 0; s < 2; ++s) {
+    if (ready[s]) cudaEventDestroy(ready[s]);
+    if (freed[s]) cudaEventDestroy(freed[s]);
+  }
+  if (side) cudaStreamDestroy(side);
 }
 
 LtMatmul& MoeGroupedWorkspace::gemm(const DeviceContext& ctx, int64_t out, int64_t in, int64_t n) {
@@ -91,15 +103,36 @@ GroupedRouted moe_routed_grouped(const DeviceContext& ctx, const DevMoeWeights& 
     if (off != n) fail("moe_routed_grouped: plan counts sum to ", off, ", expected ", n);
   };
 
-  each_expert([&](int64_t e, int64_t off, int64_t rows_e) {
+  // One expert's GEMM: its weight converted on the side stream into wb[slot] (after the GEMM that last
+  // read that buffer), the GEMM on the caller's stream after the conversion.
+  int slot = 0;
+  auto expert_gemm = [&](const uint8_t* packed, const uint8_t* scales, int64_t out, int64_t K, const bf16* xin,
+                         int64_t rows_e, bf16* yout) {
+    const int s = slot;
+    slot ^= 1;
     Fp4ToBf16Params f;
-    f.packed = w.w13.get() + e * 2 * I * D / 2;
-    f.scales = w.w13_scales.get() + e * 2 * I * D / 32;
-    f.w = g.w13b.get();
-    f.rows = 2 * I;
-    f.K = D;
-    fp4_to_bf16(ctx, f);
-    g.gemm(ctx, 2 * I, D, rows_e).run_bf16(ctx, g.xb.get() + off * D, g.w13b.get(), g.y13.get() + off * 2 * I);
+    f.packed = packed;
+    f.scales = scales;
+    f.w = g.wb[s].get();
+    f.rows = out;
+    f.K = K;
+    LtMatmul& mm = g.gemm(ctx, out, K, rows_e);
+    if (!g.overlap) {
+      fp4_to_bf16(ctx, f);
+      mm.run_bf16(ctx, xin, g.wb[s].get(), yout);
+      return;
+    }
+    DSV4_CUDA_CHECK(cudaStreamWaitEvent(g.side, g.freed[s], 0));
+    fp4_to_bf16(g.side, f);
+    DSV4_CUDA_CHECK(cudaEventRecord(g.ready[s], g.side));
+    DSV4_CUDA_CHECK(cudaStreamWaitEvent(ctx.stream(), g.ready[s], 0));
+    mm.run_bf16(ctx, xin, g.wb[s].get(), yout);
+    DSV4_CUDA_CHECK(cudaEventRecord(g.freed[s], ctx.stream()));
+  };
+
+  each_expert([&](int64_t e, int64_t off, int64_t rows_e) {
+    expert_gemm(w.w13.get() + e * 2 * I * D / 2, w.w13_scales.get() + e * 2 * I * D / 32, 2 * I, D,
+                g.xb.get() + off * D, rows_e, g.y13.get() + off * 2 * I);
   });
 
   SwigluParams s;
@@ -122,14 +155,8 @@ GroupedRouted moe_routed_grouped(const DeviceContext& ctx, const DevMoeWeights& 
   fp8_rows_to_bf16(ctx, q);
 
   each_expert([&](int64_t e, int64_t off, int64_t rows_e) {
-    Fp4ToBf16Params f;
-    f.packed = w.w2.get() + e * D * I / 2;
-    f.scales = w.w2_scales.get() + e * D * I / 32;
-    f.w = g.w2b.get();
-    f.rows = D;
-    f.K = I;
-    fp4_to_bf16(ctx, f);
-    g.gemm(ctx, D, I, rows_e).run_bf16(ctx, g.hb.get() + off * I, g.w2b.get(), g.y2.get() + off * D);
+    expert_gemm(w.w2.get() + e * D * I / 2, w.w2_scales.get() + e * D * I / 32, D, I, g.hb.get() + off * I, rows_e,
+                g.y2.get() + off * D);
   });
 
   GroupedRouted out;

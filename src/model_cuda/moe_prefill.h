@@ -4,7 +4,9 @@
 // token, then pick, inside an expert); the FP8 activations of each expert's rows are gathered
 // contiguously and converted exactly to bf16; per expert with rows, its FP4 w1|w3 and w2 are converted
 // exactly to bf16 in a reused workspace and cuBLASLt bf16 GEMMs (fp32 accumulate) compute its rows;
-// between them SwiGLU (clamp, routing weight) and the FP8 quantization of h as on the CPU.
+// between them SwiGLU (clamp, routing weight) and the FP8 quantization of h as on the CPU. The weight
+// conversions run on a side stream into two alternating buffers, overlapping the previous expert's
+// GEMM (events order them; everything ends ordered before the caller's stream continues).
 // Numerics: the products are the CPU's exact products, only the fp32 summation order differs (bf16
 // level, not bit-exact). The expert row counts come back to the host once per call (one stream
 // sync): not graph-capturable, prefill only.
@@ -30,6 +32,9 @@ struct DevMoeWeights;
 struct MoeGroupedWorkspace {
   static constexpr int64_t kRowAlign = 32;  // GEMM row counts are rounded up to this (fewer plans)
   MoeGroupedWorkspace(const ModelConfig& cfg, int64_t max_tokens);
+  ~MoeGroupedWorkspace();
+  MoeGroupedWorkspace(const MoeGroupedWorkspace&) = delete;
+  MoeGroupedWorkspace& operator=(const MoeGroupedWorkspace&) = delete;
   // The cuBLASLt bf16 plan for [n, in] x [out, in]^T, made on first use.
   LtMatmul& gemm(const DeviceContext& ctx, int64_t out, int64_t in, int64_t n);
 
@@ -46,8 +51,10 @@ struct MoeGroupedWorkspace {
   DeviceBuffer<float> hs;           // [entries, I/128]
   DeviceBuffer<bf16> hb;            // [entries + pad, I] bf16 of the FP8 h rows
   DeviceBuffer<bf16> y2;            // [entries + pad, D] weighted expert outputs
-  DeviceBuffer<bf16> w13b;          // [2I, D] one expert's w1 | w3 in bf16
-  DeviceBuffer<bf16> w2b;           // [D, I]
+  DeviceBuffer<bf16> wb[2];         // [2I * D] each: one expert's w1 | w3 [2I, D] or w2 [D, I] in bf16
+  bool overlap = true;              // false: conversions on the caller's stream (timing comparisons)
+  cudaStream_t side = nullptr;      // the weight conversions
+  cudaEvent_t ready[2] = {}, freed[2] = {};  // wb[s] converted / no longer read by a GEMM
   std::vector<int32_t> counts_host; // [E]
   std::map<std::pair<int64_t, int64_t>, std::unique_ptr<LtMatmul>> gemms;  // (out, n) -> plan
 };

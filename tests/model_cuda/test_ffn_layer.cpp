@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -14,6 +15,7 @@
 #include "core/dtype.h"
 #include "model/model.h"
 #include "model_cuda/ffn_layer.h"
+#include "model_cuda/moe_prefill.h"
 #include "support/test_paths.h"
 
 namespace dsv4::cuda {
@@ -166,11 +168,9 @@ TEST(FfnLayer, EmbedAndHeadMatchCpu) {
   EXPECT_LT(dlog.rel_l2, 4e-3);
 }
 
-// Batch-1 (and batch-8) MoE time of one Flash-shaped layer: D 4096, I 2048, 256 experts, 6 active +
-// the shared expert, random weights in the checkpoint formats; CUDA-graph replays timed with events.
-TEST(FfnLayer, FlashMoeTiming) {
-  if (!have_hopper_device()) GTEST_SKIP() << "no sm_90 CUDA device";
-  DeviceContext ctx;
+// One Flash-shaped MoE layer: D 4096, I 2048, 256 experts, 6 active + the shared expert, random weights
+// in the checkpoint formats.
+ModelConfig flash_moe_config() {
   ModelConfig cfg;
   cfg.hidden_size = 4096;
   cfg.moe_inter_dim = 2048;
@@ -180,13 +180,16 @@ TEST(FfnLayer, FlashMoeTiming) {
   cfg.vocab_size = 129280;
   cfg.routed_scaling_factor = 1.5;
   cfg.swiglu_limit = 10.0;
+  return cfg;
+}
+DevMoeWeights flash_moe_weights(const DeviceContext& ctx) {
   const int64_t E = 256, D = 4096, I = 2048, k = 6;
   DevMoeWeights w;
   w.E = E;
   w.k = k;
   w.D = D;
   w.I = I;
-  w.vocab = cfg.vocab_size;
+  w.vocab = 129280;
   w.swiglu_limit = 10.0f;
   w.routed_scaling = 1.5f;
   w.gate = DeviceBuffer<bf16>(size_t(E * D));
@@ -214,6 +217,16 @@ TEST(FfnLayer, FlashMoeTiming) {
   fp8(w.shared_w1, I, D, 10);
   fp8(w.shared_w3, I, D, 12);
   fp8(w.shared_w2, D, I, 14);
+  return w;
+}
+
+// Batch-1 (and batch-8) MoE time of the Flash-shaped layer; CUDA-graph replays timed with events.
+TEST(FfnLayer, FlashMoeTiming) {
+  if (!have_hopper_device()) GTEST_SKIP() << "no sm_90 CUDA device";
+  DeviceContext ctx;
+  const ModelConfig cfg = flash_moe_config();
+  const int64_t E = 256, D = 4096, I = 2048, k = 6;
+  const DevMoeWeights w = flash_moe_weights(ctx);
 
   MoeWorkspace ws(ctx, cfg, 8);
   DeviceBuffer<bf16> x(size_t(8 * D)), y(size_t(8 * D)), y_graph(size_t(8 * D));
@@ -257,6 +270,57 @@ TEST(FfnLayer, FlashMoeTiming) {
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);
   }
+}
+
+// Prefill-sized MoE calls of the Flash-shaped layer (the grouped pass of moe_prefill.h), eager, timed
+// with events: weight conversions overlapped on the side stream vs on the one stream (outputs equal),
+// and the host time of one call (it enqueues per expert).
+TEST(FfnLayer, FlashMoePrefillTiming) {
+  if (!have_hopper_device()) GTEST_SKIP() << "no sm_90 CUDA device";
+  DeviceContext ctx;
+  const ModelConfig cfg = flash_moe_config();
+  const DevMoeWeights w = flash_moe_weights(ctx);
+  const int64_t D = 4096, Tmax = 2048;
+  MoeWorkspace ws(ctx, cfg, Tmax);
+  DeviceBuffer<bf16> x(size_t(Tmax * D)), y(size_t(Tmax * D)), y_serial(size_t(Tmax * D));
+  fill_random_bf16(ctx, x.get(), x.size(), 21, 1.0f);
+  std::vector<int32_t> toks(static_cast<size_t>(Tmax));
+  for (int64_t t = 0; t < Tmax; ++t) toks[size_t(t)] = int32_t((t * 7919) % 129280);
+  DeviceBuffer<int32_t> tok(toks);
+  cudaEvent_t a, b;
+  DSV4_CUDA_CHECK(cudaEventCreate(&a));
+  DSV4_CUDA_CHECK(cudaEventCreate(&b));
+  for (int64_t T : {1024, 2048}) {
+    double ms[2] = {0, 0}, host_ms = 0;
+    for (int overlap = 1; overlap >= 0; --overlap) {
+      bf16* out = overlap ? y.get() : y_serial.get();
+      moe_forward(ctx, w, ws, x.get(), tok.get(), T, out);  // plans, workspace
+      ASSERT_TRUE(ws.grouped != nullptr);
+      ws.grouped->overlap = overlap != 0;
+      moe_forward(ctx, w, ws, x.get(), tok.get(), T, out);
+      ctx.synchronize();
+      const int reps = 3;
+      DSV4_CUDA_CHECK(cudaEventRecord(a, ctx.stream()));
+      const auto h0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < reps; ++i) moe_forward(ctx, w, ws, x.get(), tok.get(), T, out);
+      const auto h1 = std::chrono::steady_clock::now();
+      DSV4_CUDA_CHECK(cudaEventRecord(b, ctx.stream()));
+      ctx.synchronize();
+      float e = 0;
+      DSV4_CUDA_CHECK(cudaEventElapsedTime(&e, a, b));
+      ms[overlap] = e / reps;
+      if (overlap) host_ms = std::chrono::duration<double, std::milli>(h1 - h0).count() / reps;
+    }
+    ws.grouped->overlap = true;
+    // Routed FLOPs of the call: 2 * T * k * 3 * I * D.
+    const double tflops = 2.0 * double(T) * 6 * 3 * 2048 * 4096 / (ms[1] * 1e-3) * 1e-12;
+    std::printf("[moe flash prefill T=%lld] %.3f ms per layer overlapped (%.0f tok/s, routed %.1f TFLOP/s), %.3f ms "
+                "serial; host %.3f ms per call\n",
+                (long long)T, ms[1], double(T) / (ms[1] * 1e-3), tflops, ms[0], host_ms);
+    EXPECT_EQ(from_device_bf16(y.get(), size_t(T * D)), from_device_bf16(y_serial.get(), size_t(T * D)));
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
 }
 
 }  // namespace

@@ -116,13 +116,15 @@ void moe_gather_rows_bf16(const DeviceContext& ctx, const MoeGatherRowsParams& p
   DSV4_CUDA_CHECK_LAUNCH();
 }
 
-void fp4_to_bf16(const DeviceContext& ctx, const Fp4ToBf16Params& p) {
+void fp4_to_bf16(const DeviceContext& ctx, const Fp4ToBf16Params& p) { fp4_to_bf16(ctx.stream(), p); }
+
+void fp4_to_bf16(cudaStream_t stream, const Fp4ToBf16Params& p) {
   if (!p.packed || !p.scales || !p.w) fail("fp4_to_bf16: null pointer");
   if (p.rows <= 0 || p.rows % 16 != 0 || p.K <= 0 || p.K % 128 != 0)
     fail("fp4_to_bf16: shape [", p.rows, ", ", p.K, "] needs rows % 16 == 0 and K % 128 == 0");
   if (misaligned(p.packed, 3) || misaligned(p.w, 15)) fail("fp4_to_bf16: misaligned pointers");
   const int64_t words = p.rows * (p.K / 8);
-  fp4_to_bf16_kernel<<<blocks_for(words, "fp4_to_bf16 blocks"), 256, 0, ctx.stream()>>>(p, words);
+  fp4_to_bf16_kernel<<<blocks_for(words, "fp4_to_bf16 blocks"), 256, 0, stream>>>(p, words);
   DSV4_CUDA_CHECK_LAUNCH();
 }
 

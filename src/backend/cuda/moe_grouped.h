@@ -38,6 +38,8 @@ struct Fp4ToBf16Params {
   int64_t rows = 0, K = 0;          // rows % 16 == 0, K % 128 == 0
 };
 void fp4_to_bf16(const DeviceContext& ctx, const Fp4ToBf16Params& p);
+// The same on another stream (a side stream that overlaps the conversions with the GEMMs).
+void fp4_to_bf16(cudaStream_t stream, const Fp4ToBf16Params& p);
 
 // ---- FP8 rows -> bf16: y[r, c] = bf16(e4m3(codes[r, c]) * scales[r * (K/128) + c/128]).
 struct Fp8RowsToBf16Params {
