@@ -46,7 +46,8 @@ MoeGroupedWorkspace::~MoeGroupedWorkspace() {
 }
 
 LtMatmul& MoeGroupedWorkspace::gemm(const DeviceContext& ctx, int64_t out, int64_t in, int64_t n) {
-  auto& slot = gemms[{out, n}];
+  // Keyed by all three: w1|w3 [2I, D] and w2 [D, I] have the same `out` when 2I == D (Flash).
+  auto& slot = gemms[{out, in, n}];
   if (!slot) slot = std::make_unique<LtMatmul>(ctx, GemmKind::Bf16, out, in, n);
   return *slot;
 }

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -56,7 +57,7 @@ struct MoeGroupedWorkspace {
   cudaStream_t side = nullptr;      // the weight conversions
   cudaEvent_t ready[2] = {}, freed[2] = {};  // wb[s] converted / no longer read by a GEMM
   std::vector<int32_t> counts_host; // [E]
-  std::map<std::pair<int64_t, int64_t>, std::unique_ptr<LtMatmul>> gemms;  // (out, n) -> plan
+  std::map<std::tuple<int64_t, int64_t, int64_t>, std::unique_ptr<LtMatmul>> gemms;  // (out, in, n) -> plan
 };
 
 // Where moe_combine finds the routed outputs: y2 row entry_row[t * k + j] of entry (t, j).
