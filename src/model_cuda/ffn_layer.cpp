@@ -242,7 +242,7 @@ void moe_forward(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace&
 
   // Large FP4 calls: the grouped tensor-core pass (moe_prefill.h) instead of the GEMVs below.
   GroupedRouted grouped;
-  if (!exact && !w.dense_experts) {
+  if (!exact && !w.dense_experts && ws.grouped_prefill) {
     if (!ws.grouped) {
       ModelConfig gc;
       gc.hidden_size = D;

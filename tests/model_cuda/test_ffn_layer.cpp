@@ -69,7 +69,7 @@ std::vector<float> from_device_bf16(const bf16* p, size_t n) {
 
 // Above kExactLinearMaxTokens FP4 experts take the grouped tensor-core pass (moe_prefill.h): the same
 // products summed in another order, so bf16-level agreement instead of bit equality.
-void check_moe(const std::string& fixture, const std::vector<int64_t>& Ts = {1, 5, 16}) {
+void check_moe(const std::string& fixture, const std::vector<int64_t>& Ts = {1, 5, 16}, bool grouped = false) {
   const std::string dir = test::fixture_dir(fixture) + "/model";
   auto model = Model::load(dir, Numerics::Official);
   const ModelConfig& cfg = model->config();
@@ -77,6 +77,7 @@ void check_moe(const std::string& fixture, const std::vector<int64_t>& Ts = {1, 
   const Weights w = bind_weights(cfg, *ckpt);
   DeviceContext ctx;
   MoeWorkspace ws(ctx, cfg, *std::max_element(Ts.begin(), Ts.end()));
+  ws.grouped_prefill = grouped;
   std::mt19937_64 g(7);
   const int64_t D = cfg.hidden_size;
   for (size_t layer = 0; layer < w.layers.size(); ++layer) {
@@ -115,11 +116,11 @@ TEST(FfnLayer, MoeMatchesCpuTinyShakespeareFp8) {
 
 TEST(FfnLayer, MoePrefillMatchesCpuTinyQ) {
   REQUIRE_HOPPER_AND("tiny-q");
-  check_moe("tiny-q", {600, 2048});
+  check_moe("tiny-q", {600, 2048}, true);
 }
 TEST(FfnLayer, MoePrefillMatchesCpuTinyShakespeareFp8) {
   REQUIRE_HOPPER_AND("tiny-shakespeare-fp8");
-  check_moe("tiny-shakespeare-fp8", {600, 2048});
+  check_moe("tiny-shakespeare-fp8", {600, 2048}, true);
 }
 
 TEST(FfnLayer, EmbedAndHeadMatchCpu) {
@@ -282,6 +283,7 @@ TEST(FfnLayer, FlashMoePrefillTiming) {
   const DevMoeWeights w = flash_moe_weights(ctx);
   const int64_t D = 4096, Tmax = 2048;
   MoeWorkspace ws(ctx, cfg, Tmax);
+  ws.grouped_prefill = true;
   DeviceBuffer<bf16> x(size_t(Tmax * D)), y(size_t(Tmax * D)), y_serial(size_t(Tmax * D));
   fill_random_bf16(ctx, x.get(), x.size(), 21, 1.0f);
   std::vector<int32_t> toks(static_cast<size_t>(Tmax));
