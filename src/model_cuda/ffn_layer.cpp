@@ -314,16 +314,7 @@ void moe_forward(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace&
   }
 
   if (!grouped.y2) {  // SwiGLU and the down projection of the per-selection path
-    SwigluParams s;
-    s.g = ws.y13.get();
-    s.u = ws.y13.get() + I;
-    s.g_stride = s.u_stride = 2 * I;
-    s.weight = ws.weights.get();
-    s.h = ws.h.get();
-    s.rows = Tk;
-    s.I = int(I);
-    s.limit = w.swiglu_limit;
-    swiglu(ctx, s);
+    swiglu_gate_up(ctx, ws.y13.get(), ws.weights.get(), ws.h.get(), Tk, I, w.swiglu_limit);
 
     if (w.dense_experts) {
       exact_dense(ws.h.get(), Tk, 1, w.w2_16.get(), ws.ids.get(), D, I, ws.y2.get());

@@ -136,16 +136,7 @@ GroupedRouted moe_routed_grouped(const DeviceContext& ctx, const DevMoeWeights& 
                 g.xb.get() + off * D, rows_e, g.y13.get() + off * 2 * I);
   });
 
-  SwigluParams s;
-  s.g = g.y13.get();
-  s.u = g.y13.get() + I;
-  s.g_stride = s.u_stride = 2 * I;
-  s.weight = g.w_rows.get();
-  s.h = g.h.get();
-  s.rows = n;
-  s.I = int(I);
-  s.limit = w.swiglu_limit;
-  swiglu(ctx, s);
+  swiglu_gate_up(ctx, g.y13.get(), g.w_rows.get(), g.h.get(), n, I, w.swiglu_limit);
   act_quant_rows(ctx, g.h.get(), n, I, g.hq.get(), g.hs.get(), I / 128, 1);
   Fp8RowsToBf16Params q;
   q.codes = g.hq.get();

@@ -32,6 +32,20 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float a, float b) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
+// Eight e4m3 codes (little-endian in two words) times a power-of-two scale as eight bf16 (exact).
+__device__ __forceinline__ uint4 e4m3x8_to_bf16x8(uint2 codes, float s) {
+  const uint32_t wv[2] = {codes.x, codes.y};
+  uint4 out;
+  uint32_t* o = reinterpret_cast<uint32_t*>(&out);
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+      o[h * 2 + j] = pack_bf16x2(e4m3_to_f32(uint8_t(wv[h] >> (16 * j))) * s,
+                                 e4m3_to_f32(uint8_t(wv[h] >> (16 * j + 8))) * s);
+  return out;
+}
+
 // Thread per 8 consecutive columns of a gathered row.
 __global__ void gather_rows_kernel(MoeGatherRowsParams p, int64_t octets) {
   const int64_t q = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -43,15 +57,7 @@ __global__ void gather_rows_kernel(MoeGatherRowsParams p, int64_t octets) {
   const int64_t t = entry / p.k;
   const float s = p.xs[int64_t(c / 128) * p.P + t];
   const uint2 codes = *reinterpret_cast<const uint2*>(p.xq + t * p.D + c);
-  const uint32_t wv[2] = {codes.x, codes.y};
-  uint4 out;
-  uint32_t* o = reinterpret_cast<uint32_t*>(&out);
-#pragma unroll
-  for (int h = 0; h < 2; ++h)
-#pragma unroll
-    for (int j = 0; j < 2; ++j)
-      o[h * 2 + j] = pack_bf16x2(e4m3_to_f32(uint8_t(wv[h] >> (16 * j))) * s,
-                                 e4m3_to_f32(uint8_t(wv[h] >> (16 * j + 8))) * s);
+  const uint4 out = e4m3x8_to_bf16x8(codes, s);
   *reinterpret_cast<uint4*>(p.xb + r * p.D + c) = out;
   if (c == 0 && p.weights) p.w_rows[r] = p.weights[entry];
 }
@@ -88,15 +94,7 @@ __global__ void fp8_rows_to_bf16_kernel(Fp8RowsToBf16Params p, int64_t octets) {
   const int c = int(q % per_row) * 8;
   const float s = p.scales[r * (p.K / 128) + c / 128];
   const uint2 codes = *reinterpret_cast<const uint2*>(p.codes + r * p.K + c);
-  const uint32_t wv[2] = {codes.x, codes.y};
-  uint4 out;
-  uint32_t* o = reinterpret_cast<uint32_t*>(&out);
-#pragma unroll
-  for (int h = 0; h < 2; ++h)
-#pragma unroll
-    for (int j = 0; j < 2; ++j)
-      o[h * 2 + j] = pack_bf16x2(e4m3_to_f32(uint8_t(wv[h] >> (16 * j))) * s,
-                                 e4m3_to_f32(uint8_t(wv[h] >> (16 * j + 8))) * s);
+  const uint4 out = e4m3x8_to_bf16x8(codes, s);
   *reinterpret_cast<uint4*>(p.y + r * p.K + c) = out;
 }
 

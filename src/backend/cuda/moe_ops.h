@@ -83,6 +83,20 @@ struct SwigluParams {
   float limit = 0;
 };
 void swiglu(const DeviceContext& ctx, const SwigluParams& p);
+// The routed layout: y13 [rows, 2I] = gate | up per row -> h [rows, I], times weight[row].
+inline void swiglu_gate_up(const DeviceContext& ctx, const bf16* y13, const float* weight, bf16* h, int64_t rows,
+                           int64_t I, float limit) {
+  SwigluParams s;
+  s.g = y13;
+  s.u = y13 + I;
+  s.g_stride = s.u_stride = 2 * I;
+  s.weight = weight;
+  s.h = h;
+  s.rows = rows;
+  s.I = int(I);
+  s.limit = limit;
+  swiglu(ctx, s);
+}
 
 // ---- Combine: y[t] = bf16(((0 + y2[t, j0]) + y2[t, j1] + ...) + shared[t]) with the picks j taken in
 // ascending expert id (ties: pick order), fp32 sums — exactly Model::moe's accumulation order.
