@@ -140,34 +140,6 @@ void run_linear(const DeviceContext& ctx, AttentionWorkspace& ws, const DevLinea
   mm.run_fp8(ctx, ws.codes.get(), ws.scales.get(), w.w8, y);
 }
 
-// The fp32 linears (compressor projections, indexer weights_proj): exact_linear for short calls.
-void run_linear_f32(const DeviceContext& ctx, const LinearF32Params& lp) {
-  if (lp.tokens > kExactLinearMaxTokens) return linear_f32(ctx, lp);
-  ExactLinearParams e;
-  e.x = lp.x;
-  e.x_stride = lp.x_stride;
-  e.w16 = lp.w;
-  e.y = lp.y_bf16;
-  e.y_f32 = lp.y;
-  e.y_stride = lp.out;
-  e.tokens = lp.tokens;
-  e.out = lp.out;
-  e.in = lp.in;
-  exact_linear(ctx, e);
-}
-
-void run_rms_norm(const DeviceContext& ctx, bf16* x, const float* w, int64_t rows, int64_t dim, float eps) {
-  RmsNormParams p;
-  p.x = x;
-  p.y = x;
-  p.weight = w;
-  p.rows = rows;
-  p.dim = int(dim);
-  p.x_stride = p.y_stride = dim;
-  p.eps = eps;
-  rms_norm(ctx, p);
-}
-
 void run_rope(const DeviceContext& ctx, bf16* x, const AttentionBatch& b, const float* inv_freq, int64_t heads,
               int64_t head_dim, int64_t rope_dim, bool inverse) {
   RopeParams p;
@@ -198,10 +170,10 @@ void run_compressor(const DeviceContext& ctx, const ModelConfig& cfg, AttentionW
   lp.out = width;
   lp.w = w.wkv.get();
   lp.y = ws.ca.get();
-  run_linear_f32(ctx, lp);
+  linear_f32(ctx, lp);
   lp.w = w.wgate.get();
   lp.y = ws.cg.get();
-  run_linear_f32(ctx, lp);
+  linear_f32(ctx, lp);
 
   CompressorPoolParams pp;
   pp.a = ws.ca.get();
@@ -259,7 +231,7 @@ void run_indexer(const DeviceContext& ctx, const ModelConfig& cfg, AttentionWork
   lp.x_stride = cfg.hidden_size;
   lp.in = int(cfg.hidden_size);
   lp.out = int(HI);
-  run_linear_f32(ctx, lp);
+  linear_f32(ctx, lp);
 
   IndexerScoreParams sp;
   sp.q = ws.qi.get();
@@ -317,7 +289,7 @@ void attention_forward(const DeviceContext& ctx, const ModelConfig& cfg, const D
 
   // Q: wq_a, q_norm, wq_b, per-head norm, RoPE.
   run_linear(ctx, ws, w.wq_a, x, T, ws.cq.get());
-  run_rms_norm(ctx, ws.cq.get(), w.q_norm.get(), T, cfg.q_lora_rank, eps);
+  rms_norm_rows(ctx, ws.cq.get(), w.q_norm.get(), T, cfg.q_lora_rank, eps);
   run_linear(ctx, ws, w.wq_b, ws.cq.get(), T, ws.q.get());
   HeadNormParams hn;
   hn.x = ws.q.get();
@@ -332,7 +304,7 @@ void attention_forward(const DeviceContext& ctx, const ModelConfig& cfg, const D
   // KV of this call's tokens into the chunk rows: wkv, kv_norm, RoPE, FP8 snap of the non-rope dims.
   bf16* kv_chunk = st.kv.get() + st.chunk_base() * d;
   run_linear(ctx, ws, w.wkv, x, T, kv_chunk);
-  run_rms_norm(ctx, kv_chunk, w.kv_norm.get(), T, d, eps);
+  rms_norm_rows(ctx, kv_chunk, w.kv_norm.get(), T, d, eps);
   run_rope(ctx, kv_chunk, b, w.inv_freq.get(), 1, d, rd, false);
   KvSnapParams ks;
   ks.x = kv_chunk;

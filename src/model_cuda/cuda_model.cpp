@@ -118,15 +118,7 @@ void CudaModel::body(int64_t T, int64_t run_len, int64_t layers, int64_t head_fi
     p.hc_eps = float(cfg_.hc_eps);
     p.sinkhorn_iters = int(cfg_.hc_sinkhorn_iters);
     mhc_pre(ctx, p);
-    RmsNormParams r;
-    r.x = u_.get();
-    r.weight = norm.get();
-    r.y = u_.get();
-    r.rows = T;
-    r.dim = D;
-    r.x_stride = r.y_stride = D;
-    r.eps = eps;
-    rms_norm(ctx, r);
+    rms_norm_rows(ctx, u_.get(), norm.get(), T, D, eps);
     f(u_.get(), y_.get());
     MhcPostParams q;
     q.X = X_.get();

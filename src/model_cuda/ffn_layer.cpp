@@ -425,33 +425,12 @@ void head_hidden_forward(const DeviceContext& ctx, const DevHeadWeights& w, cons
   c.norm_eps = w.eps;
   c.hc_eps = w.hc_eps;
   hc_head_collapse(ctx, c);
-  RmsNormParams r;
-  r.x = h;
-  r.weight = w.norm.get();
-  r.y = h;
-  r.rows = T;
-  r.dim = int(w.D);
-  r.x_stride = r.y_stride = w.D;
-  r.eps = w.eps;
-  rms_norm(ctx, r);
+  rms_norm_rows(ctx, h, w.norm.get(), T, w.D, w.eps);
 }
 
 void head_forward(const DeviceContext& ctx, const DevHeadWeights& w, const bf16* X, int64_t T, bf16* h,
                   float* logits) {
   head_hidden_forward(ctx, w, X, T, h);
-  if (T <= kExactLinearMaxTokens) {  // cpu::matmul's order, bit-identical logits
-    ExactLinearParams e;
-    e.x = h;
-    e.x_stride = w.D;
-    e.w16 = w.head.get();
-    e.y_f32 = logits;
-    e.y_stride = w.vocab;
-    e.tokens = T;
-    e.out = int(w.vocab);
-    e.in = int(w.D);
-    exact_linear(ctx, e);
-    return;
-  }
   LinearF32Params m;
   m.x = h;
   m.x_stride = w.D;

@@ -46,7 +46,8 @@ struct HadamardFp4Params {
 void hadamard_fp4(const DeviceContext& ctx, const HadamardFp4Params& p);
 
 // ---- y[T, out] = x[T, in] . W[out, in]^T with bf16 operands, fp32 products and accumulation; fp32
-// and/or bf16 (rounded once) out. CPU twin: cpu::matmul (summation order differs).
+// and/or bf16 (rounded once) out. CPU twin: cpu::matmul — bit-identical up to kExactLinearMaxTokens
+// tokens (exact_linear, the twin's summation order), another order beyond (a warp per output).
 struct LinearF32Params {
   const bf16* x = nullptr;  // [tokens, in], row stride x_stride
   const bf16* w = nullptr;  // [out, in]

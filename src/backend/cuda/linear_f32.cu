@@ -1,9 +1,11 @@
-// fp32 linear on bf16 operands (contract in attn_ops.h): the compressors' wkv / wgate and the indexer's
-// weights_proj, which the reference runs as plain fp32 matmuls. Correctness first: one warp per output
-// feature and group of up to 8 tokens, lanes striding K in 16-byte pieces, fp32 accumulation.
+// fp32 linear on bf16 operands (contract in attn_ops.h): the compressors' wkv / wgate, the indexer's
+// weights_proj and the head, which the reference runs as plain fp32 matmuls. Up to
+// kExactLinearMaxTokens tokens exact_linear (bit-identical with the CPU twin); beyond, one warp per
+// output feature and group of up to 8 tokens, lanes striding K in 16-byte pieces, fp32 accumulation.
 #include "backend/cuda/attn_ops.h"
 #include "backend/cuda/check.h"
 #include "backend/cuda/kernel_util.cuh"
+#include "backend/cuda/linear_exact.h"
 
 namespace dsv4::cuda {
 namespace {
@@ -53,6 +55,19 @@ void linear_f32(const DeviceContext& ctx, const LinearF32Params& p) {
   if (!p.x || !p.w || (!p.y && !p.y_bf16)) fail("linear_f32: null pointer");
   if (p.in <= 0 || p.in % 8 != 0 || p.x_stride % 8 != 0 || p.out <= 0)
     fail("linear_f32: in = ", p.in, " and the row stride must be multiples of 8");
+  if (p.tokens <= kExactLinearMaxTokens) {
+    ExactLinearParams e;
+    e.x = p.x;
+    e.x_stride = p.x_stride;
+    e.w16 = p.w;
+    e.y = p.y_bf16;
+    e.y_f32 = p.y;
+    e.y_stride = p.out;
+    e.tokens = p.tokens;
+    e.out = p.out;
+    e.in = p.in;
+    return exact_linear(ctx, e);
+  }
   const int tok_groups = narrow_int(ceil_div(p.tokens, kTok), "linear_f32 token groups");
   const int64_t warps = int64_t(p.out) * tok_groups;
   const int threads = 256;

@@ -29,6 +29,18 @@ struct RmsNormParams {
   float eps = 1e-6f;
 };
 void rms_norm(const DeviceContext& ctx, const RmsNormParams& p);
+// In place on contiguous rows x [rows, dim].
+inline void rms_norm_rows(const DeviceContext& ctx, bf16* x, const float* weight, int64_t rows, int64_t dim,
+                          float eps) {
+  RmsNormParams p;
+  p.x = p.y = x;
+  p.weight = weight;
+  p.rows = rows;
+  p.dim = int(dim);
+  p.x_stride = p.y_stride = dim;
+  p.eps = eps;
+  rms_norm(ctx, p);
+}
 
 // ---- Interleaved RoPE on the trailing rope_dim dims of every head (MODEL.md §5), in place.
 // Pair i of the rope slice (x[2i], x[2i+1]) rotates by theta = fl32(pos * inv_freq[i]) (negated when
