@@ -47,15 +47,18 @@ class Model {
   Tensor forward_mtp(SequenceState& state, const Tensor& streams, const std::vector<int32_t>& next_ids,
                      size_t k = 0) const;
 
-  // Test access to sub-layers (tests/model_cuda compares the GPU layers with them): the MoE of layer
-  // `layer` on x [T, D] (ffn-normed), and the hc_head collapse + final norm of streams X [T, n, D].
+  // Test access to sub-layers (tests/model_cuda compares the GPU layers with them): the attention of
+  // layer `layer` on x [T, D] (attn-normed) at positions p0.. with that layer's state, the MoE on x
+  // [T, D] (ffn-normed), and the hc_head collapse + final norm of streams X [T, n, D].
+  Tensor attention_layer(size_t layer, LayerState& st, const Tensor& x, int64_t p0) const {
+    return attention(w_.layers.at(layer).attn, cfg_.layers.at(layer), st, x, p0);
+  }
   Tensor moe_layer(size_t layer, const Tensor& x, const std::vector<int32_t>& tokens) const {
     return moe(w_.layers.at(layer).ffn, cfg_.layers.at(layer), x, tokens);
   }
   Tensor head_hidden_of(const Tensor& X) const { return head_hidden(w_.hc_head, w_.norm, X, 0); }
 
  private:
-  friend struct ModelTestAccess;  // tests run one layer's attention (tests/model_cuda)
   // Runs one decoder block over X [T, n, D] in place.
   void block(const BlockF& w, const LayerSpec& spec, LayerState& st, Tensor& X, const std::vector<int32_t>& tokens,
              int64_t p0) const;

@@ -18,12 +18,6 @@
 
 namespace dsv4 {
 
-struct ModelTestAccess {
-  static Tensor attention(const Model& m, size_t layer, LayerState& st, const Tensor& x, int64_t p0) {
-    return m.attention(m.w_.layers[layer].attn, m.cfg_.layers[layer], st, x, p0);
-  }
-};
-
 namespace {
 
 using cuda::bf16;
@@ -114,7 +108,7 @@ void run_fixture(const std::string& name) {
         const int64_t s = seqs[r];
         Tensor xs({run_len, D});
         std::copy(x.row(int64_t(r) * run_len), x.row(int64_t(r) * run_len) + run_len * D, xs.ptr());
-        const Tensor o = ModelTestAccess::attention(*model, li, cpu[size_t(s)].layers[li], xs, pos[size_t(s)]);
+        const Tensor o = model->attention_layer(li, cpu[size_t(s)].layers[li], xs, pos[size_t(s)]);
         std::copy(o.data.begin(), o.data.end(), ref.row(int64_t(r) * run_len));
         pos[size_t(s)] += run_len;
       }
