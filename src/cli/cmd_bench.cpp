@@ -31,7 +31,7 @@ constexpr double kHbmGBs = 4260;      // measured device-to-device copy, PERFORM
 constexpr double kFp8TFlops = 1410;   // measured FP8 dense peak
 
 struct BenchArgs {
-  std::string preset, model, json;
+  std::string preset, model, json, moe_prefill = "grouped";
   bool dummy = false;
   int64_t layers = 0, context = 0, chunk = 2048, iters = 30, warmup = 3;
   std::vector<int64_t> batches{1, 8, 32}, prefills{1024, 8192};
@@ -91,6 +91,7 @@ void run_bench(const BenchArgs& a) {
   o.max_seqs = maxB;
   o.max_ctx = std::max(maxP, a.context + 1) + 16;
   o.max_tokens = std::max(std::min(a.chunk, std::max<int64_t>(maxP, 1)), maxB);
+  o.grouped_moe_prefill = a.moe_prefill == "grouped";
   const std::string what = a.preset.empty() ? a.model : "preset " + a.preset;
   std::fprintf(stderr, "bench: %s, %lld layers, %s weights\n", what.c_str(), (long long)cfg.num_layers,
                a.dummy ? "dummy" : "checkpoint");
@@ -111,6 +112,7 @@ void run_bench(const BenchArgs& a) {
   j["device"] = ctx.name();
   j["model"] = what;
   j["layers"] = cfg.num_layers;
+  j["moe_prefill"] = a.moe_prefill;
   j["weights_device_bytes"] = m.weights().device_bytes;
   j["free_bytes"] = free_b;
   j["ceilings"] = {{"hbm_GBs", kHbmGBs}, {"fp8_TFLOPs", kFp8TFlops}};
@@ -194,6 +196,10 @@ void register_bench(CLI::App& app) {
   c->add_option("--iters", a->iters, "Timed decode replays per configuration")->capture_default_str();
   c->add_option("--warmup", a->warmup, "Untimed replays first")->capture_default_str();
   c->add_option("--seed", a->seed, "Dummy weight seed")->capture_default_str();
+  c->add_option("--moe-prefill", a->moe_prefill,
+                 "Routed experts of prefill chunks above 512 tokens: grouped (tensor cores) | gemv (per token)")
+      ->check(CLI::IsMember({"grouped", "gemv"}))
+      ->capture_default_str();
   c->add_option("--json", a->json, "Also write the results as JSON to FILE");
   c->callback([a] {
 #if DSV4_HAVE_CUDA

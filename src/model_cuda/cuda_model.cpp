@@ -41,6 +41,7 @@ CudaModel::CudaModel(ModelConfig cfg, const Weights& w, uint64_t total_bytes, co
     states_.emplace_back(cfg_, cfg_.layers[size_t(i)], opt_.max_seqs, opt_.max_ctx, T);
   attn_ws_ = std::make_unique<AttentionWorkspace>(cfg_, T, opt_.max_ctx);
   moe_ws_ = std::make_unique<MoeWorkspace>(*ctx_, cfg_, T);
+  moe_ws_->grouped_prefill = o.grouped_moe_prefill;
   // Logit rows: every decode row, and prefill logits in pieces of at most ~256 MiB.
   logit_rows_ = std::min(T, std::max<int64_t>(opt_.max_seqs, (int64_t(256) << 20) / (V * 4)));
 

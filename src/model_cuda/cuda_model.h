@@ -31,6 +31,9 @@ struct CudaModelOptions {
   int64_t max_ctx = 4096;    // positions per sequence
   int64_t max_tokens = 256;  // tokens per call: prefill chunk, decode batch
   bool graphs = true;        // decode steps through CUDA graphs (false: plain launches)
+  // FP4 routed experts of calls above kExactLinearMaxTokens tokens on the tensor cores (moe_prefill.h);
+  // false: the per-(token, pick) GEMVs at any size (bit-identical to the CPU, slow for long prompts).
+  bool grouped_moe_prefill = true;
   int device = 0;
 };
 

@@ -89,9 +89,9 @@ struct MoeWorkspace {
   DeviceBuffer<int32_t> bad;         // [1] set when a token id / tid2eid entry was out of range
   std::unique_ptr<MoeGroupedWorkspace> grouped;  // FP4 routed experts above kExactLinearMaxTokens tokens
                                                  // (made on first use; moe_prefill.h)
-  // Opt-in until the plan-key fix (7764d3e) has run on a GPU: off, every FP4 call takes the per-selection
-  // GEMVs (correct at any T, slow for prefill); the prefill tests switch it on.
-  bool grouped_prefill = false;
+  // Off: every FP4 call takes the per-selection GEMVs (bit-identical to the CPU at any T, slow for
+  // prefill). CudaModel sets it from CudaModelOptions::grouped_moe_prefill.
+  bool grouped_prefill = true;
   std::map<int64_t, std::unique_ptr<SharedPlans>> plans_;
 };
 
