@@ -47,6 +47,15 @@ struct Engine::Sequence {
   int64_t pos = 0;          // the next position to feed
   int32_t next_token = -1;  // sampled, to be fed by the next decode
   bool done = false;
+  // Sampled by the model (StepModel::*_sampled) unless the GPU sampler cannot do the request.
+  bool host_sampled() const { return !device_samplable(req.sampling) || req.top_logprobs >= 0; }
+  RowSampling row() const {
+    RowSampling r;
+    r.params = req.sampling;
+    r.step = uint64_t(generated);
+    r.host = host_sampled();
+    return r;
+  }
 };
 
 namespace {
@@ -273,10 +282,17 @@ void Engine::run_step(uint64_t step) {
       prefills.push_back(&item);
     }
   }
+  const bool on_device = model_.samples_on_device();
   if (!batch.empty()) {
-    Tensor logits;
+    SampledStep out;
     try {
-      logits = model_.decode(batch);
+      if (on_device) {
+        std::vector<RowSampling> rows;
+        for (const Sequence* s : batch_seqs) rows.push_back(s->row());
+        out = model_.decode_sampled(batch, rows);
+      } else {
+        out.logits = model_.decode(batch);
+      }
     } catch (const std::exception& e) {
       for (Sequence* s : batch_seqs) {
         s->ch->push(failed(e.what()));
@@ -288,7 +304,10 @@ void Engine::run_step(uint64_t step) {
       Sequence& s = *batch_seqs[b];
       ++s.pos;
       try {
-        sample(s, logits.row(int64_t(b)));
+        if (on_device && !s.host_sampled())
+          take(s, out.ids.at(b), EngineEvent{});
+        else
+          sample(s, out.logits.row(int64_t(b)));
       } catch (const std::exception& e) {
         s.ch->push(failed(e.what()));
         s.done = true;
@@ -301,10 +320,18 @@ void Engine::run_step(uint64_t step) {
     try {
       const auto& p = s.req.prompt;
       std::vector<int32_t> chunk(p.begin() + item->begin, p.begin() + item->end);
+      const bool last = item->end == int64_t(p.size());
+      if (last && on_device && !s.host_sampled()) {
+        const int32_t id = model_.prefill_sampled(s.slot, s.pos, chunk, s.row()).ids.at(0);
+        s.pos += int64_t(chunk.size());
+        s.prefilled = item->end;
+        take(s, id, EngineEvent{});
+        continue;
+      }
       Tensor logits = model_.prefill(s.slot, s.pos, chunk, false);
       s.pos += int64_t(chunk.size());
       s.prefilled = item->end;
-      if (s.prefilled == int64_t(p.size())) sample(s, logits.ptr());
+      if (last) sample(s, logits.ptr());
     } catch (const std::exception& e) {
       s.ch->push(failed(e.what()));
       s.done = true;
@@ -326,6 +353,11 @@ void Engine::sample(Sequence& s, const float* logits) {
   EngineEvent ev;
   const int32_t id = s.sampler.sample(logits, model_.config().vocab_size, s.history, want_lp ? &ev.logprobs : nullptr,
                                       std::max(0, s.req.top_logprobs));
+  ev.has_logprobs = want_lp;
+  take(s, id, std::move(ev));
+}
+
+void Engine::take(Sequence& s, int32_t id, EngineEvent ev) {
   const auto now = Clock::now();
   const auto& stop_ids = s.req.stop.stop_ids;
   const bool stop = std::find(stop_ids.begin(), stop_ids.end(), id) != stop_ids.end();
@@ -349,7 +381,6 @@ void Engine::sample(Sequence& s, const float* logits) {
   s.history.push_back(id);
   ev.kind = EngineEvent::Kind::Token;
   ev.id = id;
-  ev.has_logprobs = want_lp;
   ev.text = s.filter.push(s.dec.push(id));
   s.ch->push(std::move(ev));
   if (s.filter.stopped())

@@ -11,6 +11,12 @@
 // batched GPU step on CUDA; on the CPU, Model::forward per sequence), then the prefill chunks, one
 // StepModel::prefill per chunk.
 //
+// Sampling: on a StepModel that samples on the device (samples_on_device: cuda) the decode batch and a
+// prompt's last chunk go through decode_sampled / prefill_sampled, so only the ids come back; a request
+// with penalties or logprobs is a `host` row there (its logits come back, its Sampler draws). The
+// device draw is Philox(seed, step) with step = tokens the request generated before (Sampler's is
+// mt19937): one seed gives other texts on cuda than on the cpu at temperature > 0.
+//
 // The engine knows nothing of HTTP or chat: it takes token ids and returns token ids and text.
 #pragma once
 #include <atomic>
@@ -90,7 +96,8 @@ class Engine {
   void loop();
   void admit(std::vector<Pending>& admitted);
   void run_step(uint64_t step);
-  void sample(Sequence& s, const float* logits);
+  void sample(Sequence& s, const float* logits);  // host: the request's Sampler draws
+  void take(Sequence& s, int32_t id, EngineEvent ev);  // the next id (sampled anywhere) to the request
   void finish(Sequence& s, FinishReason why, int32_t stop_id);
   void fail_all(const std::string& why, std::deque<Pending>& queued);
   void update_gauges(int64_t queued);

@@ -54,6 +54,23 @@ GenerationResult generate(const Model& model, const Tokenizer& tok, const std::v
 GenerationResult generate(const ModelConfig& cfg, const FeedFn& feed, const Tokenizer& tok,
                           const std::vector<int32_t>& prompt, Sampler& sampler, const StopConditions& stop,
                           int top_logprobs, const std::function<void(const std::string&)>& on_text) {
+  double prompt_s = -1;  // the prompt's forward alone (prefill_s), without the first draw
+  GenerationResult r = generate_steps(
+      cfg,
+      [&](const std::vector<int32_t>& tokens, const std::vector<int32_t>& history, Logprobs* lp) {
+        const auto t0 = std::chrono::steady_clock::now();
+        const Tensor logits = feed(tokens);
+        if (prompt_s < 0) prompt_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        return sampler.sample(logits.ptr(), cfg.vocab_size, history, lp, top_logprobs);
+      },
+      tok, prompt, stop, top_logprobs, on_text);
+  if (prompt_s >= 0) r.stats.prefill_s = prompt_s;
+  return r;
+}
+
+GenerationResult generate_steps(const ModelConfig& cfg, const NextFn& next, const Tokenizer& tok,
+                                const std::vector<int32_t>& prompt, const StopConditions& stop, int top_logprobs,
+                                const std::function<void(const std::string&)>& on_text) {
   using clock = std::chrono::steady_clock;
   if (prompt.empty()) fail("the prompt is empty (it encodes to no tokens)");
   if (int64_t(prompt.size()) >= cfg.max_position_embeddings)
@@ -72,17 +89,19 @@ GenerationResult generate(const ModelConfig& cfg, const FeedFn& feed, const Toke
     if (on_text) on_text(piece);
   };
 
+  // The prompt's step: prefill_s covers its forward (and, with sampling in the step, the first draw).
+  const bool want_lp = top_logprobs >= 0;
   const auto t0 = clock::now();
-  Tensor logits = feed(prompt);
-  r.stats.prefill_s = std::chrono::duration<double>(clock::now() - t0).count();
+  std::vector<int32_t> feed_ids = prompt;
   clock::time_point t_first;
+  bool first = true;
   while (int64_t(r.ids.size()) < budget) {
     Logprobs lp;
-    const bool want_lp = top_logprobs >= 0;
-    const int32_t id = sampler.sample(logits.ptr(), cfg.vocab_size, history, want_lp ? &lp : nullptr, top_logprobs);
-    if (r.ids.empty() && r.stats.ttft_s == 0) {
+    const int32_t id = next(feed_ids, history, want_lp ? &lp : nullptr);
+    if (first) {
       t_first = clock::now();
-      r.stats.ttft_s = std::chrono::duration<double>(t_first - t0).count();
+      r.stats.prefill_s = r.stats.ttft_s = std::chrono::duration<double>(t_first - t0).count();
+      first = false;
     }
     if (std::find(stop.stop_ids.begin(), stop.stop_ids.end(), id) != stop.stop_ids.end()) {
       r.finish = FinishReason::Stop;
@@ -98,7 +117,7 @@ GenerationResult generate(const ModelConfig& cfg, const FeedFn& feed, const Toke
       break;
     }
     if (int64_t(r.ids.size()) == budget) break;
-    logits = feed({id});
+    feed_ids = {id};
   }
   if (!filter.stopped()) {
     emit(filter.push(dec.flush()));

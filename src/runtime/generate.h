@@ -52,6 +52,14 @@ GenerationResult generate(const ModelConfig& cfg, const FeedFn& feed, const Toke
                           const std::vector<int32_t>& prompt, Sampler& sampler, const StopConditions& stop,
                           int top_logprobs = -1, const std::function<void(const std::string&)>& on_text = {});
 
+// The loop with the sampling inside the step: `next` feeds `tokens` (the prompt, then the last id) and
+// returns the next id; `history` is the prompt + the ids generated so far; `lp` (null unless
+// top_logprobs >= 0) receives the id's logprobs. The generate()s above are this with feed + Sampler.
+using NextFn = std::function<int32_t(const std::vector<int32_t>& tokens, const std::vector<int32_t>& history, Logprobs* lp)>;
+GenerationResult generate_steps(const ModelConfig& cfg, const NextFn& next, const Tokenizer& tok,
+                                const std::vector<int32_t>& prompt, const StopConditions& stop, int top_logprobs = -1,
+                                const std::function<void(const std::string&)>& on_text = {});
+
 // Holds back text that might be the beginning of a stop string; cuts at the first stop string.
 class StopStringFilter {
  public:
