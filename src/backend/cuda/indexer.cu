@@ -1,19 +1,17 @@
-// Lightning indexer kernels (contracts in attn_ops.h; CPU twin: index_topk in src/model/indexer.cpp).
+// Lightning indexer scores (contracts in attn_ops.h, kernel choices in indexer_kernels.h; CPU twin:
+// index_topk in src/model/indexer.cpp). The top-k is in indexer_topk.cu.
 #include <cmath>
 
 #include "backend/cuda/attn_ops.h"
 #include "backend/cuda/check.h"
+#include "backend/cuda/indexer_kernels.h"
 #include "backend/cuda/kernel_util.cuh"
 #include "backend/cuda/quant_sim.cuh"
 
 namespace dsv4::cuda {
 namespace {
 
-__device__ __forceinline__ int64_t imin64(int64_t a, int64_t b) { return a < b ? a : b; }
-
 constexpr int kScoreWarps = 8;
-constexpr int kTopkThreads = 1024;
-constexpr int64_t kTopkMaxEntries = 16384;  // 128 KiB of 64-bit sort keys in shared memory
 
 // Grid (tokens, entry groups); q of the token and its scaled head weights in shared memory; one warp
 // per entry, the heads summed in order as the twin does.
@@ -45,46 +43,131 @@ __global__ void __launch_bounds__(kScoreWarps * 32) indexer_scores_kernel(Indexe
   if (lane == 0) p.scores[t * p.max_entries + s] = qsim::bf16r(total);
 }
 
-// Sort key: ascending order = descending score, then ascending index; invisible entries last.
-__device__ __forceinline__ uint64_t topk_key(float score, uint32_t idx) {
-  uint32_t u = __float_as_uint(score);
-  u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);  // ascending with the score
-  return (uint64_t(~u) << 32) | idx;
+
+// ---- Tensor-core scores: block (token, 64-entry tile), 4 warps. Shared memory holds the token's q
+// [H, DIM] and the tile's keys [64, DIM] as bf16 rows padded by 8 elements (row stride DIM + 8: the
+// fragment loads of the 8 row groups land in distinct banks); warp w computes the dots of entries
+// 16w..16w+15 with every head (H/16 x 2 MMA tiles, DIM/16 k-steps). The ReLU-weighted bf16 terms go to
+// shared memory [H][64] (reusing the key rows) and thread e < 64 sums entry e's terms in head order.
+constexpr int kMmaEntries = 64;
+constexpr int kMmaThreads = 128;
+
+__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                               uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-__global__ void __launch_bounds__(kTopkThreads) indexer_topk_kernel(IndexerTopkParams p, int cap) {
-  extern __shared__ uint64_t keys[];  // [cap]
+template <int H, int DIM>
+__global__ void __launch_bounds__(kMmaThreads) indexer_scores_mma_kernel(IndexerScoreParams p) {
+  constexpr int LD = DIM + 8;             // padded row, bf16 elements
+  constexpr int kKeyElems = kMmaEntries * LD;
+  static_assert(H * kMmaEntries * 4 <= kKeyElems * 2, "the terms reuse the key rows");
+  __shared__ __align__(16) bf16 qs[H * LD];
+  __shared__ __align__(16) bf16 ks[kKeyElems];
+  __shared__ float sw[H];
+  float* terms = reinterpret_cast<float*>(ks);  // [H][kMmaEntries] after the MMAs
+
   const int64_t t = blockIdx.x;
-  const int64_t nvis = imin64((int64_t(p.positions[t]) + 1) / p.ratio, p.max_entries);
-  for (int i = threadIdx.x; i < cap; i += blockDim.x)
-    keys[i] = i < nvis ? topk_key(p.scores[t * p.max_entries + i], uint32_t(i)) : ~uint64_t(0);
-  // Bitonic sort, ascending.
-  for (int size = 2; size <= cap; size <<= 1)
-    for (int stride = size >> 1; stride > 0; stride >>= 1) {
-      __syncthreads();
-      for (int i = threadIdx.x; i < cap; i += blockDim.x) {
-        const int j = i ^ stride;
-        if (j > i) {
-          const bool up = (i & size) == 0;
-          const uint64_t a = keys[i], b = keys[j];
-          if ((a > b) == up) {
-            keys[i] = b;
-            keys[j] = a;
-          }
-        }
-      }
-    }
+  const int64_t s0 = int64_t(blockIdx.y) * kMmaEntries;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int64_t nvis = (int64_t(p.positions[t]) + 1) / p.ratio;
+  const int64_t send = nvis < p.max_entries ? nvis : p.max_entries;
+  if (s0 >= send) {  // the whole tile is invisible
+    for (int i = tid; i < kMmaEntries; i += kMmaThreads)
+      if (s0 + i < p.max_entries) p.scores[t * p.max_entries + s0 + i] = -INFINITY;
+    return;
+  }
+  constexpr int kVec = DIM / 8;  // 16-byte vectors per row
+  const bf16* qg = p.q + t * H * DIM;
+  for (int i = tid; i < H * kVec; i += kMmaThreads) {
+    const int r = i / kVec, c = (i % kVec) * 8;
+    *reinterpret_cast<uint4*>(qs + r * LD + c) = *reinterpret_cast<const uint4*>(qg + int64_t(r) * DIM + c);
+  }
+  const bf16* kg = p.keys + (int64_t(p.slots[t]) * p.max_entries + s0) * DIM;
+  for (int i = tid; i < kMmaEntries * kVec; i += kMmaThreads) {
+    const int r = i / kVec, c = (i % kVec) * 8;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (s0 + r < send) v = *reinterpret_cast<const uint4*>(kg + int64_t(r) * DIM + c);
+    *reinterpret_cast<uint4*>(ks + r * LD + c) = v;
+  }
+  for (int h = tid; h < H; h += kMmaThreads)
+    sw[h] = qsim::bf16r(__fmul_rn(__bfloat162float(p.w[t * H + h]), p.wscale));
   __syncthreads();
-  for (int i = threadIdx.x; i < p.k; i += blockDim.x)
-    p.selected[t * p.k + i] = (i < nvis && i < cap) ? int32_t(uint32_t(keys[i])) : -1;
+
+  const int g = lane >> 2, c2 = (lane & 3) * 2;
+  float acc[H / 16][2][4];
+#pragma unroll
+  for (int mi = 0; mi < H / 16; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < 2; ++ni)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) acc[mi][ni][r] = 0.0f;
+  auto ld32 = [](const bf16* ptr) { return *reinterpret_cast<const uint32_t*>(ptr); };
+#pragma unroll
+  for (int kk = 0; kk < DIM; kk += 16) {
+    uint32_t b[2][2];
+#pragma unroll
+    for (int ni = 0; ni < 2; ++ni) {
+      const bf16* kr = ks + (warp * 16 + ni * 8 + g) * LD + kk + c2;
+      b[ni][0] = ld32(kr);
+      b[ni][1] = ld32(kr + 8);
+    }
+#pragma unroll
+    for (int mi = 0; mi < H / 16; ++mi) {
+      const bf16* q0 = qs + (mi * 16 + g) * LD + kk + c2;
+      const bf16* q8 = q0 + 8 * LD;
+      const uint32_t a0 = ld32(q0), a1 = ld32(q8), a2 = ld32(q0 + 8), a3 = ld32(q8 + 8);
+#pragma unroll
+      for (int ni = 0; ni < 2; ++ni) mma_bf16_16816(acc[mi][ni], a0, a1, a2, a3, b[ni][0], b[ni][1]);
+    }
+  }
+  __syncthreads();  // every warp is done reading the key rows: reuse them for the terms
+#pragma unroll
+  for (int mi = 0; mi < H / 16; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < 2; ++ni)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int h = mi * 16 + g + (r >= 2 ? 8 : 0);
+        const int e = warp * 16 + ni * 8 + c2 + (r & 1);
+        terms[h * kMmaEntries + e] = qsim::bf16r(__fmul_rn(qsim::bf16r(fmaxf(acc[mi][ni][r], 0.0f)), sw[h]));
+      }
+  __syncthreads();
+  if (tid < kMmaEntries && s0 + tid < p.max_entries) {
+    float total = -INFINITY;
+    if (s0 + tid < send) {
+      total = 0.0f;
+#pragma unroll 8
+      for (int h = 0; h < H; ++h) total = __fadd_rn(total, terms[h * kMmaEntries + tid]);
+      total = qsim::bf16r(total);
+    }
+    p.scores[t * p.max_entries + s0 + tid] = total;
+  }
 }
 
 }  // namespace
 
-void indexer_scores(const DeviceContext& ctx, const IndexerScoreParams& p) {
+bool indexer_scores_mma_supported(const IndexerScoreParams& p) { return p.heads == 64 && p.dim == 128; }
+
+void indexer_scores_with(const DeviceContext& ctx, const IndexerScoreParams& p, IndexerScoreKernel kernel) {
   if (p.tokens == 0 || p.max_entries == 0) return;
   if (!p.q || !p.w || !p.keys || !p.scores || !p.positions || !p.slots) fail("indexer_scores: null pointer");
   if (p.ratio <= 0 || p.heads <= 0 || p.dim <= 0) fail("indexer_scores: bad shape");
+  if (kernel == IndexerScoreKernel::Auto)
+    kernel = indexer_scores_mma_supported(p) ? IndexerScoreKernel::Mma : IndexerScoreKernel::Warp;
+  if (kernel == IndexerScoreKernel::Mma) {
+    if (!indexer_scores_mma_supported(p))
+      fail("indexer_scores: the tensor-core kernel takes 64 heads of 128 dims, not ", p.heads, " x ", p.dim);
+    const dim3 grid(narrow_int(p.tokens, "indexer_scores tokens"),
+                    narrow_int(ceil_div(p.max_entries, kMmaEntries), "indexer_scores entry tiles"));
+    indexer_scores_mma_kernel<64, 128><<<grid, kMmaThreads, 0, ctx.stream()>>>(p);
+    DSV4_CUDA_CHECK_LAUNCH();
+    return;
+  }
   const size_t smem = size_t(p.heads * p.dim + p.heads) * sizeof(float);
   if (smem > 48 * 1024)
     DSV4_CUDA_CHECK(cudaFuncSetAttribute(indexer_scores_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
@@ -94,20 +177,8 @@ void indexer_scores(const DeviceContext& ctx, const IndexerScoreParams& p) {
   DSV4_CUDA_CHECK_LAUNCH();
 }
 
-void indexer_topk(const DeviceContext& ctx, const IndexerTopkParams& p) {
-  if (p.tokens == 0) return;
-  if (!p.scores || !p.selected || !p.positions) fail("indexer_topk: null pointer");
-  if (p.k <= 0 || p.ratio <= 0) fail("indexer_topk: k and ratio must be positive");
-  if (p.max_entries > kTopkMaxEntries)
-    fail("indexer_topk: ", p.max_entries, " entries per sequence exceed the shared-memory sort (", kTopkMaxEntries,
-         "); a multi-pass top-k is still to be written");
-  int cap = 2;
-  while (cap < p.max_entries) cap <<= 1;
-  const size_t smem = size_t(cap) * sizeof(uint64_t);
-  if (smem > 48 * 1024)
-    DSV4_CUDA_CHECK(cudaFuncSetAttribute(indexer_topk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  indexer_topk_kernel<<<narrow_int(p.tokens, "indexer_topk grid"), kTopkThreads, smem, ctx.stream()>>>(p, cap);
-  DSV4_CUDA_CHECK_LAUNCH();
+void indexer_scores(const DeviceContext& ctx, const IndexerScoreParams& p) {
+  indexer_scores_with(ctx, p, IndexerScoreKernel::Auto);
 }
 
 }  // namespace dsv4::cuda
