@@ -1,0 +1,79 @@
+// The grouped routed-expert GEMM of prefill on the FP8 tensor cores (issue 6): one launch computes,
+// for every expert e and every plan row r of e (moe_plan order, offsets[e] <= r < offsets[e] + counts[e]),
+//
+//   y[r, o] = bf16( sum_k  e4m3(x[src(r), k]) * sa(src(r), k / 128)  *  e2m1(W_e[o, k]) * 2^(S_e[o, k/32] - 127) )
+//
+// with src(r) = rows[r] / k_picks (indirect mode: w1|w3 reading the token rows of xq) or r itself
+// (plain mode: w2 reading hq, already in plan order). The tile list comes from fp4_grouped_schedule
+// (device only: the pass has no host sync and is graph-capturable).
+//
+// Kernel (fp4_grouped_mma.cu): "swap AB" -- the weights are the wgmma M side (64 output features per
+// warpgroup, two warpgroups = 128 per CTA), the tokens the N side (kTileRows = 64 plan rows of one expert
+// per tile). The FP4 weights come straight from global memory into registers (the tiled layout of
+// fp4_tiled.h is the wgmma A fragment), are converted to e4m3 there (e2m1 values are exact in e4m3),
+// and feed wgmma.m64n64k32.e4m3 as register A; the activations go through shared memory (K-major core
+// matrices, no swizzle), with their k order inside each 32-block permuted the same way as the weight
+// fragment's (a dot product is invariant under a common permutation of k). Each 32-k step is one MMA
+// into a fresh fp32 accumulator promoted into the main one with sw(o, 32-block) * sa(row, 128-block) on
+// the CUDA cores: the scaling is exact, and Hopper's reduced-precision FP8 accumulation sees only 32
+// products at a time.
+// Numerics: not bit-identical to the CPU (summation order; the tensor core's accumulation inside a
+// 32-k step); expected rel-L2 ~1e-3 against the fp32 CPU twin (bf16 output). Inputs whose partial sums
+// are exact at any order (small integers, unit scales) give the twin's result bit for bit.
+// CPU twin: tests/cuda/test_fp4_grouped_mma.cpp (dequantize with core/dtype.h helpers, fp32 matmul).
+#pragma once
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "backend/cuda/context.h"
+
+namespace dsv4::cuda {
+
+using bf16 = __nv_bfloat16;
+
+constexpr int kFp4GroupedTileRows = 64;   // plan rows (tokens) per tile
+constexpr int kFp4GroupedTileOut = 128;   // output features per CTA
+
+// Upper bound on the tiles of n plan rows over E experts (each expert adds at most one partial tile).
+inline int64_t fp4_grouped_max_tiles(int64_t n, int E) { return (n + kFp4GroupedTileRows - 1) / kFp4GroupedTileRows + E; }
+// Int32 elements of a tile list: the count, then (expert, first plan row) per tile.
+inline int64_t fp4_grouped_tile_ints(int64_t n, int E) { return 1 + 2 * fp4_grouped_max_tiles(n, E); }
+
+// ---- Tile schedule from the plan's counts and offsets (one small launch, on the device).
+struct Fp4GroupedScheduleParams {
+  const int32_t* counts = nullptr;   // [E]
+  const int32_t* offsets = nullptr;  // [E + 1]
+  int32_t* tiles = nullptr;          // [fp4_grouped_tile_ints(n, E)]
+  int E = 0;                         // <= 1024
+};
+void fp4_grouped_schedule(const DeviceContext& ctx, const Fp4GroupedScheduleParams& p);
+
+// ---- Routing weight per plan row: w_rows[r] = weights[rows[r]] for r < n (the SwiGLU's row weight in plan
+// order). CPU twin: a loop (test_fp4_grouped_mma.cpp).
+void moe_plan_row_weights(const DeviceContext& ctx, const int32_t* rows, const float* weights, float* w_rows, int64_t n);
+
+// ---- The grouped GEMM.
+struct Fp4GroupedMmaParams {
+  // A: FP8 activation rows. Scale of (source row s, 128-k block b) at xs[s * xs_row_stride + b * xs_block_stride]
+  // (w1|w3: the block-major xs of the layer, row stride 1, block stride P; w2: row-major hs, I/128 and 1).
+  const uint8_t* xq = nullptr;      // [source rows, K] e4m3
+  const float* xs = nullptr;        // power-of-two scales
+  int64_t xs_row_stride = 0, xs_block_stride = 0;
+  const int32_t* rows = nullptr;    // [n] entry per plan row (indirect mode: source row = rows[r] / picks); null: plain
+  int picks = 1;                    // experts per token (indirect mode)
+  // B: per expert e, FP4 weights [out, K] tiled (fp4_tiled.h) at w + e * out * K / 2, E8M0 scales [out, K/32]
+  // at w_scales + e * out * K / 32.
+  const uint8_t* w = nullptr;
+  const uint8_t* w_scales = nullptr;
+  const int32_t* counts = nullptr;   // [E] plan rows per expert
+  const int32_t* offsets = nullptr;  // [E + 1]
+  const int32_t* tiles = nullptr;    // fp4_grouped_schedule's output for these counts
+  bf16* y = nullptr;                 // [n, out], plan order
+  int64_t n = 0;                     // plan rows (sum of counts)
+  int64_t out = 0, K = 0;            // out % 128 == 0, K % 128 == 0
+  int E = 0;
+};
+void fp4_grouped_mma(const DeviceContext& ctx, const Fp4GroupedMmaParams& p);
+
+}  // namespace dsv4::cuda

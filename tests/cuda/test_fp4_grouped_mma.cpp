@@ -1,0 +1,178 @@
+// The grouped FP4 x FP8 expert GEMM (backend/cuda/fp4_grouped_mma.h) against its CPU twin: dequantize the
+// checkpoint formats (core/dtype.h) and multiply in fp32 (double sums). Uneven experts (0, 1 rows, counts
+// not a multiple of the 64-row tile), both the indirect (w1|w3) and plain (w2) row modes, small and
+// Flash-like K; plus an exactness case whose sums are exact at any order (small integers, unit scales).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+#include <vector>
+
+#include "backend/cuda/fp4_grouped_mma.h"
+#include "backend/cuda/fp4_tiled.h"
+#include "core/dtype.h"
+#include "harness.h"
+
+namespace dsv4::cuda::test {
+namespace {
+
+struct Case {
+  std::vector<int32_t> counts;
+  int64_t out = 0, K = 0;
+  bool indirect = false;
+  int picks = 2;
+  bool exact = false;  // integer-valued data, unit scales: bit-exact
+  uint64_t seed = 1;
+};
+
+// e2m1 codes with magnitude <= 2 (values 0, +-0.5 .. +-2) and e4m3 codes of small integers keep the
+// exact case's sums integers/halves far below 2^24.
+uint8_t small_e4m3(Rng& rng) {
+  const int v = rng.uniform_int(-4, 4);
+  const uint8_t mag[5] = {0x00, 0x38, 0x40, 0x44, 0x48};  // 0, 1, 2, 3, 4
+  return uint8_t(mag[std::abs(v)] | (v < 0 ? 0x80 : 0));
+}
+
+void run_case(const Case& cs) {
+  DSV4_REQUIRE_HOPPER();
+  DeviceContext ctx;
+  Rng rng(cs.seed);
+  const int E = int(cs.counts.size());
+  const int64_t out = cs.out, K = cs.K;
+  std::vector<int32_t> offsets(size_t(E) + 1, 0);
+  for (int e = 0; e < E; ++e) offsets[size_t(e) + 1] = offsets[size_t(e)] + cs.counts[size_t(e)];
+  const int64_t n = offsets[size_t(E)];
+
+  // Activations: source rows (tokens in indirect mode, plan rows in plain mode).
+  const int64_t T = cs.indirect ? std::max<int64_t>(1, (n + cs.picks - 1) / cs.picks + 3) : n;
+  const int64_t src_rows = std::max<int64_t>(T, 1);
+  std::vector<uint8_t> xq(size_t(src_rows * K));
+  for (uint8_t& c : xq) {
+    c = cs.exact ? small_e4m3(rng) : uint8_t(rng.uniform_int(0, 255));
+    if ((c & 0x7f) == 0x7f) c = 0x38;
+  }
+  const int64_t KB = K / 128;
+  // Indirect: block-major [KB, P] with P = src_rows; plain: row-major [rows, KB].
+  std::vector<float> xs(size_t(src_rows * KB));
+  for (float& s : xs) s = cs.exact ? 1.0f : std::ldexp(1.0f, rng.uniform_int(-8, 2));
+  auto xscale = [&](int64_t s, int64_t b) { return cs.indirect ? xs[size_t(b * src_rows + s)] : xs[size_t(s * KB + b)]; };
+  std::vector<int32_t> rows;
+  if (cs.indirect)
+    for (int64_t r = 0; r < n; ++r) rows.push_back(int32_t(rng.uniform_int(0, int(T * cs.picks) - 1)));
+
+  // Weights per expert, checkpoint layout, then tiled.
+  std::vector<uint8_t> packed(size_t(E * out * K / 2)), tiled(packed.size());
+  for (uint8_t& b : packed) {
+    b = uint8_t(rng.uniform_int(0, 255));
+    if (cs.exact) b &= 0xBB;  // magnitudes 0..3 -> 0, 0.5, 1, 1.5 (with sign)
+  }
+  for (int e = 0; e < E; ++e)
+    pack_fp4_tiled(packed.data() + size_t(e * out * K / 2), out, K, tiled.data() + size_t(e * out * K / 2));
+  std::vector<uint8_t> wsc(size_t(E * out * K / 32));
+  for (uint8_t& s : wsc) s = cs.exact ? 127 : uint8_t(rng.uniform_int(118, 130));
+
+  // CPU twin.
+  std::vector<float> ref(size_t(n * out));
+  std::vector<float> xrow(static_cast<size_t>(K));
+  for (int e = 0; e < E; ++e)
+    for (int64_t r = offsets[size_t(e)]; r < offsets[size_t(e) + 1]; ++r) {
+      const int64_t s = cs.indirect ? rows[size_t(r)] / cs.picks : r;
+      for (int64_t k = 0; k < K; ++k) xrow[size_t(k)] = e4m3_to_f32(xq[size_t(s * K + k)]) * xscale(s, k / 128);
+      for (int64_t o = 0; o < out; ++o) {
+        const uint8_t* wp = packed.data() + size_t(e * out * K / 2);
+        const uint8_t* sp = wsc.data() + size_t((e * out + o) * (K / 32));
+        double acc = 0;
+        for (int64_t k = 0; k < K; ++k)
+          acc += double(xrow[size_t(k)]) * double(e2m1_to_f32(e2m1_code_at(wp, size_t(o * K + k))) * e8m0_to_f32(sp[k / 32]));
+        ref[size_t(r * out + o)] = float(acc);
+      }
+    }
+  if (cs.exact) ref = round_bf16(ref);
+
+  DeviceBuffer<uint8_t> dxq(xq), dw(tiled), dws(wsc);
+  DeviceBuffer<float> dxs(xs);
+  DeviceBuffer<int32_t> dcounts(cs.counts), doffsets(offsets);
+  DeviceBuffer<int32_t> drows(rows.empty() ? std::vector<int32_t>{0} : rows);
+  DeviceBuffer<int32_t> dtiles(size_t(fp4_grouped_tile_ints(n, E)));
+  Guarded<uint16_t> y(size_t(std::max<int64_t>(n * out, 1)));
+
+  Fp4GroupedScheduleParams sp;
+  sp.counts = dcounts.get();
+  sp.offsets = doffsets.get();
+  sp.tiles = dtiles.get();
+  sp.E = E;
+  fp4_grouped_schedule(ctx, sp);
+  Fp4GroupedMmaParams p;
+  p.xq = dxq.get();
+  p.xs = dxs.get();
+  p.xs_row_stride = cs.indirect ? 1 : KB;
+  p.xs_block_stride = cs.indirect ? src_rows : 1;
+  p.rows = cs.indirect ? drows.get() : nullptr;
+  p.picks = cs.picks;
+  p.w = dw.get();
+  p.w_scales = dws.get();
+  p.counts = dcounts.get();
+  p.offsets = doffsets.get();
+  p.tiles = dtiles.get();
+  p.y = reinterpret_cast<bf16*>(y.get());
+  p.n = n;
+  p.out = out;
+  p.K = K;
+  p.E = E;
+  fp4_grouped_mma(ctx, p);
+  ctx.synchronize();
+  if (n == 0) return;
+  const std::vector<float> got = from_bf16(y.download("y"));
+  char what[160];
+  std::snprintf(what, sizeof what, "fp4_grouped_mma %s n=%lld out=%lld K=%lld E=%d%s", cs.indirect ? "indirect" : "plain",
+                (long long)n, (long long)out, (long long)K, E, cs.exact ? " exact" : "");
+  const CompareResult res = compare(what, got, ref, cs.exact ? Tol::Exact : Tol::GemmFp8);
+  EXPECT_TRUE(res.ok) << res.line;
+  if (!cs.exact) EXPECT_LT(res.rel_l2, 4e-3) << res.line;
+}
+
+TEST(CudaFp4GroupedMma, ScheduleCoversThePlan) {
+  DSV4_REQUIRE_HOPPER();
+  DeviceContext ctx;
+  const std::vector<int32_t> counts = {0, 1, 64, 65, 0, 200, 3};
+  std::vector<int32_t> offsets(counts.size() + 1, 0);
+  std::partial_sum(counts.begin(), counts.end(), offsets.begin() + 1);
+  const int E = int(counts.size());
+  DeviceBuffer<int32_t> dc(counts), doff(offsets), dt(size_t(fp4_grouped_tile_ints(offsets.back(), E)));
+  Fp4GroupedScheduleParams p;
+  p.counts = dc.get();
+  p.offsets = doff.get();
+  p.tiles = dt.get();
+  p.E = E;
+  fp4_grouped_schedule(ctx, p);
+  ctx.synchronize();
+  const std::vector<int32_t> t = dt.download();
+  std::vector<int32_t> want = {0};
+  for (int e = 0; e < E; ++e)
+    for (int r = 0; r < counts[size_t(e)]; r += kFp4GroupedTileRows) {
+      want.push_back(e);
+      want.push_back(offsets[size_t(e)] + r);
+    }
+  want[0] = int32_t(want.size() / 2);
+  EXPECT_EQ(std::vector<int32_t>(t.begin(), t.begin() + long(want.size())), want);
+
+  const std::vector<int32_t> rows = {5, 0, 3, 3, 7};
+  const std::vector<float> weights = {0.5f, 1.0f, 1.5f, 2.0f, 2.5f, 3.0f, 3.5f, 4.0f};
+  DeviceBuffer<int32_t> dr(rows);
+  DeviceBuffer<float> dw(weights);
+  Guarded<float> wr(rows.size());
+  moe_plan_row_weights(ctx, dr.get(), dw.get(), wr.get(), int64_t(rows.size()));
+  ctx.synchronize();
+  EXPECT_EQ(wr.download("w_rows"), (std::vector<float>{3.0f, 0.5f, 2.0f, 2.0f, 4.0f}));
+}
+
+TEST(CudaFp4GroupedMma, ExactIndirect) { run_case({{3, 0, 70, 1}, 256, 512, true, 2, true, 11}); }
+TEST(CudaFp4GroupedMma, ExactPlain) { run_case({{65, 2, 0, 17}, 128, 256, false, 1, true, 12}); }
+TEST(CudaFp4GroupedMma, SmallIndirect) { run_case({{0, 1, 64, 129, 5, 0, 33, 64}, 512, 256, true, 2, false, 13}); }
+TEST(CudaFp4GroupedMma, SmallPlain) { run_case({{7, 0, 1, 100}, 256, 128, false, 1, false, 14}); }
+TEST(CudaFp4GroupedMma, FlashKIndirect) { run_case({{40, 0, 1, 77}, 256, 4096, true, 6, false, 15}); }
+TEST(CudaFp4GroupedMma, FlashKPlain) { run_case({{1, 66, 0, 31}, 128, 2048, false, 1, false, 16}); }
+
+}  // namespace
+}  // namespace dsv4::cuda::test
