@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cmath>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "backend/cpu/ops.h"
@@ -34,23 +35,31 @@ void head_norm_twin(float* q, int64_t H, int64_t d, float eps) {
   }
 }
 
-TEST(CudaAttnOps, HeadNorm) {
-  DSV4_REQUIRE_HOPPER();
+void check_head_norm(int64_t rows, int64_t H, int64_t d, int64_t extra, uint64_t seed) {
   DeviceContext ctx;
-  Rng rng(71);
-  const int64_t rows = 5, H = 8, d = 512;
-  std::vector<float> x = rng.bf16_normal(size_t(rows * H * d), 3.0f);
+  Rng rng(seed);
+  const int64_t stride = H * d + extra;  // rows wider than the heads (q with more after them)
+  std::vector<float> x = rng.bf16_normal(size_t(rows * stride), 3.0f);
   auto dx = upload_bf16(x);
   HeadNormParams p;
   p.x = as_bf16(dx);
   p.rows = rows;
-  p.row_stride = H * d;
+  p.row_stride = stride;
   p.heads = int(H);
   p.dim = int(d);
   head_norm_bf16(ctx, p);
   ctx.synchronize();
-  for (int64_t r = 0; r < rows; ++r) head_norm_twin(&x[size_t(r * H * d)], H, d, 1e-6f);
-  compare("head_norm_bf16", from_bf16(dx.download()), x, Tol::Bf16);
+  for (int64_t r = 0; r < rows; ++r) head_norm_twin(&x[size_t(r * stride)], H, d, 1e-6f);
+  compare("head_norm_bf16 rows=" + std::to_string(rows) + " H=" + std::to_string(H) + " d=" + std::to_string(d),
+          from_bf16(dx.download()), x, Tol::Exact);
+}
+
+TEST(CudaAttnOps, HeadNorm) {
+  DSV4_REQUIRE_HOPPER();
+  check_head_norm(5, 8, 512, 0, 71);
+  check_head_norm(1, 64, 512, 0, 73);   // Flash's q at one token
+  check_head_norm(33, 64, 512, 0, 74);  // and at 33
+  check_head_norm(3, 5, 130, 6, 75);    // width not a multiple of 32, strided rows
 }
 
 TEST(CudaAttnOps, KvSnapIsFp8Sim) {

@@ -18,11 +18,12 @@ namespace dsv4::cuda {
 using bf16 = __nv_bfloat16;
 
 // ---- QuantSim::head_norm (official): per head of width d, sum_i bf16(v_i^2) in index order (fp32),
-// mean = bf16(sum / d), r = bf16(1 / sqrt(bf16(mean + eps))), v_i = bf16(v_i * r). In place.
+// mean = bf16(sum / d), r = bf16(1 / sqrt(bf16(mean + eps))), v_i = bf16(v_i * r). In place; bit-exact
+// (a warp per (row, head), the sum on one lane in index order).
 struct HeadNormParams {
   bf16* x = nullptr;   // [rows, heads, dim], row stride row_stride
   int64_t rows = 0, row_stride = 0;
-  int heads = 0, dim = 0;
+  int heads = 0, dim = 0;  // dim even, <= 4096
   float eps = 1e-6f;
 };
 void head_norm_bf16(const DeviceContext& ctx, const HeadNormParams& p);
@@ -114,7 +115,8 @@ struct IndexerScoreParams {
 void indexer_scores(const DeviceContext& ctx, const IndexerScoreParams& p);
 
 // ---- Top-k of each token's visible scores, best first, ties to the lower index; -1 past
-// min(k, visible). max_entries <= 16384 (one block sorts a token's scores in shared memory).
+// min(k, visible). Any max_entries (a bitonic sort in shared memory up to 2048 entries, a radix select
+// above; indexer_kernels.h); k <= 4096.
 struct IndexerTopkParams {
   const float* scores = nullptr;  // [tokens, max_entries]
   int32_t* selected = nullptr;    // [tokens, k]

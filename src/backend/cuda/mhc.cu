@@ -12,7 +12,9 @@ namespace {
 constexpr int kN = 4;                   // streams (hc_mult); the kernels are written for 4
 constexpr int kRows = (2 + kN) * kN;    // 24 mixes: pre 4, post 4, comb 16
 constexpr int kThreads = 256;
-constexpr int kChunk = kThreads * 8;    // inputs per block: 8 bf16 (one 16-byte vector) per thread
+constexpr int kChunk = kThreads * 8;    // columns per collapse / post block: 8 bf16 (16 bytes) per thread
+constexpr int kPartThreads = 64;        // mix partials: small blocks, many of them (32 per token at D 4096)
+constexpr int kPartChunk = kPartThreads * 8;
 
 __device__ __forceinline__ float sigmoid_dev(float z) { return 1.0f / (1.0f + cpu_expf(-z)); }
 // scale * mix + base without FMA contraction, as the CPU twin computes it.
@@ -31,11 +33,11 @@ __device__ __forceinline__ void load8(const bf16* p, float (&v)[8]) {
 
 // Pass 1: block (token, slice) reduces sum(x^2) and the 24 dot products fn[r] . x over its slice of
 // the n*D stream values. Writes partial[token][slice][0..23] = dots, [24] = sum of squares.
-__global__ void mhc_mix_partial_kernel(MhcPreParams p, int slices) {
+__global__ void __launch_bounds__(kPartThreads) mhc_mix_partial_kernel(MhcPreParams p, int slices) {
   const int64_t token = blockIdx.x / slices;
   const int slice = blockIdx.x % slices;
   const int64_t width = int64_t(kN) * p.D;
-  const int64_t i0 = int64_t(slice) * kChunk + threadIdx.x * 8;
+  const int64_t i0 = int64_t(slice) * kPartChunk + threadIdx.x * 8;
 
   // Double sums, as cpu::hc_mixes (products of fp32 weights and bf16 streams are exact in double).
   double acc[kRows + 1];
@@ -54,7 +56,7 @@ __global__ void mhc_mix_partial_kernel(MhcPreParams p, int slices) {
                double(b.x) * x[4] + double(b.y) * x[5] + double(b.z) * x[6] + double(b.w) * x[7];
     }
   }
-  __shared__ double part[kThreads / 32][kRows + 1];
+  __shared__ double part[kPartThreads / 32][kRows + 1];
 #pragma unroll
   for (int r = 0; r <= kRows; ++r) {
     double v = acc[r];
@@ -65,89 +67,100 @@ __global__ void mhc_mix_partial_kernel(MhcPreParams p, int slices) {
   __syncthreads();
   if (threadIdx.x <= kRows) {
     double t = 0.0;
-    for (int w = 0; w < kThreads / 32; ++w) t += part[w][threadIdx.x];
+#pragma unroll
+    for (int w = 0; w < kPartThreads / 32; ++w) t += part[w][threadIdx.x];
     reinterpret_cast<double*>(p.partial)[(token * slices + slice) * (kRows + 1) + threadIdx.x] = t;
   }
 }
 
-// The coefficients of one token from its partials, mirroring cpu::mhc_coeffs step by step.
-__device__ void mhc_coefficients(const MhcPreParams& p, const double* partial, int slices, float* pre,
-                                 float* post, float* C) {
-  double dmix[kRows];
-  double ss = 0.0;
-  for (int r = 0; r < kRows; ++r) dmix[r] = 0.0;
-  for (int s = 0; s < slices; ++s) {  // fixed order: deterministic across runs
-    for (int r = 0; r < kRows; ++r) dmix[r] += partial[s * (kRows + 1) + r];
-    ss += partial[s * (kRows + 1) + kRows];
+// The coefficients of one token from its partials, computed by one warp in cpu::mhc_coeffs' order of
+// operations (every sum in the twin's order, so the result equals the serial evaluation bit for bit).
+// Lane r <= 24 sums partial column r over the slices in ascending order (24: the sum of squares);
+// lanes 0..3 return pre, 4..7 post, 8..23 comb entry C[j][k] with lane = 8 + 4j + k. Sinkhorn: each
+// row / column sum gathers its four entries by shuffles and adds them from 0 in index order.
+__device__ float mhc_coefficients_warp(const MhcPreParams& p, const double* partial, int slices, int lane) {
+  double d = 0.0;
+  if (lane <= kRows) {
+#pragma unroll 8
+    for (int s = 0; s < slices; ++s) d += partial[s * (kRows + 1) + lane];
   }
+  const double ss = __shfl_sync(0xffffffffu, d, kRows);
   const float rho = 1.0f / sqrtf(__fadd_rn(float(ss / double(kN * p.D)), p.norm_eps));
-  float mix[kRows];
-  for (int r = 0; r < kRows; ++r) mix[r] = __fmul_rn(float(dmix[r]), rho);
-  for (int j = 0; j < kN; ++j) {
-    pre[j] = sigmoid_dev(affine(p.scale[0], mix[j], p.base[j])) + p.hc_eps;
-    post[j] = 2.0f * sigmoid_dev(affine(p.scale[1], mix[kN + j], p.base[kN + j]));
-  }
-  // Sinkhorn: row softmax + eps, column normalize, then (iters - 1) x (row, column) normalizations.
-  for (int j = 0; j < kN; ++j) {
-    float mx = -INFINITY;
-    for (int k = 0; k < kN; ++k) {
-      C[j * kN + k] = affine(p.scale[2], mix[2 * kN + j * kN + k], p.base[2 * kN + j * kN + k]);
-      mx = fmaxf(mx, C[j * kN + k]);
-    }
-    float sum = 0.0f;
-    for (int k = 0; k < kN; ++k) sum += (C[j * kN + k] = cpu_expf(C[j * kN + k] - mx));
-    for (int k = 0; k < kN; ++k) C[j * kN + k] = C[j * kN + k] / sum + p.hc_eps;
-  }
-  auto col_norm = [&] {
-    for (int k = 0; k < kN; ++k) {
-      float s = 0.0f;
-      for (int j = 0; j < kN; ++j) s += C[j * kN + k];
-      for (int j = 0; j < kN; ++j) C[j * kN + k] /= (s + p.hc_eps);
-    }
+  const float mix = __fmul_rn(float(d), rho);
+  const int b = lane < kRows ? lane : 0;
+  if (lane < kN) return sigmoid_dev(affine(p.scale[0], mix, p.base[b])) + p.hc_eps;  // warp-uniform below:
+  // lanes 0..7 leave here and 8..31 go on; the shuffles below name only lanes 8..23
+  if (lane < 2 * kN) return 2.0f * sigmoid_dev(affine(p.scale[1], mix, p.base[b]));
+  constexpr unsigned kMask = 0xffffff00u;  // lanes 8..31
+  const int i = (lane - 2 * kN) & 15, j = i >> 2, k = i & 3;
+  const int row0 = 2 * kN + 4 * j, col0 = 2 * kN + k;
+  auto row_sum = [&](float c) {
+    float e[kN];
+#pragma unroll
+    for (int q = 0; q < kN; ++q) e[q] = __shfl_sync(kMask, c, row0 + q);
+    float s = 0.0f;
+#pragma unroll
+    for (int q = 0; q < kN; ++q) s = __fadd_rn(s, e[q]);
+    return s;
   };
-  auto row_norm = [&] {
-    for (int j = 0; j < kN; ++j) {
-      float s = 0.0f;
-      for (int k = 0; k < kN; ++k) s += C[j * kN + k];
-      for (int k = 0; k < kN; ++k) C[j * kN + k] /= (s + p.hc_eps);
-    }
+  auto col_sum = [&](float c) {
+    float e[kN];
+#pragma unroll
+    for (int q = 0; q < kN; ++q) e[q] = __shfl_sync(kMask, c, col0 + 4 * q);
+    float s = 0.0f;
+#pragma unroll
+    for (int q = 0; q < kN; ++q) s = __fadd_rn(s, e[q]);
+    return s;
   };
-  col_norm();
+  // Row softmax + eps.
+  float c = affine(p.scale[2], mix, p.base[b]);
+  float mx = -INFINITY;
+#pragma unroll
+  for (int q = 0; q < kN; ++q) mx = fmaxf(mx, __shfl_sync(kMask, c, row0 + q));
+  c = cpu_expf(c - mx);
+  c = c / row_sum(c) + p.hc_eps;
+  // Column normalize, then (iters - 1) x (row, column) normalizations.
+  c /= (col_sum(c) + p.hc_eps);
   for (int it = 1; it < p.sinkhorn_iters; ++it) {
-    row_norm();
-    col_norm();
+    c /= (row_sum(c) + p.hc_eps);
+    c /= (col_sum(c) + p.hc_eps);
   }
+  return c;
 }
 
-// Pass 2: block (token, column slice). Thread 0 finishes the coefficients (a few hundred flops, not
-// worth a launch of its own); the block then collapses its columns u[c] = sum_j pre_j X_j[c].
-__global__ void mhc_finish_collapse_kernel(MhcPreParams p, int slices, int col_slices) {
+// Pass 2: block (token, column slice). Warp 0 finishes the coefficients while every thread loads its
+// columns of the n streams; the block then collapses its columns u[c] = sum_j pre_j X_j[c].
+__global__ void __launch_bounds__(kThreads) mhc_finish_collapse_kernel(MhcPreParams p, int slices, int col_slices) {
   const int64_t token = blockIdx.x / col_slices;
   const int cs = blockIdx.x % col_slices;
   __shared__ float pre_s[kN];
-  if (threadIdx.x == 0) {
-    float pre[kN], post[kN], C[kN * kN];
-    mhc_coefficients(p, reinterpret_cast<const double*>(p.partial) + token * slices * (kRows + 1), slices, pre, post, C);
-    for (int j = 0; j < kN; ++j) pre_s[j] = pre[j];
-    if (cs == 0) {
-      for (int j = 0; j < kN; ++j) {
-        p.pre[token * kN + j] = pre[j];
-        p.post[token * kN + j] = post[j];
-      }
-      for (int i = 0; i < kN * kN; ++i) p.comb[token * kN * kN + i] = C[i];
+  const int c0 = cs * kChunk + threadIdx.x * 8;
+  const bool active = c0 < p.D;
+  const bf16* X = p.X + token * kN * p.D;
+  float x[kN][8];
+  if (active) {
+#pragma unroll
+    for (int j = 0; j < kN; ++j) load8(X + int64_t(j) * p.D + c0, x[j]);
+  }
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    const float v =
+        mhc_coefficients_warp(p, reinterpret_cast<const double*>(p.partial) + token * slices * (kRows + 1), slices, lane);
+    if (lane < kN) pre_s[lane] = v;
+    if (cs == 0 && lane < kRows) {
+      if (lane < kN) p.pre[token * kN + lane] = v;
+      else if (lane < 2 * kN) p.post[token * kN + lane - kN] = v;
+      else p.comb[token * kN * kN + lane - 2 * kN] = v;
     }
   }
   __syncthreads();
-  const int c0 = cs * kChunk + threadIdx.x * 8;
-  if (c0 >= p.D) return;
-  const bf16* X = p.X + token * kN * p.D;
+  if (!active) return;
   float u[8] = {0, 0, 0, 0, 0, 0, 0, 0};
 #pragma unroll
   for (int j = 0; j < kN; ++j) {
-    float x[8];
-    load8(X + int64_t(j) * p.D + c0, x);
+    const float pj = pre_s[j];
 #pragma unroll
-    for (int i = 0; i < 8; ++i) u[i] = __fadd_rn(u[i], __fmul_rn(pre_s[j], x[i]));
+    for (int i = 0; i < 8; ++i) u[i] = __fadd_rn(u[i], __fmul_rn(pj, x[j][i]));
   }
   uint4 out;
   __nv_bfloat162* o = reinterpret_cast<__nv_bfloat162*>(&out);
@@ -187,7 +200,7 @@ __global__ void mhc_post_kernel(MhcPostParams p, int col_slices) {
   }
 }
 
-int mix_slices(int n, int D) { return int(ceil_div(int64_t(n) * D, kChunk)); }
+int mix_slices(int n, int D) { return int(ceil_div(int64_t(n) * D, kPartChunk)); }
 
 }  // namespace
 
@@ -204,7 +217,7 @@ void mhc_pre(const DeviceContext& ctx, const MhcPreParams& p) {
   if (p.sinkhorn_iters < 1) fail("mhc_pre: sinkhorn_iters must be >= 1");
   const int slices = mix_slices(kN, p.D);
   const int col_slices = int(ceil_div(p.D, kChunk));
-  mhc_mix_partial_kernel<<<narrow_int(p.tokens * slices, "mhc_pre grid"), kThreads, 0, ctx.stream()>>>(p, slices);
+  mhc_mix_partial_kernel<<<narrow_int(p.tokens * slices, "mhc_pre grid"), kPartThreads, 0, ctx.stream()>>>(p, slices);
   DSV4_CUDA_CHECK_LAUNCH();
   mhc_finish_collapse_kernel<<<narrow_int(p.tokens * col_slices, "mhc_pre grid"), kThreads, 0, ctx.stream()>>>(
       p, slices, col_slices);

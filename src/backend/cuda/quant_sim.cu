@@ -13,19 +13,36 @@ namespace {
 
 using qsim::bf16r;
 
-// One thread per (row, head): the reference's bf16 ops in order, the sum sequential as in the twin.
-__global__ void head_norm_kernel(HeadNormParams p, int64_t total) {
-  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (idx >= total) return;
+// One warp per (row, head): the lanes load the head coalesced and square + round its values into
+// shared memory in parallel; lane 0 then runs the twin's sequential sum out of shared memory (the
+// dependent fadd chain is the only serial part) and the warp scales the head.
+constexpr int kHeadNormWarps = 4;
+
+__global__ void __launch_bounds__(kHeadNormWarps * 32) head_norm_kernel(HeadNormParams p, int64_t total) {
+  extern __shared__ float hn_smem[];  // per warp: sq [dim] fp32, then the values [dim] bf16
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t idx = int64_t(blockIdx.x) * kHeadNormWarps + warp;
+  if (idx >= total) return;  // whole warps only; no block barrier below
+  float* sq = hn_smem + size_t(warp) * p.dim * 3 / 2;
+  bf16* vs = reinterpret_cast<bf16*>(sq + p.dim);
   bf16* v = p.x + (idx / p.heads) * p.row_stride + (idx % p.heads) * p.dim;
-  float sum = 0.0f;
-  for (int i = 0; i < p.dim; ++i) {
-    const float f = __bfloat162float(v[i]);
-    sum = __fadd_rn(sum, bf16r(__fmul_rn(f, f)));
+  for (int i = lane; i < p.dim; i += 32) {
+    const bf16 b = v[i];
+    const float f = __bfloat162float(b);
+    vs[i] = b;
+    sq[i] = bf16r(__fmul_rn(f, f));
   }
-  const float mean = bf16r(__fdiv_rn(sum, float(p.dim)));
-  const float r = bf16r(__fdiv_rn(1.0f, __fsqrt_rn(bf16r(__fadd_rn(mean, p.eps)))));
-  for (int i = 0; i < p.dim; ++i) v[i] = __float2bfloat16_rn(__fmul_rn(__bfloat162float(v[i]), r));
+  __syncwarp();
+  float r = 0.0f;
+  if (lane == 0) {
+    float sum = 0.0f;
+#pragma unroll 16
+    for (int i = 0; i < p.dim; ++i) sum = __fadd_rn(sum, sq[i]);
+    const float mean = bf16r(__fdiv_rn(sum, float(p.dim)));
+    r = bf16r(__fdiv_rn(1.0f, __fsqrt_rn(bf16r(__fadd_rn(mean, p.eps)))));
+  }
+  r = __shfl_sync(0xffffffffu, r, 0);
+  for (int i = lane; i < p.dim; i += 32) v[i] = __float2bfloat16_rn(__fmul_rn(__bfloat162float(vs[i]), r));
 }
 
 // One warp per (row, 64-block): two elements per lane.
@@ -61,9 +78,13 @@ __global__ void hadamard_fp4_kernel(HadamardFp4Params p, float scale) {
 void head_norm_bf16(const DeviceContext& ctx, const HeadNormParams& p) {
   if (p.rows == 0) return;
   if (!p.x || p.heads <= 0 || p.dim <= 0) fail("head_norm_bf16: bad parameters");
+  if (p.dim % 2 != 0 || p.dim > 4096) fail("head_norm_bf16: dim ", p.dim, " must be even and at most 4096");
   const int64_t total = p.rows * p.heads;
-  const int threads = 128;
-  head_norm_kernel<<<narrow_int(ceil_div(total, threads), "head_norm grid"), threads, 0, ctx.stream()>>>(p, total);
+  const size_t smem = size_t(kHeadNormWarps) * p.dim * 6;  // fp32 squares + bf16 values per warp
+  if (smem > 48 * 1024)
+    DSV4_CUDA_CHECK(cudaFuncSetAttribute(head_norm_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  head_norm_kernel<<<narrow_int(ceil_div(total, kHeadNormWarps), "head_norm grid"), kHeadNormWarps * 32, smem,
+                     ctx.stream()>>>(p, total);
   DSV4_CUDA_CHECK_LAUNCH();
 }
 
