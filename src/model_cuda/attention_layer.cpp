@@ -371,18 +371,20 @@ void attention_forward(const DeviceContext& ctx, const ModelConfig& cfg, const D
 
   // Grouped output projection: heads of group g through rows g*ro.. of wo_a (bf16 GEMM), then wo_b.
   if (T <= kExactLinearMaxTokens) {
-    for (int64_t g = 0; g < G; ++g) {
-      ExactLinearParams e;
-      e.x = ws.o.get() + g * gin;
-      e.x_stride = H * d;
-      e.w16 = w.wo_a.get() + g * ro * gin;
-      e.y = ws.z.get() + g * ro;
-      e.y_stride = G * ro;
-      e.tokens = T;
-      e.out = int(ro);
-      e.in = int(gin);
-      exact_linear(ctx, e);
-    }
+    ExactLinearParams e;  // all G groups in one launch (exact_linear's group mode)
+    e.x = ws.o.get();
+    e.x_stride = H * d;
+    e.x_group_stride = gin;
+    e.w16 = w.wo_a.get();
+    e.w_expert_stride = ro * gin;
+    e.y = ws.z.get();
+    e.y_stride = G * ro;
+    e.y_group_stride = ro;
+    e.groups = int(G);
+    e.tokens = T;
+    e.out = int(ro);
+    e.in = int(gin);
+    exact_linear(ctx, e);
     run_linear(ctx, ws, w.wo_b, ws.z.get(), T, ws.y.get());
     DSV4_CUDA_CHECK(cudaMemcpyAsync(out, ws.y.get(), size_t(T * D) * sizeof(bf16), cudaMemcpyDeviceToDevice,
                                     ctx.stream()));

@@ -34,12 +34,13 @@ __global__ void __launch_bounds__(kThreads) exact_linear_kernel(ExactLinearParam
     for (int c = tid; c < 256; c += kThreads)
       lut[c] = __half2float(__half(__nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t(c), __NV_E4M3)));
   }
-  int64_t expert = 0;
+  int64_t expert = blockIdx.z;                   // group mode: group z multiplies weight z
   if (p.expert_ids) expert = p.expert_ids[t0];  // expert mode runs one token per block (TT == 1)
   const uint8_t* wbase = W8 ? p.w8 + expert * p.w_expert_stride
                             : reinterpret_cast<const uint8_t*>(p.w16 + expert * p.w_expert_stride);
   constexpr int kWElem = W8 ? 1 : 2, kXElem = X8 ? 1 : 2;
-  const uint8_t* xbase = X8 ? p.x_codes : reinterpret_cast<const uint8_t*>(p.x);
+  const uint8_t* xbase =
+      (X8 ? p.x_codes : reinterpret_cast<const uint8_t*>(p.x)) + int64_t(blockIdx.z) * p.x_group_stride * kXElem;
 
   auto load = [&](int kb, int slot) {
     const int k0 = kb * kK, nk = min(kK, p.in - k0);
@@ -87,7 +88,8 @@ __global__ void __launch_bounds__(kThreads) exact_linear_kernel(ExactLinearParam
         if (t >= nt) break;
         if constexpr (X8) {
           const int64_t xr = (t0 + t) / p.x_row_div;
-          const float s = p.x_scales[xr * p.xs_row_stride + int64_t(kb) * p.xs_block_stride];
+          const float s = p.x_scales[blockIdx.z * p.xs_group_stride + xr * p.xs_row_stride +
+                                     int64_t(kb) * p.xs_block_stride];
           xf[t][tid] = __fmul_rn(lut[xbuf[slot][t * XRS + tid]], s);
         } else {
           xf[t][tid] = __bfloat162float(*reinterpret_cast<const bf16*>(&xbuf[slot][t * XRS + 2 * tid]));
@@ -127,7 +129,7 @@ __global__ void __launch_bounds__(kThreads) exact_linear_kernel(ExactLinearParam
 #pragma unroll
     for (int t = 0; t < TT; ++t) {
       if (t >= nt || (t & 7) != j) continue;
-      const int64_t o = (t0 + t) * p.y_stride + row;
+      const int64_t o = blockIdx.z * p.y_group_stride + (t0 + t) * p.y_stride + row;
       if (p.y) p.y[o] = __float2bfloat16_rn(acc[t]);
       if (p.y_f32) p.y_f32[o] = acc[t];
     }
@@ -144,7 +146,7 @@ void launch(const DeviceContext& ctx, const ExactLinearParams& p) {
   else if (p.tokens <= 4) tt = 4;
   const int64_t gy = ceil_div(p.tokens, tt);
   if (gy > 65535) fail("exact_linear: ", p.tokens, " tokens exceed one launch's grid");
-  const dim3 grid(unsigned(ceil_div(p.out, kRows)), unsigned(gy));
+  const dim3 grid(unsigned(ceil_div(p.out, kRows)), unsigned(gy), unsigned(p.groups));
   switch (tt) {
     case 1: exact_linear_kernel<W8, X8, 1><<<grid, kThreads, 0, ctx.stream()>>>(p); break;
     case 2: exact_linear_kernel<W8, X8, 2><<<grid, kThreads, 0, ctx.stream()>>>(p); break;
@@ -166,8 +168,10 @@ void exact_linear(const DeviceContext& ctx, const ExactLinearParams& p) {
   if (!p.y && !p.y_f32) fail("exact_linear: no output");
   if (p.out <= 0 || p.in <= 0 || p.in % 16 != 0) fail("exact_linear: in = ", p.in, " must be a positive multiple of 16");
   if (p.x_row_div <= 0) fail("exact_linear: x_row_div must be positive");
+  if (p.groups < 1 || p.groups > 65535 || (p.groups > 1 && p.expert_ids))
+    fail("exact_linear: groups = ", p.groups, " must be in [1, 65535] and not combined with expert_ids");
   const int xe = x8 ? 1 : 2;
-  if ((p.x_stride * xe) % 16 != 0 || !aligned16(x8 ? static_cast<const void*>(p.x_codes) : p.x) ||
+  if ((p.x_stride * xe) % 16 != 0 || (p.x_group_stride * xe) % 16 != 0 || !aligned16(x8 ? static_cast<const void*>(p.x_codes) : p.x) ||
       !aligned16(w8 ? static_cast<const void*>(p.w8) : p.w16) || (p.w_expert_stride * (w8 ? 1 : 2)) % 16 != 0)
     fail("exact_linear: rows must start on 16-byte boundaries");
   const bool few = p.expert_ids || p.tokens == 1 ||

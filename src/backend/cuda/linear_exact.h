@@ -59,6 +59,12 @@ struct ExactLinearParams {
   // and w_scales + e * ws_expert_stride.
   const int32_t* expert_ids = nullptr;  // [tokens] device
   int64_t w_expert_stride = 0, ws_expert_stride = 0;
+  // Optional group mode (not with expert_ids): `groups` linears of one shape in one launch; group g
+  // multiplies weight g (w + g * w_expert_stride, w_scales + g * ws_expert_stride) with the activations
+  // at x / x_codes + g * x_group_stride (x_scales + g * xs_group_stride) into y / y_f32 + g * y_group_stride
+  // (the grouped wo_a: groups of heads through their own rows of the weight).
+  int groups = 1;
+  int64_t x_group_stride = 0, xs_group_stride = 0, y_group_stride = 0;
   // Outputs, one or both: [tokens, out], row stride y_stride.
   bf16* y = nullptr;
   float* y_f32 = nullptr;

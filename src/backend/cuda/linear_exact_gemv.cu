@@ -47,8 +47,9 @@ __global__ void __launch_bounds__(kWarps * 32) exact_gemv_kernel(ExactLinearPara
   const int nt = int(p.tokens - t0 < TT ? p.tokens - t0 : TT);
   const int row0 = blockIdx.y * kRows, wrow0 = row0 + warp * kRowsPerWarp;
   const int nslices = (p.in + kSliceElems - 1) / kSliceElems;
-  int64_t expert = 0;
+  int64_t expert = blockIdx.z;                   // group mode: group z multiplies weight z
   if (p.expert_ids) expert = p.expert_ids[t0];  // expert mode: one token per block (TT == 1)
+  const int64_t xg = blockIdx.z * p.x_group_stride;
   const uint8_t* wbase = W8 ? p.w8 + expert * p.w_expert_stride
                             : reinterpret_cast<const uint8_t*>(p.w16 + expert * p.w_expert_stride);
 
@@ -87,12 +88,13 @@ __global__ void __launch_bounds__(kWarps * 32) exact_gemv_kernel(ExactLinearPara
       if (u < units && t < nt && 8 * i < p.in) {
         const int64_t xr = (t0 + t) / p.x_row_div;
         if constexpr (X8) {
-          const uint2 c = *reinterpret_cast<const uint2*>(p.x_codes + xr * p.x_stride + 8 * i);
+          const uint2 c = *reinterpret_cast<const uint2*>(p.x_codes + xg + xr * p.x_stride + 8 * i);
           raw[b].x = c.x;
           raw[b].y = c.y;
-          xsc[b] = p.x_scales[xr * p.xs_row_stride + int64_t(i / 16) * p.xs_block_stride];
+          xsc[b] = p.x_scales[blockIdx.z * p.xs_group_stride + xr * p.xs_row_stride +
+                              int64_t(i / 16) * p.xs_block_stride];
         } else {
-          raw[b] = *reinterpret_cast<const uint4*>(p.x + xr * p.x_stride + 8 * i);
+          raw[b] = *reinterpret_cast<const uint4*>(p.x + xg + xr * p.x_stride + 8 * i);
           xsc[b] = 1.0f;
         }
         wsv[b] = W8 ? wsc[i / 16] : 1.0f;
@@ -166,7 +168,7 @@ __global__ void __launch_bounds__(kWarps * 32) exact_gemv_kernel(ExactLinearPara
 #pragma unroll
     for (int t = 0; t < TT; ++t) {
       if (t >= nt || (t & 7) != j) continue;
-      const int64_t o = (t0 + t) * p.y_stride + row;
+      const int64_t o = blockIdx.z * p.y_group_stride + (t0 + t) * p.y_stride + row;
       if (p.y) p.y[o] = __float2bfloat16_rn(acc[t]);
       if (p.y_f32) p.y_f32[o] = acc[t];
     }
@@ -183,7 +185,7 @@ GemvShape shape_of(const ExactLinearParams& p, int sm_count) {
     return size_t(tt) * 8 * chain_pitch(p.in) * 4 + size_t(kWarps) * stages * kRowsPerWarp * kRowPitch;
   };
   while (g.tt > 1 && smem(g.tt, 4) > size_t(kMaxSmem)) g.tt /= 2;
-  const int64_t blocks = ceil_div(p.tokens, g.tt) * ceil_div(p.out, kRows);
+  const int64_t blocks = ceil_div(p.tokens, g.tt) * ceil_div(p.out, kRows) * p.groups;
   g.ns = blocks < 2 * int64_t(sm_count) && smem(g.tt, 8) <= size_t(kMaxSmem) ? 8 : 4;
   g.stages = nslices < g.ns ? nslices : g.ns;
   g.smem = smem(g.tt, g.ns);
@@ -192,7 +194,7 @@ GemvShape shape_of(const ExactLinearParams& p, int sm_count) {
 
 template <bool W8, bool X8, int NS>
 void launch_ns(const DeviceContext& ctx, const ExactLinearParams& p, const GemvShape& g) {
-  const dim3 grid(unsigned(ceil_div(p.tokens, g.tt)), unsigned(ceil_div(p.out, kRows)));
+  const dim3 grid(unsigned(ceil_div(p.tokens, g.tt)), unsigned(ceil_div(p.out, kRows)), unsigned(p.groups));
   auto go = [&](auto kernel) {
     DSV4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(g.smem)));
     kernel<<<grid, kWarps * 32, g.smem, ctx.stream()>>>(p, g.stages);
