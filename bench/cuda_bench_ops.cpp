@@ -3,16 +3,19 @@
 //   * FP8 block-scaled GEMM (cuBLASLt) for wq_a [1024, 4096], wq_b [32768, 1024], wo_b [4096, 8192] at
 //     M = 1, 8, 32, 1024, 8192 tokens: TFLOP/s vs the 1410 TFLOP/s FP8 ceiling, GB/s vs 4.26 TB/s;
 //   * exact_linear (the CPU-ordered exact FP8 linear of decode steps) for wq_a, wq_b, wo_b and a shared
-//     expert w1 [2048, 4096] at T = 1, 4, 8, 32: the streaming (gemv) and the tiled kernel (Auto picks between them), GB/s of weight bytes;
+//     expert w1 [2048, 4096], and the bf16 head [129280, 4096] (fp32 out) at T = 1, 4, 8, 32, 64: Auto, and
+//     with --exact-sweep the streaming (gemv), tiled and register-tiled kernel in each tile configuration;
+//     GB/s of weight bytes and TFLOP/s of the fmas against the 67 TFLOP/s fp32 peak;
 //   * the FP4 routed-expert GEMV: one expert [2048, 4096], six experts with w1||w3 stacked [4096, 4096]
 //     sharing one input, six w2 [4096, 2048] with their own inputs: GB/s of weight bytes.
 // Method (docs/.library METHOD.md): random data (never zeros), weights rotated through copies that
 // together exceed the 60 MB L2, a batch of launches captured in a CUDA graph, warm-up replays, then
 // the median over timed replays with CUDA events.
 //
-//   bench_cuda_ops [--json FILE] [--quick] [--sweep] [--fp4-only] [--exact-only]
+//   bench_cuda_ops [--json FILE] [--quick] [--sweep] [--fp4-only] [--exact-only] [--exact-sweep]
 // --sweep adds the GEMV configuration sweep; --fp4-only skips the GEMMs (for profiling the GEMV);
-// --exact-only runs the exact_linear entries alone (after the bf16 GEMM that brings the clocks up).
+// --exact-only runs the exact_linear entries alone (after the bf16 GEMM that brings the clocks up);
+// --exact-sweep adds every exact kernel and register-tile configuration beside Auto.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -29,6 +32,7 @@
 #include "backend/cuda/fp4_gemv.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/linear_exact.h"
+#include "backend/cuda/linear_exact_reg.h"
 #include "cuda_bench_kernels.h"
 
 using namespace dsv4::cuda;
@@ -37,10 +41,11 @@ namespace {
 
 constexpr double kFp8PeakTflops = 1410.0;  // PERFORMANCE.md, torch _scaled_mm 8192^3, 2026-11-30
 constexpr double kBf16PeakTflops = 777.0;
+constexpr double kFp32PeakTflops = 67.0;   // H200 fp32 FMA (non-tensor) peak
 constexpr double kHbmTBs = 4.26;           // device-to-device copy, bytes read + written
 constexpr size_t kRotateBytes = size_t(320) << 20;  // weights cycled per graph: > 5x the L2
 
-bool g_quick = false, g_sweep = false, g_fp4_only = false, g_exact_only = false;
+bool g_quick = false, g_sweep = false, g_fp4_only = false, g_exact_only = false, g_exact_sweep = false;
 FILE* g_json = nullptr;
 
 // Median time of one call of `launch(i)` (i = 0..batch-1 inside a captured graph), in microseconds.
@@ -136,44 +141,66 @@ void bench_fp8(const DeviceContext& ctx, const char* name, int64_t out, int64_t 
          us, flops, bytes, kFp8PeakTflops);
 }
 
-// exact_linear with an FP8 weight [out, in] and FP8 activations of T tokens, weights rotated past L2.
-void bench_exact(const DeviceContext& ctx, const char* name, int64_t out, int64_t in, int64_t T, ExactLinearKernel kernel) {
-  const size_t wbytes = size_t(out * in);
+// exact_linear with an FP8 weight [out, in] and FP8 activations of T tokens (bf16: a bf16 weight and
+// activations with fp32 outputs, the head's linear_f32), weights rotated past L2. reg_config >= 0 picks
+// the register-tiled kernel's tile configuration.
+void bench_exact(const DeviceContext& ctx, const char* name, int64_t out, int64_t in, int64_t T, ExactLinearKernel kernel,
+                 bool bf16 = false, int reg_config = -1) {
+  const size_t elem = bf16 ? 2 : 1, wbytes = size_t(out * in) * elem;
   const int copies = int(std::clamp<size_t>(kRotateBytes / wbytes, 1, 16));
   const int64_t ob = (out + 127) / 128, ld = (in + 127) / 128;
   DeviceBuffer<uint8_t> wc(wbytes * copies);
-  DeviceBuffer<float> ws(size_t(ob * ld) * copies);
-  DeviceBuffer<uint8_t> xc(size_t(T * in));
+  DeviceBuffer<float> ws(bf16 ? 1 : size_t(ob * ld) * copies);
+  DeviceBuffer<uint8_t> xc(size_t(T * in) * elem);
   DeviceBuffer<float> xs(size_t(T * ld));
   DeviceBuffer<__nv_bfloat16> y(size_t(T * out));
-  fill_random_e4m3(ctx, wc.get(), wc.size(), 12);
-  fill_random_pow2(ctx, ws.get(), ws.size(), 13, -12, -8);
-  fill_random_e4m3(ctx, xc.get(), xc.size(), 14);
-  fill_random_pow2(ctx, xs.get(), xs.size(), 15, -8, -4);
+  DeviceBuffer<float> yf(bf16 ? size_t(T * out) : 1);
   ExactLinearParams p;
-  p.x_codes = xc.get();
-  p.x_scales = xs.get();
+  if (bf16) {
+    fill_random_bf16(ctx, reinterpret_cast<__nv_bfloat16*>(wc.get()), wc.size() / 2, 12, 0.02f);
+    fill_random_bf16(ctx, reinterpret_cast<__nv_bfloat16*>(xc.get()), xc.size() / 2, 14, 1.0f);
+    p.x = reinterpret_cast<const __nv_bfloat16*>(xc.get());
+    p.y_f32 = yf.get();
+  } else {
+    fill_random_e4m3(ctx, wc.get(), wc.size(), 12);
+    fill_random_pow2(ctx, ws.get(), ws.size(), 13, -12, -8);
+    fill_random_e4m3(ctx, xc.get(), xc.size(), 14);
+    fill_random_pow2(ctx, xs.get(), xs.size(), 15, -8, -4);
+    p.x_codes = xc.get();
+    p.x_scales = xs.get();
+    p.xs_row_stride = ld;
+    p.xs_block_stride = 1;
+    p.w_scale_ld = ld;
+    p.y = y.get();
+  }
   p.x_stride = in;
-  p.xs_row_stride = ld;
-  p.xs_block_stride = 1;
-  p.w_scale_ld = ld;
-  p.y = y.get();
   p.y_stride = out;
   p.tokens = T;
   p.out = int(out);
   p.in = int(in);
   p.kernel = kernel;
-  const double us = time_us(ctx, std::max(copies, 20), [&](int i) {
+  p.reg_config = reg_config;
+  const int batch = wbytes > (size_t(256) << 20) ? 3 : std::max(copies, 20);
+  const double us = time_us(ctx, batch, [&](int i) {
     const int c = i % copies;
     ExactLinearParams q = p;
-    q.w8 = wc.get() + size_t(c) * wbytes;
-    q.w_scales = ws.get() + size_t(c) * size_t(ob * ld);
+    if (bf16) q.w16 = reinterpret_cast<const __nv_bfloat16*>(wc.get() + size_t(c) * wbytes);
+    else {
+      q.w8 = wc.get() + size_t(c) * wbytes;
+      q.w_scales = ws.get() + size_t(c) * size_t(ob * ld);
+    }
     exact_linear(ctx, q);
   });
-  const double bytes = double(wbytes) + 4.0 * ob * ld + double(T * in) + 4.0 * T * ld + 2.0 * T * out;
-  report(kernel == ExactLinearKernel::Tiled ? "exact_linear tiled" : kernel == ExactLinearKernel::Gemv ? "exact_linear gemv" : "exact_linear",
-         std::string(name) + " [" + std::to_string(out) + "," + std::to_string(in) + "] T=" + std::to_string(T), us,
-         2.0 * double(T) * double(out) * double(in), bytes, kFp8PeakTflops);
+  const double bytes = double(wbytes) + (bf16 ? 0.0 : 4.0 * ob * ld) + double(T * in) * elem + (bf16 ? 0.0 : 4.0 * T * ld) +
+                       (bf16 ? 4.0 : 2.0) * T * out;
+  const std::string what = kernel == ExactLinearKernel::Tiled  ? "exact_linear tiled"
+                           : kernel == ExactLinearKernel::Gemv ? "exact_linear gemv"
+                           : kernel == ExactLinearKernel::Reg
+                               ? std::string("exact_linear reg ") + (reg_config >= 0 ? detail::exact_reg_config_name(reg_config) : "auto")
+                               : "exact_linear";
+  // FMA count vs the fp32 peak (67 TFLOP/s), the exact kernels' compute ceiling.
+  report(what.c_str(), std::string(name) + " [" + std::to_string(out) + "," + std::to_string(in) + "] T=" + std::to_string(T), us,
+         2.0 * double(T) * double(out) * double(in), bytes, kFp32PeakTflops);
 }
 
 // `selections` matrices [rows, K] per call, chosen round-robin from a pool larger than L2.
@@ -240,8 +267,9 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--sweep")) g_sweep = true;
     else if (!std::strcmp(argv[i], "--fp4-only")) g_fp4_only = true;
     else if (!std::strcmp(argv[i], "--exact-only")) g_exact_only = true;
+    else if (!std::strcmp(argv[i], "--exact-sweep")) g_exact_sweep = true;
     else {
-      std::fprintf(stderr, "usage: %s [--json FILE] [--quick] [--sweep] [--fp4-only] [--exact-only]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--json FILE] [--quick] [--sweep] [--fp4-only] [--exact-only] [--exact-sweep]\n", argv[0]);
       return 2;
     }
   }
@@ -256,10 +284,20 @@ int main(int argc, char** argv) {
                 ctx.name().c_str(), ctx.sm_count(), kFp8PeakTflops, kBf16PeakTflops, kHbmTBs);
     bench_bf16(ctx, 8192);  // first: it also brings the clocks up
     struct Shape { const char* name; int64_t out, in; };
-    const Shape exact_shapes[] = {{"wq_a", 1024, 4096}, {"wq_b", 32768, 1024}, {"wo_b", 4096, 8192}, {"shared w1", 2048, 4096}};
-    for (const Shape& s : exact_shapes)
-      for (int64_t T : {1, 4, 8, 32})
-        for (ExactLinearKernel k : {ExactLinearKernel::Gemv, ExactLinearKernel::Tiled}) bench_exact(ctx, s.name, s.out, s.in, T, k);
+    const Shape exact_shapes[] = {{"wq_a", 1024, 4096}, {"wq_b", 32768, 1024}, {"wo_b", 4096, 8192}, {"shared w1", 2048, 4096},
+                                  {"head bf16", 129280, 4096}};
+    for (const Shape& s : exact_shapes) {
+      const bool head = s.out > 100000;
+      for (int64_t T : {1, 4, 8, 32, 64}) {
+        bench_exact(ctx, s.name, s.out, s.in, T, ExactLinearKernel::Auto, head);
+        // The sweep (seconds of device time): the head at 8 and 32 tokens only, the streaming kernel below 32.
+        if (!g_exact_sweep || (head && T != 8 && T != 32)) continue;
+        for (ExactLinearKernel k : {ExactLinearKernel::Gemv, ExactLinearKernel::Tiled})
+          if (k != ExactLinearKernel::Gemv || (T < 32 && !head)) bench_exact(ctx, s.name, s.out, s.in, T, k, head);
+        if (T > 1)
+          for (int c = 0; c < detail::exact_reg_configs(); ++c) bench_exact(ctx, s.name, s.out, s.in, T, ExactLinearKernel::Reg, head, c);
+      }
+    }
     if (g_exact_only) {
       if (g_json) std::fclose(g_json);
       return 0;

@@ -14,6 +14,7 @@
 #include "backend/cuda/check.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/linear_exact.h"
+#include "backend/cuda/linear_exact_reg.h"
 #include "backend/cuda/ops.h"
 #include "core/quant.h"
 #include "harness.h"
@@ -50,9 +51,19 @@ HostFp8 make_fp8(Rng& rng, int64_t out, int64_t in) {
   return w;
 }
 
-constexpr ExactLinearKernel kKernels[] = {ExactLinearKernel::Auto, ExactLinearKernel::Tiled, ExactLinearKernel::Gemv};
-const char* kernel_name(ExactLinearKernel k) {
-  return k == ExactLinearKernel::Tiled ? "tiled" : k == ExactLinearKernel::Gemv ? "gemv" : "auto";
+// Every kernel: Auto, tiled, streaming, and the register-tiled one in each tile configuration.
+struct Variant {
+  ExactLinearKernel kernel;
+  int reg_config;
+};
+std::vector<Variant> variants() {
+  std::vector<Variant> v = {{ExactLinearKernel::Auto, -1}, {ExactLinearKernel::Tiled, -1}, {ExactLinearKernel::Gemv, -1}};
+  for (int c = 0; c < detail::exact_reg_configs(); ++c) v.push_back({ExactLinearKernel::Reg, c});
+  return v;
+}
+std::string variant_name(const Variant& k) {
+  if (k.kernel == ExactLinearKernel::Reg) return std::string("reg ") + detail::exact_reg_config_name(k.reg_config);
+  return k.kernel == ExactLinearKernel::Tiled ? "tiled" : k.kernel == ExactLinearKernel::Gemv ? "gemv" : "auto";
 }
 
 std::vector<uint32_t> bits(const std::vector<float>& v) {
@@ -104,13 +115,14 @@ void check_fp8(int64_t out, int64_t in, int64_t T, uint64_t seed) {
   fp8_sim(xq.data(), int64_t(xq.size()), 128);
   std::vector<float> wd = hw.dequantized(), ref(size_t(T * out));
   cpu::matmul(xq.data(), T, in, wd.data(), out, ref.data());
-  for (const ExactLinearKernel kernel : kKernels) {
-    p.kernel = kernel;
+  for (const Variant& kernel : variants()) {
+    p.kernel = kernel.kernel;
+    p.reg_config = kernel.reg_config;
     DSV4_CUDA_CHECK(cudaMemset(yf.get(), 0xff, size_t(T * out) * 4));  // NaN: unwritten shows
     DSV4_CUDA_CHECK(cudaMemset(y.get(), 0xff, size_t(T * out) * 2));
     exact_linear(ctx, p);
     ctx.synchronize();
-    const std::string what = std::string("exact_linear ") + kernel_name(kernel) + " fp8 out=" + std::to_string(out) +
+    const std::string what = std::string("exact_linear ") + variant_name(kernel) + " fp8 out=" + std::to_string(out) +
                              " in=" + std::to_string(in) + " T=" + std::to_string(T);
     const std::vector<float> got32 = yf.download(what);
     EXPECT_EQ(bits(got32), bits(ref)) << what << ": fp32 sums differ from cpu::matmul";
@@ -140,12 +152,13 @@ void check_fp8_bf16x(int64_t out, int64_t in, int64_t T, uint64_t seed) {
   p.in = int(in);
   std::vector<float> wd = hw.dequantized(), ref(size_t(T * out));
   cpu::matmul(x.data(), T, in, wd.data(), out, ref.data());
-  for (const ExactLinearKernel kernel : kKernels) {
-    p.kernel = kernel;
+  for (const Variant& kernel : variants()) {
+    p.kernel = kernel.kernel;
+    p.reg_config = kernel.reg_config;
     DSV4_CUDA_CHECK(cudaMemset(yf.get(), 0xff, size_t(T * out) * 4));
     exact_linear(ctx, p);
     ctx.synchronize();
-    const std::string what = std::string("exact_linear ") + kernel_name(kernel) + " fp8 x bf16 out=" +
+    const std::string what = std::string("exact_linear ") + variant_name(kernel) + " fp8 x bf16 out=" +
                              std::to_string(out) + " in=" + std::to_string(in) + " T=" + std::to_string(T);
     EXPECT_EQ(bits(yf.download(what)), bits(ref)) << what << ": fp32 sums differ from cpu::matmul";
   }
@@ -163,6 +176,7 @@ void check_bf16(int64_t out, int64_t in, int64_t T, bool experts, uint64_t seed)
   auto dw = upload_bf16(w), dx = upload_bf16(x);
   DeviceBuffer<int32_t> did(ids);
   Guarded<uint16_t> y(size_t(T * ys));
+  Guarded<float> yf(size_t(T * ys));
   ExactLinearParams p;
   p.x = reinterpret_cast<const bf16*>(dx.get());
   p.x_stride = xs;
@@ -173,6 +187,7 @@ void check_bf16(int64_t out, int64_t in, int64_t T, bool experts, uint64_t seed)
     p.w_expert_stride = out * in;
   }
   p.y = reinterpret_cast<bf16*>(y.get());
+  p.y_f32 = yf.get();
   p.y_stride = ys;
   p.tokens = T;
   p.out = int(out);
@@ -182,14 +197,17 @@ void check_bf16(int64_t out, int64_t in, int64_t T, bool experts, uint64_t seed)
     const int64_t e = experts ? ids[size_t(t)] : 0;
     cpu::matmul(x.data() + (t / k) * xs, 1, in, w.data() + e * out * in, out, ref.data() + t * ys);
   }
-  for (const ExactLinearKernel kernel : kKernels) {
-    p.kernel = kernel;
+  for (const Variant& kernel : variants()) {
+    p.kernel = kernel.kernel;
+    p.reg_config = kernel.reg_config;
     DSV4_CUDA_CHECK(cudaMemset(y.get(), 0, size_t(T * ys) * 2));
+    DSV4_CUDA_CHECK(cudaMemset(yf.get(), 0, size_t(T * ys) * 4));
     exact_linear(ctx, p);
     ctx.synchronize();
-    const std::string what = std::string("exact_linear ") + kernel_name(kernel) + " bf16" + (experts ? " experts" : "") +
+    const std::string what = std::string("exact_linear ") + variant_name(kernel) + " bf16" + (experts ? " experts" : "") +
                              " out=" + std::to_string(out) + " in=" + std::to_string(in) + " T=" + std::to_string(T);
     compare(what, from_bf16(y.download(what)), round_bf16(ref), Tol::Exact);
+    EXPECT_EQ(bits(yf.download(what)), bits(ref)) << what << ": fp32 sums differ from cpu::matmul";
   }
 }
 
@@ -206,10 +224,23 @@ TEST(CudaExactLinear, Fp8MatchesCpuBitForBit) {
   check_fp8(64, 128, 1, 7);     // one slice
 }
 
+// The register-tiled kernel's token tiles (4, 8, 16, 32, 64), full and partial, at 2-64 tokens; K up to
+// 8192 with a tail inside a 64-K slice; row counts off every row tile.
+TEST(CudaExactLinear, Fp8ManyTokensMatchCpuBitForBit) {
+  DSV4_REQUIRE_HOPPER();
+  for (int64_t T : {2, 3, 5, 9, 16, 17, 31, 32, 33, 48, 64})
+    check_fp8(1000, 1024, T, 40 + uint64_t(T));
+  check_fp8(200, 8192, 24, 60);
+  check_fp8(72, 1152, 12, 61);   // K = 18 slices of 64, 9 scale blocks
+  check_fp8(4096, 512, 64, 62);
+  check_fp8(16, 4096, 65, 63);   // one row tile, two 64-token tiles
+}
+
 TEST(CudaExactLinear, Fp8WeightBf16InputMatchesCpuBitForBit) {
   DSV4_REQUIRE_HOPPER();
   check_fp8_bf16x(264, 4096, 1, 31);
   check_fp8_bf16x(136, 1040, 5, 32);  // K tail inside a slice
+  check_fp8_bf16x(200, 1024, 20, 33);  // the register-tiled kernel (its mixed-type configurations)
 }
 
 TEST(CudaExactLinear, Bf16MatchesCpuBitForBit) {
@@ -221,6 +252,15 @@ TEST(CudaExactLinear, Bf16MatchesCpuBitForBit) {
   check_bf16(72, 4096 + 16, 3, false, 15);  // K tail (16) after whole 256-K slices
   check_bf16(40, 2064, 1, false, 16);
   check_bf16(4096, 64, 40, true, 17);      // many expert tokens, one short slice
+  check_bf16(136, 1024, 37, false, 18);   // 2..64 tokens on the register-tiled kernel
+  check_bf16(72, 4096 + 16, 64, false, 19);
+}
+
+// The head's row count (129280 = 2020 row tiles of 64) at a batch of 33, bf16 x bf16, fp32 and bf16 out.
+TEST(CudaExactLinear, HeadRowsMatchCpuBitForBit) {
+  DSV4_REQUIRE_HOPPER();
+  check_bf16(129280, 256, 33, false, 21);
+  check_bf16(129280, 128, 8, false, 22);
 }
 
 TEST(CudaExactLinear, RejectsBadShapes) {

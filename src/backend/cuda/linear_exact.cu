@@ -6,6 +6,7 @@
 #include "backend/cuda/kernel_util.cuh"
 #include "backend/cuda/linear_exact.h"
 #include "backend/cuda/linear_exact_gemv.h"
+#include "backend/cuda/linear_exact_reg.h"
 
 namespace dsv4::cuda {
 namespace {
@@ -174,11 +175,14 @@ void exact_linear(const DeviceContext& ctx, const ExactLinearParams& p) {
   if ((p.x_stride * xe) % 16 != 0 || (p.x_group_stride * xe) % 16 != 0 || !aligned16(x8 ? static_cast<const void*>(p.x_codes) : p.x) ||
       !aligned16(w8 ? static_cast<const void*>(p.w8) : p.w16) || (p.w_expert_stride * (w8 ? 1 : 2)) % 16 != 0)
     fail("exact_linear: rows must start on 16-byte boundaries");
+  const int64_t rows = int64_t(p.out) * p.groups;
   const bool few = p.expert_ids || p.tokens == 1 ||
-                   (p.tokens <= kExactGemvMaxTokens && p.in <= kExactGemvMaxIn && p.out <= kExactGemvMaxOut);
-  const bool gemv = p.kernel == ExactLinearKernel::Gemv ||
-                    (p.kernel == ExactLinearKernel::Auto && few && detail::exact_gemv_fits(p));
-  if (gemv) return detail::exact_gemv(ctx, p);
+                   (p.tokens <= kExactGemvMaxTokens && p.in <= kExactGemvMaxIn &&
+                    rows <= (p.tokens <= 4 ? kExactGemvMaxOut4 : kExactGemvMaxOut));
+  const bool pick = p.kernel == ExactLinearKernel::Auto || (p.kernel == ExactLinearKernel::Reg && p.expert_ids);
+  if (p.kernel == ExactLinearKernel::Gemv || (pick && few && detail::exact_gemv_fits(p))) return detail::exact_gemv(ctx, p);
+  if (!p.expert_ids && (p.kernel == ExactLinearKernel::Reg || p.kernel == ExactLinearKernel::Auto))
+    return detail::exact_reg(ctx, p);
   if (w8 && x8) return launch<true, true>(ctx, p);
   if (w8) return launch<true, false>(ctx, p);
   if (x8) return launch<false, true>(ctx, p);

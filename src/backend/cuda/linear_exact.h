@@ -31,16 +31,16 @@ using bf16 = __nv_bfloat16;
 // batches and prefill chunks up to 512 (Flash prefill chunks of 2048 keep cuBLASLt). Dense experts
 // always run through it.
 inline constexpr int64_t kExactLinearMaxTokens = 512;
-// Auto's choice of the streaming kernel (exact_gemv) over the tiled one, from the H200 timings in
-// docs/perf-log.md: always at one token and in the expert mode; up to kExactGemvMaxTokens tokens when
-// in <= kExactGemvMaxIn and out <= kExactGemvMaxOut (wo_b's K = 8192 and the head's 129k rows were
-// slower there at 4-8 tokens: its per-token chains are serial and its activations fill shared memory).
+// Auto's choice (H200 timings in docs/perf-log.md): the streaming kernel (exact_gemv) at one token, in
+// the expert mode, and up to kExactGemvMaxTokens tokens for matrices of at most kExactGemvMaxIn x
+// kExactGemvMaxOut (up to 4 tokens also kExactGemvMaxOut4 rows: wq_b); the register-tiled kernel
+// (exact_reg, linear_exact_reg.h) for the rest.
 inline constexpr int64_t kExactGemvMaxTokens = 8;
-inline constexpr int kExactGemvMaxIn = 4096, kExactGemvMaxOut = 32768;
+inline constexpr int kExactGemvMaxIn = 4096, kExactGemvMaxOut = 4096, kExactGemvMaxOut4 = 32768;
 
 // Which kernel computes the sums (all give the same bits): Auto picks by token count; the others are
-// for tests and benchmarks.
-enum class ExactLinearKernel : uint8_t { Auto, Tiled, Gemv };
+// for tests and benchmarks (Reg in the expert mode runs Gemv: it has no expert mode).
+enum class ExactLinearKernel : uint8_t { Auto, Tiled, Gemv, Reg };
 
 struct ExactLinearParams {
   // Activations, one of (row of token t: t / x_row_div):
@@ -72,6 +72,7 @@ struct ExactLinearParams {
   int64_t tokens = 0;
   int out = 0, in = 0;                 // in: a multiple of 16; rows 16-byte aligned
   ExactLinearKernel kernel = ExactLinearKernel::Auto;
+  int reg_config = -1;                 // Reg's tile configuration (benchmarks; -1: by shape)
 };
 void exact_linear(const DeviceContext& ctx, const ExactLinearParams& p);
 // The common FP8 case: y [tokens, w.out] bf16 = (codes, scales) . w^T, with the activation scale of

@@ -196,7 +196,10 @@ template <bool W8, bool X8, int NS>
 void launch_ns(const DeviceContext& ctx, const ExactLinearParams& p, const GemvShape& g) {
   const dim3 grid(unsigned(ceil_div(p.tokens, g.tt)), unsigned(ceil_div(p.out, kRows)), unsigned(p.groups));
   auto go = [&](auto kernel) {
-    DSV4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(g.smem)));
+    // Always the largest size any launch of this kernel may take, never the call's own: a kernel shared by
+    // several shapes (wq_b, wo_b, shared w2 at T = 1 all run <1,1,1,4>) must not see its limit lowered
+    // below a captured launch's size by a later call (graph replays, profilers replaying the launch).
+    DSV4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem));
     kernel<<<grid, kWarps * 32, g.smem, ctx.stream()>>>(p, g.stages);
   };
   switch (g.tt) {
