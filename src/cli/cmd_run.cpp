@@ -36,10 +36,11 @@ void run(RunArgs& a) {
     if (a.gen.numerics != "official") fail("--device cuda runs official numerics only (use --device cpu)");
     const Tokenizer tok = Tokenizer::load(a.gen.model);
     const std::vector<int32_t> prompt = tok.encode(a.prompt);
-    CudaSequence seq(a.gen.model, int64_t(prompt.size()) + a.gen.max_tokens + 1, 256, terminal_load_progress(a.gen.model));
+    // A context of the prompt + the tokens to generate; tokens sampled on the GPU (step_model.h).
+    auto model = load_step_model(a.gen.model, true, a.gen.numerics, 1, int64_t(prompt.size()) + a.gen.max_tokens + 1,
+                                 256, terminal_load_progress(a.gen.model));
     Sampler sampler(a.gen.sampling());
-    auto r = generate(seq.config(), [&](const std::vector<int32_t>& t) { return seq.feed(t, false); }, tok, prompt,
-                      sampler, a.gen.stops(tok), -1, print_piece);
+    auto r = generate(*model, tok, prompt, sampler, a.gen.stops(tok), -1, print_piece);
     std::fputs("\n", stdout);
     if (a.gen.stats) print_stats(r.stats);
     return;

@@ -28,7 +28,7 @@ void GenOptions::add_to(CLI::App& c) {
   c.add_option("--presence-penalty", presence_penalty, "Subtract from the logits of seen tokens")->capture_default_str();
   c.add_option("--frequency-penalty", frequency_penalty, "Subtract count x F from the logits of seen tokens")
       ->capture_default_str();
-  c.add_option("--seed", seed, "Random seed (same seed, same output); default: random");
+  c.add_option("--seed", seed, "Random seed (same seed, same output on one device; cpu and cuda draw differently); default: random");
   c.add_option("--stop", stop, "Stop before this text (repeatable)")
       ->allow_extra_args(false)  // `--stop X PROMPT`: PROMPT is not a second stop string
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);

@@ -62,6 +62,11 @@ CudaModel::CudaModel(ModelConfig cfg, const Weights& w, uint64_t total_bytes, co
   greedy_ids_ = DeviceBuffer<int32_t>(size_t(logit_rows_));
   greedy_temp_ = DeviceBuffer<float>(size_t(logit_rows_));
   greedy_seed_ = DeviceBuffer<uint64_t>(size_t(logit_rows_));
+  samp_params_ = DeviceBuffer<uint64_t>(size_t(4 * logit_rows_));
+  samp_ids_ = DeviceBuffer<int32_t>(size_t(logit_rows_));
+  DSV4_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&samp_host_), size_t(4 * logit_rows_) * sizeof(uint64_t)));
+  DSV4_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&samp_ids_host_), size_t(logit_rows_) * sizeof(int32_t)));
+  samp_params_.fill_bytes(0);
   for (auto* b : {&X_, &u_, &y_, &h_}) b->fill_bytes(0);  // padded GEMM rows stay finite
   greedy_temp_.fill_bytes(0);
   greedy_seed_.fill_bytes(0);
@@ -70,6 +75,8 @@ CudaModel::CudaModel(ModelConfig cfg, const Weights& w, uint64_t total_bytes, co
 CudaModel::~CudaModel() {
   for (auto& [key, g] : graphs_) cudaGraphExecDestroy(g);
   if (host_in_) cudaFreeHost(host_in_);
+  if (samp_host_) cudaFreeHost(samp_host_);
+  if (samp_ids_host_) cudaFreeHost(samp_ids_host_);
 }
 
 void CudaModel::upload_inputs(const std::vector<int32_t>& ids, const std::vector<int32_t>& slots,
@@ -203,13 +210,14 @@ Tensor CudaModel::forward(int slot, int64_t pos, const std::vector<int32_t>& tok
   return out;
 }
 
-void CudaModel::replay(int64_t B, int64_t layers) {
+void CudaModel::replay(int64_t B, int64_t layers, bool sample) {
   if (B < 1 || B > logit_rows_) fail("CudaModel: decode batch ", B, " outside [1, ", logit_rows_, "]");
   if (!opt_.graphs) {
     body(B, 1, layers, 0, B);
+    if (sample) launch_sampling(B);
     return;
   }
-  const auto key = std::make_pair(B, layers);
+  const auto key = std::make_tuple(B, layers, sample);
   auto it = graphs_.find(key);
   if (it == graphs_.end()) {
     prepare(B);
@@ -218,6 +226,7 @@ void CudaModel::replay(int64_t B, int64_t layers) {
     DSV4_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
     try {
       body(B, 1, layers, 0, B);
+      if (sample) launch_sampling(B);
     } catch (...) {
       cudaStreamEndCapture(s, &graph);
       if (graph) cudaGraphDestroy(graph);
@@ -243,6 +252,82 @@ Tensor CudaModel::decode_step(const std::vector<int32_t>& ids, const std::vector
                               const std::vector<int32_t>& positions) {
   decode_async(ids, slots, positions);
   return download_logits(int64_t(ids.size()));
+}
+
+void CudaModel::upload_sampling(const std::vector<SampleRow>& rows) {
+  const int64_t R = logit_rows_, n = int64_t(rows.size());
+  if (n < 1 || n > R) fail("CudaModel: ", n, " sampled rows outside [1, ", R, "]");
+  uint64_t* seed = samp_host_;
+  uint64_t* step = samp_host_ + R;
+  float* temp = reinterpret_cast<float*>(samp_host_ + 2 * R);
+  float* top_p = temp + R;
+  float* min_p = top_p + R;
+  int32_t* top_k = reinterpret_cast<int32_t*>(min_p + R);
+  for (int64_t b = 0; b < n; ++b) {
+    const SampleRow& r = rows[size_t(b)];
+    seed[b] = r.seed;
+    step[b] = r.step;
+    temp[b] = r.temperature;
+    top_p[b] = r.top_p;
+    min_p[b] = r.min_p;
+    top_k[b] = r.top_k;
+  }
+  DSV4_CUDA_CHECK(cudaMemcpyAsync(samp_params_.get(), samp_host_, size_t(4 * R) * sizeof(uint64_t),
+                                  cudaMemcpyHostToDevice, ctx_->stream()));
+}
+
+void CudaModel::launch_sampling(int64_t rows) {
+  const int64_t R = logit_rows_;
+  uint64_t* base = samp_params_.get();
+  SampleParams p;
+  p.logits = logits_.get();
+  p.out = samp_ids_.get();
+  p.seed = base;
+  p.step = base + R;
+  p.temperature = reinterpret_cast<const float*>(base + 2 * R);
+  p.top_p = p.temperature + R;
+  p.min_p = p.top_p + R;
+  p.top_k = reinterpret_cast<const int32_t*>(p.min_p + R);
+  p.rows = rows;
+  p.vocab = cfg_.vocab_size;
+  p.logits_stride = cfg_.vocab_size;
+  sample_tokens(*ctx_, p);
+}
+
+std::vector<int32_t> CudaModel::download_sampled(int64_t rows) {
+  DSV4_CUDA_CHECK(cudaMemcpyAsync(samp_ids_host_, samp_ids_.get(), size_t(rows) * sizeof(int32_t),
+                                  cudaMemcpyDeviceToHost, ctx_->stream()));
+  ctx_->synchronize();
+  return std::vector<int32_t>(samp_ids_host_, samp_ids_host_ + rows);
+}
+
+std::vector<int32_t> CudaModel::decode_sample(const std::vector<int32_t>& ids, const std::vector<int32_t>& slots,
+                                              const std::vector<int32_t>& positions,
+                                              const std::vector<SampleRow>& rows) {
+  if (rows.size() != ids.size()) fail("CudaModel::decode_sample: ", ids.size(), " ids but ", rows.size(), " rows");
+  upload_inputs(ids, slots, positions);
+  upload_sampling(rows);
+  replay(int64_t(ids.size()), -1, true);
+  return download_sampled(int64_t(ids.size()));
+}
+
+int32_t CudaModel::forward_sample(int slot, int64_t pos, const std::vector<int32_t>& tokens, const SampleRow& row) {
+  forward_async(slot, pos, tokens);
+  upload_sampling({row});
+  launch_sampling(1);
+  return download_sampled(1).at(0);
+}
+
+Tensor CudaModel::logits_rows(const std::vector<int64_t>& rows) {
+  const int64_t V = cfg_.vocab_size;
+  Tensor out({int64_t(rows.size()), V});
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i] < 0 || rows[i] >= logit_rows_) fail("CudaModel::logits_rows: row ", rows[i], " outside [0, ", logit_rows_, ")");
+    DSV4_CUDA_CHECK(cudaMemcpyAsync(out.row(int64_t(i)), logits_.get() + rows[i] * V, size_t(V) * sizeof(float),
+                                    cudaMemcpyDeviceToHost, ctx_->stream()));
+  }
+  ctx_->synchronize();
+  return out;
 }
 
 std::vector<int32_t> CudaModel::greedy(int64_t rows) {

@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -35,6 +36,14 @@ struct CudaModelOptions {
   // false: the per-(token, pick) GEMVs at any size (bit-identical to the CPU, slow for long prompts).
   bool grouped_moe_prefill = true;
   int device = 0;
+};
+
+// One row's parameters of on-device sampling (sample_tokens, backend/cuda/sampling.h).
+struct SampleRow {
+  float temperature = 0;  // <= 0: greedy
+  int32_t top_k = 0;      // 0 = off
+  float top_p = 1, min_p = 0;
+  uint64_t seed = 0, step = 0;  // the draw: Philox(seed, step)
 };
 
 class CudaModel {
@@ -74,8 +83,18 @@ class CudaModel {
   void decode_async(const std::vector<int32_t>& ids, const std::vector<int32_t>& slots,
                     const std::vector<int32_t>& positions);
   // Replays the batch-B graph on the inputs already on the device (benchmarks). `layers` < 0: all;
-  // else only the first `layers` layers run (0: embedding + head), for per-layer timing.
-  void replay(int64_t B, int64_t layers = -1);
+  // else only the first `layers` layers run (0: embedding + head), for per-layer timing. `sample`: the
+  // graph (a separate one) ends with sample_tokens over the B rows, parameters from upload_sampling.
+  void replay(int64_t B, int64_t layers = -1, bool sample = false);
+
+  // Sampling on the device. decode_sample: a decode step whose graph also samples row b with rows[b]
+  // (parameters uploaded before the replay); returns the B ids (synchronizes). forward_sample: a
+  // prefill chunk (as forward), then the last position sampled with `row`: the id. The logits stay in
+  // logits_device() until the next call: logits_rows downloads some of them.
+  std::vector<int32_t> decode_sample(const std::vector<int32_t>& ids, const std::vector<int32_t>& slots,
+                                     const std::vector<int32_t>& positions, const std::vector<SampleRow>& rows);
+  int32_t forward_sample(int slot, int64_t pos, const std::vector<int32_t>& tokens, const SampleRow& row);
+  Tensor logits_rows(const std::vector<int64_t>& rows);  // [rows.size(), V] (synchronizes)
   // Greedy ids of the first `rows` rows of logits_device() (device argmax, ties to the lower id).
   std::vector<int32_t> greedy(int64_t rows);
   const float* logits_device() const { return logits_.get(); }
@@ -88,6 +107,10 @@ class CudaModel {
   void body(int64_t T, int64_t run_len, int64_t layers, int64_t head_first, int64_t head_rows);
   void prepare(int64_t T);  // GEMM plans for T tokens (before a capture)
   Tensor download_logits(int64_t rows);
+  // Stages rows into the device parameter buffer (after upload_inputs: the pinned buffer is free).
+  void upload_sampling(const std::vector<SampleRow>& rows);
+  void launch_sampling(int64_t rows);                // sample_tokens over rows [0, rows)
+  std::vector<int32_t> download_sampled(int64_t rows);  // synchronizes
 
   ModelConfig cfg_;
   CudaModelOptions opt_;
@@ -106,7 +129,13 @@ class CudaModel {
   DeviceBuffer<int32_t> greedy_ids_;               // [logit_rows]
   DeviceBuffer<float> greedy_temp_;                // [logit_rows] zeros (greedy sampling)
   DeviceBuffer<uint64_t> greedy_seed_;             // [logit_rows] zeros
-  std::map<std::pair<int64_t, int64_t>, cudaGraphExec_t> graphs_;  // (B, layers) -> graph
+  // Sampling parameters of up to logit_rows_ rows, one buffer: seed [R] u64, step [R] u64,
+  // temperature [R] f32, top_p [R] f32, min_p [R] f32, top_k [R] i32 (4R u64 in all).
+  DeviceBuffer<uint64_t> samp_params_;
+  uint64_t* samp_host_ = nullptr;  // pinned [4R], the staging copy
+  DeviceBuffer<int32_t> samp_ids_;  // [R] sampled ids
+  int32_t* samp_ids_host_ = nullptr;  // pinned [R]
+  std::map<std::tuple<int64_t, int64_t, bool>, cudaGraphExec_t> graphs_;  // (B, layers, sample) -> graph
   std::map<int64_t, bool> prepared_;
 };
 

@@ -1,6 +1,11 @@
 // CudaStepModel: the runtime's StepModel (runtime/step_model.h) on the GPU. Slots are CudaModel state
 // slots; a prefill chunk is CudaModel::forward (split at max_tokens), a decode batch is ONE
 // CudaModel::decode_step (the CUDA graph of batch B). Official numerics only.
+//
+// Samples on the device (samples_on_device): decode_sampled is ONE CudaModel::decode_sample (the
+// graph of batch B ends with sample_tokens; B int32 ids come back), prefill_sampled samples the last
+// position after the chunk. Host rows (penalties, logprobs: the caller's Sampler) are sampled greedily
+// on the device too, then their logits rows are downloaded.
 #pragma once
 #include <memory>
 #include <string>
@@ -26,8 +31,13 @@ class CudaStepModel : public StepModel {
   void release(int slot) override;
   Tensor prefill(int slot, int64_t pos, const std::vector<int32_t>& tokens, bool all_logits = false) override;
   Tensor decode(const std::vector<DecodeItem>& items) override;
+  bool samples_on_device() const override { return true; }
+  SampledStep decode_sampled(const std::vector<DecodeItem>& items, const std::vector<RowSampling>& rows) override;
+  SampledStep prefill_sampled(int slot, int64_t pos, const std::vector<int32_t>& tokens, const RowSampling& row) override;
 
  private:
+  void batch_inputs(const std::vector<DecodeItem>& items, std::vector<int32_t>& ids, std::vector<int32_t>& slots,
+                    std::vector<int32_t>& positions) const;
   void check(int slot, int64_t pos, int64_t T) const;
 
   std::unique_ptr<CudaModel> model_;
