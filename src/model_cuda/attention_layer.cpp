@@ -168,6 +168,7 @@ void run_compressor(const DeviceContext& ctx, const ModelConfig& cfg, AttentionW
   lp.x_stride = cfg.hidden_size;
   lp.in = int(cfg.hidden_size);
   lp.out = width;
+  if (b.tokens > kExactLinearMaxTokens) lp.plan = &ws.plan(ctx, GemmKind::Bf16F32Out, width, lp.in, b.tokens);
   lp.w = w.wkv.get();
   lp.y = ws.ca.get();
   linear_f32(ctx, lp);
@@ -231,6 +232,7 @@ void run_indexer(const DeviceContext& ctx, const ModelConfig& cfg, AttentionWork
   lp.x_stride = cfg.hidden_size;
   lp.in = int(cfg.hidden_size);
   lp.out = int(HI);
+  if (b.tokens > kExactLinearMaxTokens) lp.plan = &ws.plan(ctx, GemmKind::Bf16, HI, lp.in, b.tokens);
   linear_f32(ctx, lp);
 
   IndexerScoreParams sp;

@@ -13,6 +13,7 @@
 
 #include "backend/cpu/ops.h"
 #include "backend/cuda/attn_ops.h"
+#include "backend/cuda/gemm.h"
 #include "core/hadamard.h"
 #include "core/quant.h"
 #include "harness.h"
@@ -130,6 +131,44 @@ TEST(CudaAttnOps, LinearF32) {
     compare("linear_f32 T=" + std::to_string(T), y.download("y"), ref, Tol::F32Chain);
     compare("linear_f32 bf16 T=" + std::to_string(T), from_bf16(yb.download("y_bf16")), round_bf16(ref), Tol::Bf16);
   }
+}
+
+// Above kExactLinearMaxTokens with a cuBLASLt plan (tensor cores): fp32 y through a Bf16F32Out plan,
+// bf16 y through a Bf16 plan, against cpu::matmul; a plan of the wrong kind is refused.
+TEST(CudaAttnOps, LinearF32Planned) {
+  DSV4_REQUIRE_HOPPER();
+  DeviceContext ctx;
+  Rng rng(76);
+  const int64_t T = 700;
+  const int in = 4096, out = 1024;
+  std::vector<float> x = rng.bf16_normal(size_t(T * in)), w = rng.bf16_normal(size_t(out * in), 0.05f);
+  auto dx = upload_bf16(x), dw = upload_bf16(w);
+  std::vector<float> ref(size_t(T * out));
+  cpu::matmul(x.data(), T, in, w.data(), out, ref.data());
+  LtMatmul f32(ctx, GemmKind::Bf16F32Out, out, in, T), b16(ctx, GemmKind::Bf16, out, in, T);
+  Guarded<float> y(size_t(T * out));
+  Guarded<uint16_t> yb(size_t(T * out));
+  LinearF32Params p;
+  p.x = as_bf16(dx);
+  p.w = as_bf16(dw);
+  p.tokens = T;
+  p.x_stride = in;
+  p.in = in;
+  p.out = out;
+  p.y = y.get();
+  p.plan = &f32;
+  linear_f32(ctx, p);
+  p.y = nullptr;
+  p.y_bf16 = as_bf16(yb);
+  p.plan = &b16;
+  linear_f32(ctx, p);
+  ctx.synchronize();
+  // The tensor cores' summation order: the GEMM tolerance (on the H200: fp32 max|d| 7.8e-5 at |y| ~ 3,
+  // rel-L2 4.4e-6; bf16 one ulp where the fp32 sums straddle a rounding boundary).
+  compare("linear_f32 planned fp32 T=700", y.download("y"), ref, Tol::GemmBf16);
+  compare("linear_f32 planned bf16 T=700", from_bf16(yb.download("y_bf16")), round_bf16(ref), Tol::GemmBf16);
+  p.plan = &f32;  // a bf16 output through an fp32 plan is refused
+  EXPECT_THROW(linear_f32(ctx, p), Error);
 }
 
 TEST(CudaAttnOps, IndexerTopkTiesToLowerIndex) {

@@ -16,6 +16,7 @@
 namespace dsv4::cuda {
 
 using bf16 = __nv_bfloat16;
+class LtMatmul;
 
 // ---- QuantSim::head_norm (official): per head of width d, sum_i bf16(v_i^2) in index order (fp32),
 // mean = bf16(sum / d), r = bf16(1 / sqrt(bf16(mean + eps))), v_i = bf16(v_i * r). In place; bit-exact
@@ -48,7 +49,8 @@ void hadamard_fp4(const DeviceContext& ctx, const HadamardFp4Params& p);
 
 // ---- y[T, out] = x[T, in] . W[out, in]^T with bf16 operands, fp32 products and accumulation; fp32
 // and/or bf16 (rounded once) out. CPU twin: cpu::matmul — bit-identical up to kExactLinearMaxTokens
-// tokens (exact_linear, the twin's summation order), another order beyond (a warp per output).
+// tokens (exact_linear, the twin's summation order), another order beyond: the cuBLASLt plan when one
+// is given (x_stride == in; Bf16F32Out for y, Bf16 for y_bf16, one output), else a warp per output.
 struct LinearF32Params {
   const bf16* x = nullptr;  // [tokens, in], row stride x_stride
   const bf16* w = nullptr;  // [out, in]
@@ -56,6 +58,7 @@ struct LinearF32Params {
   bf16* y_bf16 = nullptr;   // optional [tokens, out]
   int64_t tokens = 0, x_stride = 0;
   int in = 0, out = 0;
+  LtMatmul* plan = nullptr;  // optional, for tokens > kExactLinearMaxTokens: [out, in] x tokens
 };
 void linear_f32(const DeviceContext& ctx, const LinearF32Params& p);
 
@@ -64,6 +67,8 @@ void linear_f32(const DeviceContext& ctx, const LinearF32Params& p);
 // ratio - 1), pool per channel: softmax over the block's gates (CSA: the previous block's A-halves
 // first, from block 1 on) weighting the values, fp32, rounded to bf16 into pooled[t]; then (CSA) the
 // block's A-halves become the previous block. Rows of tokens that complete no block are not written.
+// The tokens come in runs of run_len: one slot at consecutive positions per run (a prefill chunk, or
+// run_len 1 for a decode batch); the blocks of a run pool in parallel.
 struct CompressorPoolParams {
   const float* a = nullptr;    // [tokens, c*dc] wkv projection
   const float* g = nullptr;    // [tokens, c*dc] wgate projection

@@ -1,7 +1,7 @@
 // Compressor kernels (contracts in attn_ops.h; CPU twin: compress_chunk in src/model/compressor.cpp).
-// Pooling is independent per channel, so compressor_pool gives each thread one channel of one run and
-// walks the run's tokens in order (the block slots and the CSA previous block are per-channel state);
-// compressor_emit then finishes each completed entry with one block per token.
+// Pooling is independent per channel and per completed block: compressor_pool pools every block the
+// run completes in parallel (one thread per (token, channel), reading the run's rows or the state), then
+// updates the per-slot state; compressor_emit finishes each completed entry with one block per token.
 #include <cmath>
 
 #include "backend/cuda/attn_ops.h"
@@ -16,50 +16,102 @@ namespace {
 
 constexpr int kPoolThreads = 128;
 
+// Where the run's token values come from. A run is run_len tokens of one slot at consecutive positions
+// pos0, pos0 + 1, ...; position q of the slot holds (a, g + ape[q % m]) of column col:
+//  * q >= pos0: the token q - pos0 of the run (p.a, p.g);
+//  * q < pos0 in the block of pos0 (a block the run continues): the current-block state cur_a / cur_g;
+//  * q < pos0 in the block before it: the previous-block state prev_a / prev_g (A-halves, overlap only).
+struct RunView {
+  const CompressorPoolParams& p;
+  int64_t t0, slot;
+  int pos0, m, width;
+  __device__ void value(int q, int col, float& a, float& g) const {
+    if (q >= pos0) {
+      const int64_t t = t0 + (q - pos0);
+      a = p.a[t * width + col];
+      g = __fadd_rn(p.g[t * width + col], p.ape[(q % m) * width + col]);
+    } else if (q / m == pos0 / m) {
+      const int64_t i = (slot * m + q % m) * width + col;
+      a = p.cur_a[i];
+      g = p.cur_g[i];
+    } else {  // the previous block's A-half (col < dc)
+      const int64_t i = (slot * m + q % m) * p.dc + col;
+      a = p.prev_a[i];
+      g = p.prev_g[i];
+    }
+  }
+};
+
+// Pooling: thread (token, channel); tokens that complete a block (pos % m == m - 1) pool it: softmax over
+// the gates (CSA: the previous block's A-halves first, from block 1 on), in the twin's order. Every
+// completed block of the run in parallel; the state is read only (compressor_state_kernel updates it).
 __global__ void compressor_pool_kernel(CompressorPoolParams p, int ch_blocks) {
-  const int64_t run = blockIdx.x / ch_blocks;
+  const int64_t t = blockIdx.x / ch_blocks;
   const int ch = (blockIdx.x % ch_blocks) * kPoolThreads + threadIdx.x;
   if (ch >= p.dc) return;
-  const int m = p.ratio, c = p.overlap ? 2 : 1, width = c * p.dc, off = p.overlap ? p.dc : 0;
-  for (int64_t i = 0; i < p.run_len; ++i) {
-    const int64_t t = run * p.run_len + i;
-    const int pos = p.positions[t];
-    const int64_t slot = p.slots[t];
-    const int sl = pos % m;
-    float* ca = p.cur_a + slot * m * width;
-    float* cg = p.cur_g + slot * m * width;
-    for (int h = 0; h < c; ++h) {
-      const int col = h * p.dc + ch;
-      ca[sl * width + col] = p.a[t * width + col];
-      cg[sl * width + col] = __fadd_rn(p.g[t * width + col], p.ape[sl * width + col]);
-    }
-    if (sl != m - 1) continue;
-    // Softmax over the gates (previous block's A-halves first), in the twin's order.
-    const bool prev = p.overlap && pos / m >= 1;
-    float* pa = p.overlap ? p.prev_a + slot * m * p.dc : nullptr;
-    float* pg = p.overlap ? p.prev_g + slot * m * p.dc : nullptr;
-    float mx = -INFINITY;
-    if (prev)
-      for (int s = 0; s < m; ++s) mx = fmaxf(mx, pg[s * p.dc + ch]);
-    for (int s = 0; s < m; ++s) mx = fmaxf(mx, cg[s * width + off + ch]);
-    float den = 0.0f, num = 0.0f;
-    if (prev)
-      for (int s = 0; s < m; ++s) {
-        const float e = cpu_expf(__fsub_rn(pg[s * p.dc + ch], mx));
-        den = __fadd_rn(den, e);
-        num = __fadd_rn(num, __fmul_rn(e, pa[s * p.dc + ch]));
-      }
+  const int m = p.ratio, width = (p.overlap ? 2 : 1) * p.dc, off = p.overlap ? p.dc : 0;
+  const int pos = p.positions[t];
+  if (pos % m != m - 1) return;
+  const int64_t t0 = t / p.run_len * p.run_len;
+  const RunView v{p, t0, int64_t(p.slots[t0]), p.positions[t0], m, width};
+  const int j0 = pos - (m - 1);  // first position of the block
+  const bool prev = p.overlap && pos / m >= 1;
+  float a, g, mx = -INFINITY;
+  if (prev)
     for (int s = 0; s < m; ++s) {
-      const float e = cpu_expf(__fsub_rn(cg[s * width + off + ch], mx));
-      den = __fadd_rn(den, e);
-      num = __fadd_rn(num, __fmul_rn(e, ca[s * width + off + ch]));
+      v.value(j0 - m + s, ch, a, g);
+      mx = fmaxf(mx, g);
     }
-    p.pooled[t * p.dc + ch] = __float2bfloat16_rn(__fdiv_rn(num, den));
-    if (p.overlap)
-      for (int s = 0; s < m; ++s) {
-        pa[s * p.dc + ch] = ca[s * width + ch];
-        pg[s * p.dc + ch] = cg[s * width + ch];
-      }
+  for (int s = 0; s < m; ++s) {
+    v.value(j0 + s, off + ch, a, g);
+    mx = fmaxf(mx, g);
+  }
+  float den = 0.0f, num = 0.0f;
+  if (prev)
+    for (int s = 0; s < m; ++s) {
+      v.value(j0 - m + s, ch, a, g);
+      const float e = cpu_expf(__fsub_rn(g, mx));
+      den = __fadd_rn(den, e);
+      num = __fadd_rn(num, __fmul_rn(e, a));
+    }
+  for (int s = 0; s < m; ++s) {
+    v.value(j0 + s, off + ch, a, g);
+    const float e = cpu_expf(__fsub_rn(g, mx));
+    den = __fadd_rn(den, e);
+    num = __fadd_rn(num, __fmul_rn(e, a));
+  }
+  p.pooled[t * p.dc + ch] = __float2bfloat16_rn(__fdiv_rn(num, den));
+}
+
+// State after the run, as the token-by-token walk leaves it: slot s of the current block holds the run's
+// last token at a position = s (mod m); the previous block (overlap) holds the A-halves of the last block
+// the run completed. Thread (run, s, col) owns element (s, col) of both.
+__global__ void compressor_state_kernel(CompressorPoolParams p, int col_blocks) {
+  const int m = p.ratio, width = (p.overlap ? 2 : 1) * p.dc;
+  const int64_t rs = blockIdx.x / col_blocks;  // run * m + s
+  const int col = (blockIdx.x % col_blocks) * kPoolThreads + threadIdx.x;
+  if (col >= width) return;
+  const int64_t run = rs / m;
+  const int s = int(rs % m);
+  const int64_t t0 = run * p.run_len;
+  const int pos0 = p.positions[t0], last = pos0 + int(p.run_len) - 1;
+  const int64_t slot = p.slots[t0];
+  const RunView v{p, t0, slot, pos0, m, width};
+  const int64_t i = (slot * m + s) * width + col;
+  float a, g;
+  if (p.overlap && col < p.dc) {
+    const int jl = (last + 1) / m - 1;  // the last block that ends inside the run
+    if (jl >= 0 && jl * m + m - 1 >= pos0) {
+      v.value(jl * m + s, col, a, g);  // reads cur_a / cur_g[i] before this thread overwrites them
+      p.prev_a[(slot * m + s) * p.dc + col] = a;
+      p.prev_g[(slot * m + s) * p.dc + col] = g;
+    }
+  }
+  const int q = last - ((last - s) % m + m) % m;  // the last position <= last with q = s (mod m)
+  if (q >= pos0) {
+    v.value(q, col, a, g);
+    p.cur_a[i] = a;
+    p.cur_g[i] = g;
   }
 }
 
@@ -128,8 +180,12 @@ void compressor_pool(const DeviceContext& ctx, const CompressorPoolParams& p) {
   if (p.ratio <= 0 || p.dc <= 0 || p.run_len <= 0 || p.tokens % p.run_len != 0)
     fail("compressor_pool: ratio ", p.ratio, ", dc ", p.dc, ", ", p.tokens, " tokens in runs of ", p.run_len);
   const int ch_blocks = int(ceil_div(p.dc, kPoolThreads));
-  const int grid = narrow_int(p.tokens / p.run_len * ch_blocks, "compressor_pool grid");
-  compressor_pool_kernel<<<grid, kPoolThreads, 0, ctx.stream()>>>(p, ch_blocks);
+  compressor_pool_kernel<<<narrow_int(p.tokens * ch_blocks, "compressor_pool grid"), kPoolThreads, 0, ctx.stream()>>>(
+      p, ch_blocks);
+  DSV4_CUDA_CHECK_LAUNCH();
+  const int col_blocks = int(ceil_div(int64_t(p.overlap ? 2 : 1) * p.dc, kPoolThreads));
+  compressor_state_kernel<<<narrow_int(p.tokens / p.run_len * p.ratio * col_blocks, "compressor_state grid"),
+                            kPoolThreads, 0, ctx.stream()>>>(p, col_blocks);
   DSV4_CUDA_CHECK_LAUNCH();
 }
 

@@ -1,6 +1,7 @@
 // Dense linears on the GPU through cuBLASLt (MODEL.md §6): y[T, out] = x[T, in] . W[out, in]^T.
 //
-// * bf16 x bf16 -> bf16, fp32 accumulate (wo_a, compressor, indexer weights_proj).
+// * bf16 x bf16 -> bf16 or fp32, fp32 accumulate (wo_a; compressor and indexer weights_proj above
+//   kExactLinearMaxTokens tokens, through linear_f32).
 // * FP8 block-scaled (DeepSeek's "official" linears): x as e4m3 codes with one fp32 power-of-two scale
 //   per 1 x 128 block of a row (CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F), W as e4m3 codes with one fp32
 //   scale per 128 x 128 tile (CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F); bf16 out. The checkpoint's
@@ -38,7 +39,7 @@ Fp8Weight upload_fp8_weight(const TensorView& weight, const TensorView& scale);
 // rows is the plan's padded_tokens().
 inline int64_t act_scale_index(int64_t row, int64_t block, int64_t rows) { return block * rows + row; }
 
-enum class GemmKind { Bf16, Fp8BlockScaled };
+enum class GemmKind { Bf16, Bf16F32Out, Fp8BlockScaled };  // Bf16F32Out: bf16 operands, fp32 y
 
 class LtMatmul {
  public:
@@ -53,6 +54,8 @@ class LtMatmul {
 
   // x [tokens, in] bf16, w [out, in] bf16, y [tokens, out] bf16 (row-major, contiguous).
   void run_bf16(const DeviceContext& ctx, const bf16* x, const bf16* w, bf16* y);
+  // The same with fp32 y (a Bf16F32Out plan).
+  void run_bf16_f32(const DeviceContext& ctx, const bf16* x, const bf16* w, float* y);
   // x_codes [P, in] e4m3; x_scales fp32 [ceil(in/128), P] (act_scale_index); y [P, out], with
   // P = padded_tokens(): rows past `tokens` are computed from whatever the buffers hold and are to be
   // ignored (keep them finite, e.g. zeroed once, to keep NaNs out of debugging).

@@ -41,7 +41,7 @@ LtMatmul::LtMatmul(const DeviceContext& ctx, GemmKind kind, int64_t out, int64_t
     for (int64_t align : {1, 4, 8, 16}) {
       padded_ = (tokens + align - 1) / align * align;
       if ((align == 1 || padded_ != tokens) && plan(ctx, padded_)) return;
-      if (kind == GemmKind::Bf16) break;  // padding is an FP8 workaround only
+      if (kind != GemmKind::Fp8BlockScaled) break;  // padding is an FP8 workaround only
     }
   } catch (...) {
     release();  // the destructor does not run for a constructor that throws
@@ -77,7 +77,8 @@ bool LtMatmul::plan(const DeviceContext& ctx, int64_t n) {
   // B: X stored [n, in] row-major = column-major [in, n], ld = in.
   DSV4_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b_, ab_type, uint64_t(in_), uint64_t(n), in_));
   // D: column-major [out, n], ld = out = row-major y[n, out].
-  DSV4_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d_, CUDA_R_16BF, uint64_t(out_), uint64_t(n), out_));
+  const cudaDataType_t d_type = kind_ == GemmKind::Bf16F32Out ? CUDA_R_32F : CUDA_R_16BF;
+  DSV4_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d_, d_type, uint64_t(out_), uint64_t(n), out_));
 
   cublasLtMatmulPreference_t pref = nullptr;
   DSV4_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -113,7 +114,12 @@ void LtMatmul::run(const DeviceContext& ctx, const void* a, const void* b, void*
 }
 
 void LtMatmul::run_bf16(const DeviceContext& ctx, const bf16* x, const bf16* w, bf16* y) {
-  if (kind_ != GemmKind::Bf16) fail("LtMatmul::run_bf16 on an FP8 plan");
+  if (kind_ != GemmKind::Bf16) fail("LtMatmul::run_bf16 on a plan of another kind");
+  run(ctx, w, x, y);
+}
+
+void LtMatmul::run_bf16_f32(const DeviceContext& ctx, const bf16* x, const bf16* w, float* y) {
+  if (kind_ != GemmKind::Bf16F32Out) fail("LtMatmul::run_bf16_f32 on a plan of another kind");
   run(ctx, w, x, y);
 }
 

@@ -1,9 +1,11 @@
 // fp32 linear on bf16 operands (contract in attn_ops.h): the compressors' wkv / wgate, the indexer's
 // weights_proj and the head, which the reference runs as plain fp32 matmuls. Up to
-// kExactLinearMaxTokens tokens exact_linear (bit-identical with the CPU twin); beyond, one warp per
-// output feature and group of up to 8 tokens, lanes striding K in 16-byte pieces, fp32 accumulation.
+// kExactLinearMaxTokens tokens exact_linear (bit-identical with the CPU twin); beyond, the caller's
+// cuBLASLt plan (tensor cores, fp32 accumulate) or one warp per output feature and group of up to 8
+// tokens, lanes striding K in 16-byte pieces, fp32 accumulation.
 #include "backend/cuda/attn_ops.h"
 #include "backend/cuda/check.h"
+#include "backend/cuda/gemm.h"
 #include "backend/cuda/kernel_util.cuh"
 #include "backend/cuda/linear_exact.h"
 
@@ -67,6 +69,15 @@ void linear_f32(const DeviceContext& ctx, const LinearF32Params& p) {
     e.out = p.out;
     e.in = p.in;
     return exact_linear(ctx, e);
+  }
+  if (p.plan) {
+    LtMatmul& m = *p.plan;
+    if (m.out() != p.out || m.in() != p.in || m.tokens() != p.tokens || p.x_stride != p.in)
+      fail("linear_f32: plan [", m.out(), ", ", m.in(), "] x ", m.tokens(), " for [", p.out, ", ", p.in, "] x ", p.tokens,
+           " (row stride ", p.x_stride, ")");
+    if (m.kind() == GemmKind::Bf16F32Out && p.y && !p.y_bf16) return m.run_bf16_f32(ctx, p.x, p.w, p.y);
+    if (m.kind() == GemmKind::Bf16 && p.y_bf16 && !p.y) return m.run_bf16(ctx, p.x, p.w, p.y_bf16);
+    fail("linear_f32: the plan's kind does not match the requested output");
   }
   const int tok_groups = narrow_int(ceil_div(p.tokens, kTok), "linear_f32 token groups");
   const int64_t warps = int64_t(p.out) * tok_groups;
