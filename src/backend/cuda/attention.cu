@@ -15,6 +15,7 @@
 #include "backend/cuda/check.h"
 #include "backend/cuda/cpu_math.cuh"
 #include "backend/cuda/kernel_util.cuh"
+#include "backend/cuda/linear_exact.h"
 #include "backend/cuda/ops.h"
 
 namespace dsv4::cuda {
@@ -155,6 +156,9 @@ void sparse_attention(const DeviceContext& ctx, const SparseAttentionParams& p) 
   if (!p.q || !p.kv || !p.indices || !p.sinks || !p.out) fail("sparse_attention: null pointer");
   if (p.heads <= 0 || p.max_keys <= 0) fail("sparse_attention: heads and max_keys must be positive");
   narrow_int(p.entries, "sparse_attention entries");
+  // Prefill chunks above the exact-linear limit (the forward is not bit-exact there anyway) take the
+  // tensor-core kernel; every call up to it stays on the exact kernel below.
+  if (p.tokens > kExactLinearMaxTokens && sparse_attention_mma_supported(ctx, p)) return sparse_attention_mma(ctx, p);
   switch (p.dim) {
     case 128: return dispatch_group<128>(ctx, p);
     case 256: return dispatch_group<256>(ctx, p);

@@ -139,5 +139,10 @@ struct SparseAttentionParams {
   float scale = 0;                  // 1/sqrt(dim)
 };
 void sparse_attention(const DeviceContext& ctx, const SparseAttentionParams& p);
+// The tensor-core kernel sparse_attention takes for calls above kExactLinearMaxTokens tokens (prefill
+// chunks; attention_mma.cu): fp32 logits from bf16 MMAs, online softmax (bf16(p) rounded relative to the
+// running max), within Tol::Attention of the twin, not bit-exact. Heads a multiple of 64, dim 512.
+bool sparse_attention_mma_supported(const DeviceContext& ctx, const SparseAttentionParams& p);
+void sparse_attention_mma(const DeviceContext& ctx, const SparseAttentionParams& p);
 
 }  // namespace dsv4::cuda

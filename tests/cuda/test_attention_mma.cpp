@@ -1,0 +1,271 @@
+// The tensor-core sparse attention (prefill, > kExactLinearMaxTokens tokens) against
+// cpu::attend_with_sink(round_p = true) within Tol::Attention, and sparse_attention's dispatch.
+#include <gtest/gtest.h>
+#include <cuda_runtime.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+#include "backend/cpu/ops.h"
+#include "backend/cuda/check.h"
+#include "backend/cuda/ops.h"
+#include "harness.h"
+
+namespace dsv4::cuda::test {
+namespace {
+
+struct Case {
+  int64_t tokens = 520;
+  int heads = 64, dim = 512, max_keys = 640;
+  int64_t entries = 5000;
+  float q_sigma = 1.0f;
+  int missing = 0;             // about this many -1 slots per query
+  int valid_prefix = -1;       // >= 0: only the first valid_prefix slots hold keys (HCA: trailing -1)
+  int64_t empty_token = -1;    // a token with no key at all
+  int check_every = 37;        // CPU reference on every check_every-th token (plus the first, last, empty)
+  uint64_t seed = 1;
+};
+
+struct Inputs {
+  std::vector<float> q, kv, sinks;
+  std::vector<int32_t> idx;
+};
+
+Inputs make_inputs(const Case& c) {
+  Rng rng(c.seed);
+  Inputs in;
+  in.q = rng.bf16_normal(size_t(c.tokens * c.heads * c.dim), c.q_sigma);
+  in.kv = rng.bf16_normal(size_t(c.entries * c.dim));
+  in.sinks = rng.f32_normal(size_t(c.heads), 1.0f);
+  in.idx.resize(size_t(c.tokens * c.max_keys));
+  for (int64_t t = 0; t < c.tokens; ++t)
+    for (int s = 0; s < c.max_keys; ++s) {
+      int32_t e = rng.uniform_int(0, int(c.entries - 1));
+      if (c.missing > 0 && s % std::max(1, c.max_keys / c.missing) == 1) e = -1;
+      if (c.valid_prefix >= 0 && s >= c.valid_prefix) e = -1;
+      if (t == c.empty_token) e = -1;
+      in.idx[size_t(t * c.max_keys + s)] = e;
+    }
+  return in;
+}
+
+// Runs `fn` (sparse_attention or sparse_attention_mma) and returns the output as floats.
+template <typename Fn>
+std::vector<float> run(const Case& c, const Inputs& in, Fn fn) {
+  DeviceContext ctx;
+  auto dq = upload_bf16(in.q);
+  auto dkv = upload_bf16(in.kv);
+  DeviceBuffer<int32_t> didx(in.idx);
+  DeviceBuffer<float> dsinks(in.sinks);
+  Guarded<uint16_t> out(size_t(c.tokens * c.heads * c.dim));
+  SparseAttentionParams p;
+  p.q = reinterpret_cast<const bf16*>(dq.get());
+  p.kv = reinterpret_cast<const bf16*>(dkv.get());
+  p.indices = didx.get();
+  p.sinks = dsinks.get();
+  p.out = reinterpret_cast<bf16*>(out.get());
+  p.tokens = c.tokens;
+  p.entries = c.entries;
+  p.heads = c.heads;
+  p.dim = c.dim;
+  p.max_keys = c.max_keys;
+  p.scale = 1.0f / std::sqrt(float(c.dim));
+  fn(ctx, p);
+  ctx.synchronize();
+  return from_bf16(out.download("sparse_attention_mma"));
+}
+
+std::vector<int64_t> checked_tokens(const Case& c) {
+  std::vector<int64_t> ts;
+  for (int64_t t = 0; t < c.tokens; ++t)
+    if (t % c.check_every == 0 || t == c.tokens - 1 || t == c.empty_token) ts.push_back(t);
+  return ts;
+}
+
+// The CPU twin on the checked tokens; compares got's rows of those tokens.
+void compare_twin(const std::string& what, const Case& c, const Inputs& in, const std::vector<float>& got) {
+  const size_t row = size_t(c.heads) * size_t(c.dim);
+  const float scale = 1.0f / std::sqrt(float(c.dim));
+  std::vector<float> ref, sel;
+  for (int64_t t : checked_tokens(c)) {
+    std::vector<const float*> keys;
+    for (int s = 0; s < c.max_keys; ++s)
+      if (int32_t e = in.idx[size_t(t * c.max_keys + s)]; e >= 0) keys.push_back(&in.kv[size_t(e) * size_t(c.dim)]);
+    std::vector<float> r(row);
+    for (int h = 0; h < c.heads; ++h)
+      cpu::attend_with_sink(&in.q[size_t(t) * row + size_t(h) * c.dim], keys.data(), int64_t(keys.size()), c.dim,
+                            scale, in.sinks[size_t(h)], true, &r[size_t(h) * c.dim]);
+    ref.insert(ref.end(), r.begin(), r.end());
+    sel.insert(sel.end(), got.begin() + int64_t(t * row), got.begin() + int64_t((t + 1) * row));
+    if (t == c.empty_token) {
+      for (size_t i = 0; i < row; ++i) ASSERT_EQ(got[size_t(t) * row + i], 0.0f) << what << ": empty token not zero";
+    }
+  }
+  const CompareResult r = compare(what, sel, round_bf16(ref), Tol::Attention);
+  EXPECT_TRUE(r.ok) << r.line;
+}
+
+void check_mma(const std::string& what, const Case& c) {
+  const Inputs in = make_inputs(c);
+  DeviceContext probe;
+  SparseAttentionParams sp;
+  sp.heads = c.heads;
+  sp.dim = c.dim;
+  sp.max_keys = c.max_keys;
+  ASSERT_TRUE(sparse_attention_mma_supported(probe, sp)) << what;
+  const std::vector<float> got = run(c, in, [](const DeviceContext& ctx, const SparseAttentionParams& p) {
+    sparse_attention_mma(ctx, p);
+  });
+  compare_twin("sparse_attention_mma " + what, c, in, got);
+}
+
+TEST(CudaAttentionMma, SlidingWindow128) {
+  DSV4_REQUIRE_HOPPER();
+  Case c;
+  c.max_keys = 128;
+  c.entries = 2000;
+  c.missing = 9;
+  c.empty_token = 5;
+  c.seed = 71;
+  check_mma("sliding keys=128", c);
+}
+TEST(CudaAttentionMma, CsaWindowPlusSelected) {
+  DSV4_REQUIRE_HOPPER();
+  Case c;  // 128 window + 512 selected, some holes, one query with no key
+  c.max_keys = 640;
+  c.missing = 40;
+  c.empty_token = 300;
+  c.seed = 72;
+  check_mma("csa keys=640", c);
+}
+TEST(CudaAttentionMma, HcaShortAndLong) {
+  DSV4_REQUIRE_HOPPER();
+  Case a;  // window + 64 compressed entries
+  a.max_keys = 192;
+  a.entries = 3000;
+  a.missing = 5;
+  a.seed = 73;
+  check_mma("hca keys=192", a);
+  Case b;  // window + 8192 compressed slots, the trailing ones empty (early in a long prompt)
+  b.tokens = 516;
+  b.max_keys = 8320;
+  b.entries = 20000;
+  b.valid_prefix = 3000;
+  b.check_every = 103;
+  b.seed = 74;
+  check_mma("hca keys=8320 (3000 valid)", b);
+  b.valid_prefix = -1;
+  b.check_every = 257;
+  b.seed = 75;
+  check_mma("hca keys=8320 (all valid)", b);
+}
+TEST(CudaAttentionMma, PeakedLogitsAndHeadBlocks) {
+  DSV4_REQUIRE_HOPPER();
+  Case c;  // large q: a few keys dominate; the running max moves across chunks
+  c.max_keys = 640;
+  c.q_sigma = 3.0f;
+  c.seed = 76;
+  check_mma("peaked q_sigma=3", c);
+  Case d;  // 128 heads: two head blocks per token; a short list with a partial chunk
+  d.tokens = 40;
+  d.heads = 128;
+  d.max_keys = 77;
+  d.entries = 500;
+  d.missing = 7;
+  d.empty_token = 3;
+  d.check_every = 5;
+  d.seed = 77;
+  check_mma("heads=128 keys=77", d);
+}
+
+// Up to kExactLinearMaxTokens tokens sparse_attention is the exact kernel (bit-identical to the twin);
+// above, it is the tensor-core kernel (bit-identical to sparse_attention_mma).
+TEST(CudaAttentionMma, Dispatch) {
+  DSV4_REQUIRE_HOPPER();
+  Case c;
+  c.tokens = 512;
+  c.max_keys = 160;
+  c.entries = 1000;
+  c.missing = 4;
+  c.check_every = 61;
+  c.seed = 78;
+  Inputs in = make_inputs(c);
+  const auto exact = run(c, in, [](const DeviceContext& ctx, const SparseAttentionParams& p) { sparse_attention(ctx, p); });
+  {
+    const size_t row = size_t(c.heads) * size_t(c.dim);
+    const float scale = 1.0f / std::sqrt(float(c.dim));
+    std::vector<float> ref, sel;
+    for (int64_t t : checked_tokens(c)) {
+      std::vector<const float*> keys;
+      for (int s = 0; s < c.max_keys; ++s)
+        if (int32_t e = in.idx[size_t(t * c.max_keys + s)]; e >= 0) keys.push_back(&in.kv[size_t(e) * size_t(c.dim)]);
+      std::vector<float> r(row);
+      for (int h = 0; h < c.heads; ++h)
+        cpu::attend_with_sink(&in.q[size_t(t) * row + size_t(h) * c.dim], keys.data(), int64_t(keys.size()), c.dim,
+                              scale, in.sinks[size_t(h)], true, &r[size_t(h) * c.dim]);
+      ref.insert(ref.end(), r.begin(), r.end());
+      sel.insert(sel.end(), exact.begin() + int64_t(t * row), exact.begin() + int64_t((t + 1) * row));
+    }
+    const CompareResult r = compare("sparse_attention 512 tokens (exact kernel)", sel, round_bf16(ref), Tol::Exact);
+    EXPECT_TRUE(r.ok) << r.line;
+  }
+  c.tokens = 513;
+  c.seed = 79;
+  in = make_inputs(c);
+  const auto dispatched =
+      run(c, in, [](const DeviceContext& ctx, const SparseAttentionParams& p) { sparse_attention(ctx, p); });
+  const auto mma =
+      run(c, in, [](const DeviceContext& ctx, const SparseAttentionParams& p) { sparse_attention_mma(ctx, p); });
+  const CompareResult r = compare("sparse_attention 513 tokens == sparse_attention_mma", dispatched, mma, Tol::Exact);
+  EXPECT_TRUE(r.ok) << r.line;
+}
+
+// Timing (printed, for docs/perf-log.md): T = 2048 tokens x 64 heads x 640 keys, both kernels.
+TEST(CudaAttentionMma, Timing) {
+  DSV4_REQUIRE_HOPPER();
+  Case c;
+  c.tokens = 2048;
+  c.max_keys = 640;
+  c.entries = 16384;
+  c.seed = 80;
+  const Inputs in = make_inputs(c);
+  DeviceContext ctx;
+  auto dq = upload_bf16(in.q);
+  auto dkv = upload_bf16(in.kv);
+  DeviceBuffer<int32_t> didx(in.idx);
+  DeviceBuffer<float> dsinks(in.sinks);
+  DeviceBuffer<uint16_t> out(size_t(c.tokens * c.heads * c.dim));
+  SparseAttentionParams p;
+  p.q = reinterpret_cast<const bf16*>(dq.get());
+  p.kv = reinterpret_cast<const bf16*>(dkv.get());
+  p.indices = didx.get();
+  p.sinks = dsinks.get();
+  p.out = reinterpret_cast<bf16*>(out.get());
+  p.tokens = c.tokens;
+  p.entries = c.entries;
+  p.heads = c.heads;
+  p.dim = c.dim;
+  p.max_keys = c.max_keys;
+  p.scale = 1.0f / std::sqrt(float(c.dim));
+  auto time = [&](const char* name, auto fn) {
+    const double flop = 4.0 * double(p.tokens) * c.heads * c.max_keys * c.dim;
+    fn();
+    ctx.synchronize();
+    constexpr int kIters = 10;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < kIters; ++i) fn();
+    ctx.synchronize();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / kIters;
+    std::printf("[timing] %s T=%lld heads=%d keys=%d: %.3f ms, %.1f TFLOP/s (%.1f%% of 777 bf16 peak)\n", name,
+                static_cast<long long>(p.tokens), c.heads, c.max_keys, s * 1e3, flop / s / 1e12,
+                100.0 * flop / s / 777e12);
+  };
+  time("sparse_attention_mma", [&] { sparse_attention_mma(ctx, p); });
+  p.tokens = 512;  // the exact kernel takes every call up to 512 tokens
+  time("sparse_attention exact", [&] { sparse_attention(ctx, p); });
+}
+
+}  // namespace
+}  // namespace dsv4::cuda::test
