@@ -18,38 +18,11 @@
 #include "backend/cuda/fill.h"
 #include "backend/cuda/fp4_grouped_mma.h"
 #include "backend/cuda/moe_ops.h"
+#include "cuda_graph_timer.h"
 
 namespace dsv4::cuda {
 namespace {
 
-double graph_time_us(const DeviceContext& ctx, int batch, const std::function<void()>& launch) {
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  DSV4_CUDA_CHECK(cudaStreamBeginCapture(ctx.stream(), cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < batch; ++i) launch();
-  DSV4_CUDA_CHECK(cudaStreamEndCapture(ctx.stream(), &graph));
-  DSV4_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  cudaEvent_t a, b;
-  DSV4_CUDA_CHECK(cudaEventCreate(&a));
-  DSV4_CUDA_CHECK(cudaEventCreate(&b));
-  DSV4_CUDA_CHECK(cudaGraphLaunch(exec, ctx.stream()));
-  std::vector<double> t;
-  for (int r = 0; r < 7; ++r) {
-    DSV4_CUDA_CHECK(cudaEventRecord(a, ctx.stream()));
-    DSV4_CUDA_CHECK(cudaGraphLaunch(exec, ctx.stream()));
-    DSV4_CUDA_CHECK(cudaEventRecord(b, ctx.stream()));
-    DSV4_CUDA_CHECK(cudaEventSynchronize(b));
-    float ms = 0;
-    DSV4_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(1000.0 * ms / batch);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
 
 }  // namespace
 
@@ -131,11 +104,14 @@ void bench_fp4_grouped(const DeviceContext& ctx) {
     m2.y = y2.get();
     m2.out = D;
     m2.K = I;
-    const double us13 = graph_time_us(ctx, 2, [&] {
-      fp4_grouped_schedule(ctx, sp);
-      fp4_grouped_mma(ctx, m);
-    });
-    const double us2 = graph_time_us(ctx, 2, [&] { fp4_grouped_mma(ctx, m2); });
+    const double us13 = graph_time_us(
+        ctx, 2,
+        [&](int) {
+          fp4_grouped_schedule(ctx, sp);
+          fp4_grouped_mma(ctx, m);
+        },
+        1, 7);
+    const double us2 = graph_time_us(ctx, 2, [&](int) { fp4_grouped_mma(ctx, m2); }, 1, 7);
     const double f13 = 2.0 * double(n) * double(2 * I) * double(D), f2 = 2.0 * double(n) * double(D) * double(I);
     const double b13 = double(w13.size() + w13s.size()), b2 = double(w2.size() + w2s.size());
     auto line = [&](const char* what, double us, double flops, double bytes) {

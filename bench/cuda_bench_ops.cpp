@@ -34,6 +34,7 @@
 #include "backend/cuda/linear_exact.h"
 #include "backend/cuda/linear_exact_reg.h"
 #include "cuda_bench_kernels.h"
+#include "cuda_graph_timer.h"
 
 using namespace dsv4::cuda;
 
@@ -50,33 +51,7 @@ FILE* g_json = nullptr;
 
 // Median time of one call of `launch(i)` (i = 0..batch-1 inside a captured graph), in microseconds.
 double time_us(const DeviceContext& ctx, int batch, const std::function<void(int)>& launch) {
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  DSV4_CUDA_CHECK(cudaStreamBeginCapture(ctx.stream(), cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < batch; ++i) launch(i);
-  DSV4_CUDA_CHECK(cudaStreamEndCapture(ctx.stream(), &graph));
-  DSV4_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  cudaEvent_t a, b;
-  DSV4_CUDA_CHECK(cudaEventCreate(&a));
-  DSV4_CUDA_CHECK(cudaEventCreate(&b));
-  for (int w = 0; w < 3; ++w) DSV4_CUDA_CHECK(cudaGraphLaunch(exec, ctx.stream()));
-  std::vector<double> t;
-  const int trials = g_quick ? 5 : 15;
-  for (int r = 0; r < trials; ++r) {
-    DSV4_CUDA_CHECK(cudaEventRecord(a, ctx.stream()));
-    DSV4_CUDA_CHECK(cudaGraphLaunch(exec, ctx.stream()));
-    DSV4_CUDA_CHECK(cudaEventRecord(b, ctx.stream()));
-    DSV4_CUDA_CHECK(cudaEventSynchronize(b));
-    float ms = 0;
-    DSV4_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(1000.0 * ms / batch);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  return graph_time_us(ctx, batch, launch, 3, g_quick ? 5 : 15);
 }
 
 void report(const char* what, const std::string& shape, double us, double flops, double bytes, double peak_tflops) {

@@ -7,7 +7,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
-#include "runtime/philox.h"
+#include "core/philox.h"
 
 namespace dsv4 {
 

@@ -15,7 +15,6 @@
 #include "backend/cuda/sampling.h"
 #include "model_cuda/cuda_step_model.h"
 #include "runtime/engine.h"
-#include "runtime/philox.h"
 #include "support/engine_events.h"
 #include "support/test_paths.h"
 
@@ -23,12 +22,6 @@ namespace dsv4::cuda {
 namespace {
 
 using namespace std::chrono_literals;
-
-TEST(CudaSampling, PhiloxOnTheHostIsTheKernels) {  // no GPU needed: the same function twice
-  for (uint64_t seed : {uint64_t(0), uint64_t(1), uint64_t(0xDEADBEEFCAFEull), ~uint64_t(0)})
-    for (uint64_t step : {uint64_t(0), uint64_t(1), uint64_t(77), uint64_t(1) << 40})
-      EXPECT_EQ(dsv4::philox_uniform(seed, step), cuda::philox_uniform(seed, step));
-}
 
 TEST(CudaSampling, KernelDrawsEqualTheCpuTwin) {
   if (!have_hopper_device()) GTEST_SKIP() << "no sm_90 CUDA device";

@@ -11,9 +11,10 @@
 
 #include "core/error.h"
 #include "runtime/engine.h"
-#include "runtime/philox.h"
+#include "core/philox.h"
 #include "runtime/step_model.h"
 #include "support/engine_events.h"
+#include "support/bundled_model.h"
 #include "support/test_paths.h"
 
 namespace dsv4 {
@@ -103,23 +104,7 @@ class PhiloxStepModel : public CpuStepModel {
   }
 };
 
-class SampledStepTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    const std::string dir = test::bundled_model_dir();
-    model_ = Model::load(dir, Numerics::Official).release();
-    tok_ = new Tokenizer(Tokenizer::load(dir));
-  }
-  static void TearDownTestSuite() {
-    delete model_;
-    delete tok_;
-  }
-  static Model* model_;
-  static Tokenizer* tok_;
-};
-
-Model* SampledStepTest::model_ = nullptr;
-Tokenizer* SampledStepTest::tok_ = nullptr;
+class SampledStepTest : public test::BundledModelTest {};
 
 TEST_F(SampledStepTest, DefaultSampledCallsAreSamplePhiloxOnTheLogits) {
   CpuStepModel m(*model_, 3), ref(*model_, 3);

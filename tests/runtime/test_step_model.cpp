@@ -5,28 +5,13 @@
 
 #include "core/error.h"
 #include "runtime/step_model.h"
+#include "support/bundled_model.h"
 #include "support/test_paths.h"
 
 namespace dsv4 {
 namespace {
 
-class StepModelTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    const std::string dir = test::bundled_model_dir();
-    model_ = Model::load(dir, Numerics::Official).release();
-    tok_ = new Tokenizer(Tokenizer::load(dir));
-  }
-  static void TearDownTestSuite() {
-    delete model_;
-    delete tok_;
-  }
-  static Model* model_;
-  static Tokenizer* tok_;
-};
-
-Model* StepModelTest::model_ = nullptr;
-Tokenizer* StepModelTest::tok_ = nullptr;
+class StepModelTest : public test::BundledModelTest {};
 
 TEST_F(StepModelTest, DecodeBatchEqualsSingleSequences) {
   CpuStepModel m(*model_, 4);

@@ -1,12 +1,18 @@
-// Philox-4x32-10 on the host: u in [0, 1) from (counter = step, key = seed), 53 random bits. The same
-// function as cuda::philox_uniform (backend/cuda/sampling.h, the GPU sampler's draw; a test checks they
-// agree), here without CUDA headers so the CPU build has it.
+// Philox-4x32-10: u in [0, 1) from (counter = step, key = seed), 53 random bits. The draw of both
+// samplers: the GPU kernel (backend/cuda/sampling.cu, compiled for the device through DSV4_HOST_DEVICE)
+// and its CPU twin sample_philox (runtime/sampler.h); a GPU test checks the device's draws equal the host's.
 #pragma once
 #include <cstdint>
 
+#if defined(__CUDACC__)
+#define DSV4_HOST_DEVICE __host__ __device__
+#else
+#define DSV4_HOST_DEVICE
+#endif
+
 namespace dsv4 {
 
-inline double philox_uniform(uint64_t seed, uint64_t step) {
+DSV4_HOST_DEVICE inline double philox_uniform(uint64_t seed, uint64_t step) {
   uint32_t c0 = uint32_t(step), c1 = uint32_t(step >> 32), c2 = 0, c3 = 0;
   uint32_t k0 = uint32_t(seed), k1 = uint32_t(seed >> 32);
   for (int r = 0; r < 10; ++r) {
