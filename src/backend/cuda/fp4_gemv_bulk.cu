@@ -219,7 +219,7 @@ void launch(const DeviceContext& ctx, const Fp4GemvParams& p) {
   if (size_t(plan.total) > ctx.max_smem_per_block())
     fail("fp4_gemv: K = ", p.K, " with ", p.tokens, " tokens needs ", plan.total, " bytes of shared memory");
   auto kernel = fp4_gemv_bulk_kernel<W, S>;
-  DSV4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, plan.total));
+  allow_max_dynamic_smem(ctx, kernel);
   const dim3 grid(unsigned(narrow_int(p.rows / 16, "fp4_gemv row tiles")), unsigned(p.selections));
   kernel<<<grid, W * 32, plan.total, ctx.stream()>>>(p);
   DSV4_CUDA_CHECK_LAUNCH();

@@ -170,7 +170,7 @@ void indexer_scores_with(const DeviceContext& ctx, const IndexerScoreParams& p, 
   }
   const size_t smem = size_t(p.heads * p.dim + p.heads) * sizeof(float);
   if (smem > 48 * 1024)
-    DSV4_CUDA_CHECK(cudaFuncSetAttribute(indexer_scores_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    allow_max_dynamic_smem(ctx, indexer_scores_kernel);
   const dim3 grid(narrow_int(p.tokens, "indexer_scores tokens"),
                   narrow_int(ceil_div(p.max_entries, kScoreWarps), "indexer_scores entry groups"));
   indexer_scores_kernel<<<grid, kScoreWarps * 32, smem, ctx.stream()>>>(p);

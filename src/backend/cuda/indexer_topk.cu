@@ -155,8 +155,7 @@ int pow2_at_least(int64_t n) {
 template <typename K>
 void launch_topk(const DeviceContext& ctx, K kernel, const IndexerTopkParams& p, int cap) {
   const size_t smem = size_t(cap) * sizeof(uint64_t);
-  if (smem > 48 * 1024)
-    DSV4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  if (smem > 48 * 1024) allow_max_dynamic_smem(ctx, kernel);
   kernel<<<narrow_int(p.tokens, "indexer_topk grid"), kTopkThreads, smem, ctx.stream()>>>(p, cap);
   DSV4_CUDA_CHECK_LAUNCH();
 }

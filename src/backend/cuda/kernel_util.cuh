@@ -6,6 +6,8 @@
 
 #include <cuda_bf16.h>
 
+#include "backend/cuda/check.h"
+#include "backend/cuda/context.h"
 #include "core/error.h"
 
 namespace dsv4::cuda {
@@ -17,6 +19,15 @@ inline int narrow_int(int64_t v, const char* what) {
 }
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Lets `kernel` launch with up to the device's opt-in shared memory per block. The attribute is only a
+// cap (occupancy follows each launch's own size), so it is raised to the device maximum instead of to
+// each call's size: a later call with a smaller size would otherwise lower it below a launch already
+// captured in a graph, and replaying that node alone (as ncu does) then fails with LaunchFailed.
+template <typename Kernel>
+void allow_max_dynamic_smem(const DeviceContext& ctx, Kernel kernel) {
+  DSV4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(ctx.max_smem_per_block())));
+}
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll

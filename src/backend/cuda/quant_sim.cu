@@ -82,7 +82,7 @@ void head_norm_bf16(const DeviceContext& ctx, const HeadNormParams& p) {
   const int64_t total = p.rows * p.heads;
   const size_t smem = size_t(kHeadNormWarps) * p.dim * 6;  // fp32 squares + bf16 values per warp
   if (smem > 48 * 1024)
-    DSV4_CUDA_CHECK(cudaFuncSetAttribute(head_norm_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    allow_max_dynamic_smem(ctx, head_norm_kernel);
   head_norm_kernel<<<narrow_int(ceil_div(total, kHeadNormWarps), "head_norm grid"), kHeadNormWarps * 32, smem,
                      ctx.stream()>>>(p, total);
   DSV4_CUDA_CHECK_LAUNCH();
