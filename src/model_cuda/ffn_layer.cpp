@@ -7,6 +7,7 @@
 #include "backend/cuda/attn_ops.h"
 #include "backend/cuda/embed_head.h"
 #include "backend/cuda/fp4_gemv.h"
+#include "backend/cuda/fp4_grouped_mma.h"
 #include "backend/cuda/fp4_tiled.h"
 #include "backend/cuda/linear_exact.h"
 #include "backend/cuda/moe_ops.h"
@@ -181,6 +182,11 @@ MoeWorkspace::MoeWorkspace(const DeviceContext& ctx, const ModelConfig& cfg, int
   shs = DeviceBuffer<float>(Pz * size_t(I / 128));
   ys = DeviceBuffer<bf16>(Pz * size_t(D));
   bad = DeviceBuffer<int32_t>(1);
+  plan = DeviceBuffer<int32_t>(size_t(moe_plan_ints(int64_t(Tk), int(E))));
+  entry_row = DeviceBuffer<int32_t>(Tk);
+  plan_scratch = DeviceBuffer<int32_t>(size_t(moe_plan_scratch_ints(int64_t(Tk), int(E))));
+  tiles = DeviceBuffer<int32_t>(size_t(fp4_grouped_tile_ints(int64_t(Tk), int(E), kMoeExpertTileRows)));
+  w_rows = DeviceBuffer<float>(Tk);
   // cuBLASLt reads the padded rows past T: keep them finite.
   zeroed(xq);
   zeroed(xs);
@@ -242,17 +248,8 @@ void moe_forward(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace&
 
   // Large FP4 calls: the grouped tensor-core pass (moe_prefill.h) instead of the GEMVs below.
   GroupedRouted grouped;
-  if (!exact && !w.dense_experts && ws.grouped_prefill) {
-    if (!ws.grouped) {
-      ModelConfig gc;
-      gc.hidden_size = D;
-      gc.moe_inter_dim = I;
-      gc.n_routed_experts = w.E;
-      gc.experts_per_tok = k;
-      ws.grouped = std::make_unique<MoeGroupedWorkspace>(gc, ws.max_tokens());
-    }
-    grouped = moe_routed_grouped(ctx, w, *ws.grouped, ws.xq.get(), ws.xs.get(), P, ws.ids.get(), ws.weights.get(), T);
-  }
+  if (!exact && !w.dense_experts && ws.grouped_prefill)
+    grouped = moe_routed_grouped(ctx, w, ws, ws.xq.get(), ws.xs.get(), P, ws.ids.get(), ws.weights.get(), T);
 
   // exact_linear of a bf16 / FP8 input against a bf16 / FP8 weight (one token per expert selection
   // when expert_ids is given).
@@ -295,8 +292,50 @@ void moe_forward(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace&
       fp4_gemv(ctx, f);
     }
   };
+  // Expert tiles: one fp4_gemv selection per (expert, up to kMoeExpertTileRows plan rows).
+  auto tile_gemv = [&](const DeviceBuffer<uint8_t>& wp, const DeviceBuffer<uint8_t>& wsc, const uint8_t* xc,
+                       const float* xsc, int64_t rows, int64_t K, bf16* out) {
+    Fp4GemvParams f;
+    f.w_packed = wp.get();
+    f.tiled = true;
+    f.w_scales = wsc.get();
+    f.tiles = ws.tiles.get();
+    f.offsets = ws.plan.get() + w.E;
+    f.x_codes = xc;
+    f.x_scales = xsc;
+    f.y = out;
+    f.selections = int(fp4_grouped_max_tiles(Tk, int(w.E), kMoeExpertTileRows));
+    f.tokens = kMoeExpertTileRows;
+    f.rows = rows;
+    f.K = K;
+    f.x_tok_stride = K;
+    f.xs_tok_stride = K / 128;
+    f.xs_blk_stride = 1;
+    f.y_tok_stride = rows;
+    fp4_gemv(ctx, f);
+  };
+  const bool expert_tiles = exact && !w.dense_experts && T >= kMoeExpertTileMinTokens;
   if (grouped.y2) {
     // done above
+  } else if (expert_tiles) {
+    const MoePlanRefs plan = moe_plan_tiles(ctx, ws, ws.ids.get(), ws.weights.get(), Tk, int(w.E), kMoeExpertTileRows);
+    MoeGatherParams g;  // x rows in plan order
+    g.xq = ws.xq.get();
+    g.xs = ws.xs.get();
+    g.sel_xq = ws.sel_xq.get();
+    g.sel_xs = ws.sel_xs.get();
+    g.rows = plan.rows;
+    g.T = T;
+    g.P = P;
+    g.k = int(k);
+    g.D = int(D);
+    moe_gather(ctx, g);
+    tile_gemv(w.w13, w.w13_scales, ws.sel_xq.get(), ws.sel_xs.get(), 2 * I, D, ws.y13.get());
+    swiglu_gate_up(ctx, ws.y13.get(), ws.w_rows.get(), ws.h.get(), Tk, I, w.swiglu_limit);
+    act_quant_rows(ctx, ws.h.get(), Tk, I, ws.hq.get(), ws.hs.get(), I / 128, 1);
+    tile_gemv(w.w2, w.w2_scales, ws.hq.get(), ws.hs.get(), D, I, ws.y2.get());
+    grouped.y2 = ws.y2.get();
+    grouped.entry_row = ws.entry_row.get();
   } else if (w.dense_experts) {
     exact_dense(x, Tk, k, w.w13_16.get(), ws.ids.get(), 2 * I, D, ws.y13.get());
   } else {

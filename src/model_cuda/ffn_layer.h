@@ -50,12 +50,12 @@ struct DevMoeWeights {
 // Routed experts FP4 or dense bf16, the shared expert FP8 or dense bf16. Throws on other formats or
 // shapes that break the kernels' contracts (D, I multiples of 128).
 // Up to kExactLinearMaxTokens tokens, dense experts and the shared expert run through exact_linear
-// (bit-identical to the CPU twin); FP4 experts through fp4_gemv; larger shared-expert calls cuBLASLt and
-// larger FP4 routed-expert calls the grouped tensor-core pass of moe_prefill.h (one host sync).
+// (bit-identical to the CPU twin); FP4 experts through fp4_gemv (one selection per (token, pick) below
+// kMoeExpertTileMinTokens tokens, expert tiles from there); larger shared-expert calls cuBLASLt and
+// larger FP4 routed-expert calls the grouped tensor-core pass of moe_prefill.h (no host sync).
 DevMoeWeights upload_moe_weights(const DeviceContext& ctx, const MoeWeights& w, const ModelConfig& cfg,
                                  const LayerSpec& spec);
 
-struct MoeGroupedWorkspace;  // moe_prefill.h
 
 // Scratch of moe_forward for up to max_tokens tokens; shared by all layers of one model (same shapes).
 struct MoeWorkspace {
@@ -87,13 +87,23 @@ struct MoeWorkspace {
   DeviceBuffer<float> shs;           // [I/128, P]
   DeviceBuffer<bf16> ys;             // [P, D] shared expert output
   DeviceBuffer<int32_t> bad;         // [1] set when a token id / tid2eid entry was out of range
-  std::unique_ptr<MoeGroupedWorkspace> grouped;  // FP4 routed experts above kExactLinearMaxTokens tokens
-                                                 // (made on first use; moe_prefill.h)
+  // Expert tiles of a decode batch (kMoeExpertTileMinTokens..kExactLinearMaxTokens tokens, FP4 experts):
+  // moe_plan order, so each active expert's weights are read once for all its rows (fp4_gemv tiles).
+  DeviceBuffer<int32_t> plan;        // moe_plan_ints(T*k, E): counts | offsets | rows
+  DeviceBuffer<int32_t> entry_row;   // [T*k] plan row of entry t * k + j
+  DeviceBuffer<int32_t> plan_scratch;
+  DeviceBuffer<int32_t> tiles;       // fp4_grouped_tile_ints(T*k, E, kMoeExpertTileRows)
+  DeviceBuffer<float> w_rows;        // [T*k] routing weight per plan row
   // Off: every FP4 call takes the per-selection GEMVs (bit-identical to the CPU at any T, slow for
   // prefill). CudaModel sets it from CudaModelOptions::grouped_moe_prefill.
   bool grouped_prefill = true;
   std::map<int64_t, std::unique_ptr<SharedPlans>> plans_;
 };
+
+// From this many tokens per call up to kExactLinearMaxTokens, FP4 routed experts run as expert tiles of
+// up to kMoeExpertTileRows rows (bit-identical to one GEMV selection per (token, pick), which serves fewer).
+constexpr int64_t kMoeExpertTileMinTokens = 8;
+constexpr int kMoeExpertTileRows = 8;
 
 // y [T, D] bf16 = MoE(x [T, D] bf16, ffn-normed) for tokens `token_ids` [T] (device, int32; hash
 // routing reads tid2eid at them). T <= ws.max_tokens(). x and y may not alias.

@@ -9,56 +9,45 @@
 
 namespace dsv4::cuda {
 
-MoeGroupedWorkspace::MoeGroupedWorkspace(const ModelConfig& cfg, int64_t max_tokens)
-    : max_entries(max_tokens * cfg.experts_per_tok), D(cfg.hidden_size), I(cfg.moe_inter_dim),
-      E(cfg.n_routed_experts), k(cfg.experts_per_tok) {
-  const size_t n = size_t(max_entries);
-  plan = DeviceBuffer<int32_t>(size_t(moe_plan_ints(max_entries, int(E))));
-  entry_row = DeviceBuffer<int32_t>(n);
-  scratch = DeviceBuffer<int32_t>(size_t(moe_plan_scratch_ints(max_entries, int(E))));
-  tiles = DeviceBuffer<int32_t>(size_t(fp4_grouped_tile_ints(max_entries, int(E))));
-  w_rows = DeviceBuffer<float>(n);
-  y13 = DeviceBuffer<bf16>(n * size_t(2 * I));
-  h = DeviceBuffer<bf16>(n * size_t(I));
-  hq = DeviceBuffer<uint8_t>(n * size_t(I));
-  hs = DeviceBuffer<float>(n * size_t(I / 128));
-  y2 = DeviceBuffer<bf16>(n * size_t(D));
+MoePlanRefs moe_plan_tiles(const DeviceContext& ctx, MoeWorkspace& ws, const int32_t* ids, const float* weights,
+                           int64_t entries, int E, int rows_per_tile) {
+  if (entries > ws.max_tokens() * ws.k) fail("moe_plan_tiles: ", entries, " entries, the workspace holds ", ws.max_tokens() * ws.k);
+  if (rows_per_tile < kMoeExpertTileRows)
+    fail("moe_plan_tiles: the tile list is sized for tiles of >= ", kMoeExpertTileRows, " rows");
+  int32_t* counts = ws.plan.get();
+  MoePlanParams pp;
+  pp.ids = ids;
+  pp.counts = counts;
+  pp.offsets = counts + E;
+  pp.rows = counts + 2 * E + 1;
+  pp.entry_row = ws.entry_row.get();
+  pp.scratch = ws.plan_scratch.get();
+  pp.entries = entries;
+  pp.E = E;
+  moe_plan(ctx, pp);
+  moe_plan_row_weights(ctx, pp.rows, weights, ws.w_rows.get(), entries);
+  Fp4GroupedScheduleParams sp;
+  sp.counts = pp.counts;
+  sp.offsets = pp.offsets;
+  sp.tiles = ws.tiles.get();
+  sp.E = E;
+  sp.rows_per_tile = rows_per_tile;
+  fp4_grouped_schedule(ctx, sp);
+  return {pp.counts, pp.offsets, pp.rows};
 }
 
-GroupedRouted moe_routed_grouped(const DeviceContext& ctx, const DevMoeWeights& w, MoeGroupedWorkspace& g,
+GroupedRouted moe_routed_grouped(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace& ws,
                                  const uint8_t* xq, const float* xs, int64_t P, const int32_t* ids,
                                  const float* weights, int64_t T) {
   const int64_t D = w.D, I = w.I, E = w.E, k = w.k, n = T * k;
   if (w.dense_experts) fail("moe_routed_grouped: FP4 routed experts only");
-  if (g.D != D || g.I != I || g.E != E || g.k != k) fail("moe_routed_grouped: workspace shapes differ from the layer's");
-  if (n > g.max_entries) fail("moe_routed_grouped: ", T, " tokens, the workspace holds ", g.max_entries / k);
-  int32_t* counts = g.plan.get();
-  int32_t* offsets = counts + E;
-  int32_t* rows = counts + 2 * E + 1;
-
-  MoePlanParams pp;
-  pp.ids = ids;
-  pp.counts = counts;
-  pp.offsets = offsets;
-  pp.rows = rows;
-  pp.entry_row = g.entry_row.get();
-  pp.scratch = g.scratch.get();
-  pp.entries = n;
-  pp.E = int(E);
-  moe_plan(ctx, pp);
-  moe_plan_row_weights(ctx, rows, weights, g.w_rows.get(), n);
-
-  Fp4GroupedScheduleParams sp;
-  sp.counts = counts;
-  sp.offsets = offsets;
-  sp.tiles = g.tiles.get();
-  sp.E = int(E);
-  fp4_grouped_schedule(ctx, sp);
+  if (ws.D != D || ws.I != I || ws.E != E || ws.k != k) fail("moe_routed_grouped: workspace shapes differ from the layer's");
+  const MoePlanRefs plan = moe_plan_tiles(ctx, ws, ids, weights, n, int(E), kFp4GroupedTileRows);
 
   Fp4GroupedMmaParams m;
-  m.counts = counts;
-  m.offsets = offsets;
-  m.tiles = g.tiles.get();
+  m.counts = plan.counts;
+  m.offsets = plan.offsets;
+  m.tiles = ws.tiles.get();
   m.n = n;
   m.E = int(E);
   // w1 | w3: the token rows of xq through the plan.
@@ -66,35 +55,35 @@ GroupedRouted moe_routed_grouped(const DeviceContext& ctx, const DevMoeWeights& 
   m.xs = xs;
   m.xs_row_stride = 1;
   m.xs_block_stride = P;
-  m.rows = rows;
+  m.rows = plan.rows;
   m.picks = int(k);
   m.w = w.w13.get();
   m.w_scales = w.w13_scales.get();
-  m.y = g.y13.get();
+  m.y = ws.y13.get();
   m.out = 2 * I;
   m.K = D;
   fp4_grouped_mma(ctx, m);
 
-  swiglu_gate_up(ctx, g.y13.get(), g.w_rows.get(), g.h.get(), n, I, w.swiglu_limit);
-  act_quant_rows(ctx, g.h.get(), n, I, g.hq.get(), g.hs.get(), I / 128, 1);
+  swiglu_gate_up(ctx, ws.y13.get(), ws.w_rows.get(), ws.h.get(), n, I, w.swiglu_limit);
+  act_quant_rows(ctx, ws.h.get(), n, I, ws.hq.get(), ws.hs.get(), I / 128, 1);
 
   // w2: the plan-ordered rows of hq.
-  m.xq = g.hq.get();
-  m.xs = g.hs.get();
+  m.xq = ws.hq.get();
+  m.xs = ws.hs.get();
   m.xs_row_stride = I / 128;
   m.xs_block_stride = 1;
   m.rows = nullptr;
   m.picks = 1;
   m.w = w.w2.get();
   m.w_scales = w.w2_scales.get();
-  m.y = g.y2.get();
+  m.y = ws.y2.get();
   m.out = D;
   m.K = I;
   fp4_grouped_mma(ctx, m);
 
   GroupedRouted out;
-  out.y2 = g.y2.get();
-  out.entry_row = g.entry_row.get();
+  out.y2 = ws.y2.get();
+  out.entry_row = ws.entry_row.get();
   return out;
 }
 

@@ -12,33 +12,24 @@
 
 #include <cstdint>
 
-#include "backend/cuda/buffer.h"
 #include "backend/cuda/context.h"
-#include "io/config.h"
 
 namespace dsv4::cuda {
 
 using bf16 = __nv_bfloat16;
 struct DevMoeWeights;
 
-// Scratch of the grouped pass for up to max_tokens tokens (entries = max_tokens * k).
-struct MoeGroupedWorkspace {
-  MoeGroupedWorkspace(const ModelConfig& cfg, int64_t max_tokens);
-  MoeGroupedWorkspace(const MoeGroupedWorkspace&) = delete;
-  MoeGroupedWorkspace& operator=(const MoeGroupedWorkspace&) = delete;
+struct MoeWorkspace;  // ffn_layer.h: the buffers of both routed-expert passes (plan, tiles, rows)
 
-  int64_t max_entries = 0, D = 0, I = 0, E = 0, k = 0;
-  DeviceBuffer<int32_t> plan;       // moe_plan_ints(entries, E): counts | offsets | rows
-  DeviceBuffer<int32_t> entry_row;  // [entries] plan row of entry t * k + j
-  DeviceBuffer<int32_t> scratch;    // moe_plan_scratch_ints
-  DeviceBuffer<int32_t> tiles;      // fp4_grouped_tile_ints(entries, E)
-  DeviceBuffer<float> w_rows;       // [entries] routing weight per plan row
-  DeviceBuffer<bf16> y13;           // [entries, 2I] gate | up, plan order
-  DeviceBuffer<bf16> h;             // [entries, I] SwiGLU x routing weight
-  DeviceBuffer<uint8_t> hq;         // [entries, I] e4m3
-  DeviceBuffer<float> hs;           // [entries, I/128]
-  DeviceBuffer<bf16> y2;            // [entries, D] weighted expert outputs, plan order
+// The expert-sorted plan of T * k entries in ws (moe_plan: counts | offsets | rows, entry_row), the
+// routing weight per plan row (ws.w_rows) and the expert tiles of rows_per_tile rows (ws.tiles).
+struct MoePlanRefs {
+  const int32_t* counts = nullptr;   // [E]
+  const int32_t* offsets = nullptr;  // [E + 1]
+  const int32_t* rows = nullptr;     // [T * k] entry of each plan row
 };
+MoePlanRefs moe_plan_tiles(const DeviceContext& ctx, MoeWorkspace& ws, const int32_t* ids, const float* weights,
+                           int64_t entries, int E, int rows_per_tile);
 
 // Where moe_combine finds the routed outputs: y2 row entry_row[t * k + j] of entry (t, j).
 struct GroupedRouted {
@@ -47,7 +38,7 @@ struct GroupedRouted {
 };
 // Routed experts of T tokens (FP4 experts only): xq [>= T, D] e4m3 with scales xs [D/128, P]
 // (block-major), ids / weights [T, k] from the router.
-GroupedRouted moe_routed_grouped(const DeviceContext& ctx, const DevMoeWeights& w, MoeGroupedWorkspace& g,
+GroupedRouted moe_routed_grouped(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace& ws,
                                  const uint8_t* xq, const float* xs, int64_t P, const int32_t* ids,
                                  const float* weights, int64_t T);
 

@@ -7,6 +7,7 @@
 
 #include "backend/cpu/ops.h"
 #include "backend/cuda/fp4_gemv.h"
+#include "backend/cuda/fp4_grouped_mma.h"
 #include "backend/cuda/fp4_tiled.h"
 #include "core/quant.h"
 #include "harness.h"
@@ -122,6 +123,80 @@ TEST(CudaFp4Gemv, TiledLayoutRegisterKernel) {
 }
 
 // The layout contract itself: no GPU needed.
+// Expert tiles (fp4_gemv.h): plan-ordered rows of uneven experts (0, 1, 7, 8, 9 and 17 rows: empty,
+// partial and several tiles), tiles of 8 rows from fp4_grouped_schedule, equal bit for bit to one
+// selection per row.
+TEST(CudaFp4Gemv, ExpertTilesEqualPerSelection) {
+  DSV4_REQUIRE_HOPPER();
+  DeviceContext ctx;
+  Rng rng(77);
+  const std::vector<int32_t> counts = {0, 1, 7, 8, 9, 17};
+  const int E = int(counts.size());
+  const int64_t rows = 256, K = 1024;
+  std::vector<int32_t> offsets(size_t(E) + 1, 0), row_expert;
+  for (int e = 0; e < E; ++e) {
+    offsets[size_t(e) + 1] = offsets[size_t(e)] + counts[size_t(e)];
+    for (int i = 0; i < counts[size_t(e)]; ++i) row_expert.push_back(e);
+  }
+  const int64_t n = offsets.back();
+  std::vector<uint8_t> packed = rng.bytes(size_t(E * rows * K / 2)), stored(packed.size());
+  for (int e = 0; e < E; ++e) {
+    const size_t off = size_t(e) * size_t(rows * K / 2);
+    pack_fp4_tiled(&packed[off], rows, K, &stored[off]);
+  }
+  const std::vector<uint8_t> wscale = rng.bytes(size_t(E * rows * K / 32), 118, 124);
+  const std::vector<float> x = rng.bf16_normal(size_t(n * K));
+  std::vector<uint8_t> xc(x.size()), xe(x.size() / 128);
+  dsv4::act_quant_fp8(x.data(), int64_t(x.size()), 128, xc.data(), xe.data());
+  std::vector<float> xs(xe.size());
+  for (size_t i = 0; i < xe.size(); ++i) xs[i] = e8m0_to_f32(xe[i]);
+  DeviceBuffer<uint8_t> dw(stored), dws(wscale), dxc(xc);
+  DeviceBuffer<float> dxs(xs);
+  DeviceBuffer<int32_t> dids(row_expert), dcounts(counts), doffsets(offsets);
+  DeviceBuffer<int32_t> dtiles(size_t(fp4_grouped_tile_ints(n, E, 8)));
+  Fp4GroupedScheduleParams sp;
+  sp.counts = dcounts.get();
+  sp.offsets = doffsets.get();
+  sp.tiles = dtiles.get();
+  sp.E = E;
+  sp.rows_per_tile = 8;
+  fp4_grouped_schedule(ctx, sp);
+
+  Guarded<uint16_t> y_sel(size_t(n * rows)), y_tile(size_t(n * rows));
+  Fp4GemvParams p;
+  p.w_packed = dw.get();
+  p.tiled = true;
+  p.w_scales = dws.get();
+  p.x_codes = dxc.get();
+  p.x_scales = dxs.get();
+  p.rows = rows;
+  p.K = K;
+  p.x_tok_stride = K;
+  p.xs_tok_stride = K / 128;
+  p.xs_blk_stride = 1;
+  p.y_tok_stride = rows;
+  Fp4GemvParams one = p;  // one selection per plan row
+  one.expert_ids = dids.get();
+  one.selections = int(n);
+  one.tokens = 1;
+  one.x_sel_stride = K;
+  one.xs_sel_stride = K / 128;
+  one.y_sel_stride = rows;
+  one.y = reinterpret_cast<__nv_bfloat16*>(y_sel.get());
+  fp4_gemv(ctx, one);
+  Fp4GemvParams tiles = p;
+  tiles.tiles = dtiles.get();
+  tiles.offsets = doffsets.get();
+  tiles.selections = int(fp4_grouped_max_tiles(n, E, 8));
+  tiles.tokens = 8;
+  tiles.y = reinterpret_cast<__nv_bfloat16*>(y_tile.get());
+  fp4_gemv(ctx, tiles);
+  ctx.synchronize();
+  EXPECT_EQ(dtiles.download()[0], 0 + 1 + 1 + 1 + 2 + 3);  // tiles per expert: ceil(count / 8)
+  compare("fp4_gemv expert tiles vs per-row selections", from_bf16(y_tile.download("tiles")),
+          from_bf16(y_sel.download("selections")), Tol::Exact);
+}
+
 TEST(CudaFp4Tiled, RoundTripAndOffsets) {
   Rng rng(60);
   const int64_t rows = 48, K = 384;

@@ -229,11 +229,13 @@ TEST(FfnLayer, FlashMoeTiming) {
   const int64_t E = 256, D = 4096, I = 2048, k = 6;
   const DevMoeWeights w = flash_moe_weights(ctx);
 
-  MoeWorkspace ws(ctx, cfg, 8);
-  DeviceBuffer<bf16> x(size_t(8 * D)), y(size_t(8 * D)), y_graph(size_t(8 * D));
+  MoeWorkspace ws(ctx, cfg, 32);
+  DeviceBuffer<bf16> x(size_t(32 * D)), y(size_t(32 * D)), y_graph(size_t(32 * D));
   fill_random_bf16(ctx, x.get(), x.size(), 20, 1.0f);
-  DeviceBuffer<int32_t> tok(std::vector<int32_t>{1, 2, 3, 4, 5, 6, 7, 8});
-  for (int64_t T : {1, 2, 4, 8}) {
+  std::vector<int32_t> toks(32);
+  for (int i = 0; i < 32; ++i) toks[size_t(i)] = i + 1;
+  DeviceBuffer<int32_t> tok(toks);
+  for (int64_t T : {1, 2, 4, 8, 32}) {  // 8 and 32: expert tiles
     ws.prepare(ctx, T);
     moe_forward(ctx, w, ws, x.get(), tok.get(), T, y.get());  // eager reference
     ctx.synchronize();
@@ -293,7 +295,6 @@ TEST(FfnLayer, FlashMoePrefillTiming) {
   DSV4_CUDA_CHECK(cudaEventCreate(&b));
   for (int64_t T : {1024, 2048}) {
     moe_forward(ctx, w, ws, x.get(), tok.get(), T, y_again.get());  // plans, workspace
-    ASSERT_TRUE(ws.grouped != nullptr);
     ctx.synchronize();
     const int reps = 5;
     DSV4_CUDA_CHECK(cudaEventRecord(a, ctx.stream()));

@@ -80,7 +80,16 @@ __global__ void __launch_bounds__(kWarps * 32) fp4_gemv_kernel(Fp4GemvParams p) 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int sel = blockIdx.y;
-  const int64_t e = p.expert_ids ? p.expert_ids[sel] : sel;
+  int64_t e, first = 0;
+  int ntok = p.tokens;
+  if (p.tiles) {  // expert tile: plan rows first .. first + ntok of expert e
+    if (sel >= p.tiles[0]) return;
+    e = p.tiles[1 + 2 * sel];
+    first = p.tiles[2 + 2 * sel];
+    ntok = min(p.tokens, int(p.offsets[e + 1] - first));
+  } else {
+    e = p.expert_ids ? p.expert_ids[sel] : sel;
+  }
   const int64_t row0 = int64_t(blockIdx.x) * 16;
   const int64_t kbytes = p.K / 2, kblocks = p.K / 32;
 
@@ -90,10 +99,11 @@ __global__ void __launch_bounds__(kWarps * 32) fp4_gemv_kernel(Fp4GemvParams p) 
   const uint8_t* sa = p.w_scales + (e * p.rows + row0 + g) * kblocks;
   const uint8_t* sb = sa + 8 * kblocks;
   // This lane feeds the B column of token g and accumulates the C columns of tokens 2t and 2t + 1.
-  const bool x_live = g < p.tokens;
-  const uint8_t* xg = p.x_codes + sel * p.x_sel_stride + (x_live ? g : 0) * p.x_tok_stride + 8 * t;
-  const float* xs = p.x_scales + sel * p.xs_sel_stride;
-  const bool c0_live = 2 * t < p.tokens, c1_live = 2 * t + 1 < p.tokens;
+  const bool x_live = g < ntok;
+  const int64_t xrow = p.tiles ? first * p.x_tok_stride : sel * p.x_sel_stride;
+  const uint8_t* xg = p.x_codes + xrow + (x_live ? g : 0) * p.x_tok_stride + 8 * t;
+  const float* xs = p.x_scales + (p.tiles ? first * p.xs_tok_stride : sel * p.xs_sel_stride);
+  const bool c0_live = 2 * t < ntok, c1_live = 2 * t + 1 < ntok;
 
   const int nq = int(p.K / 128);
   const int qbeg = warp * nq / kWarps, qend = (warp + 1) * nq / kWarps;
@@ -161,7 +171,8 @@ __global__ void __launch_bounds__(kWarps * 32) fp4_gemv_kernel(Fp4GemvParams p) 
     for (int w = 0; w < kWarps; ++w) s += red[w][lane][i];
     const int tok = 2 * t + (i & 1);
     const int64_t row = row0 + g + (i >> 1) * 8;
-    if (tok < p.tokens) p.y[sel * p.y_sel_stride + tok * p.y_tok_stride + row] = __float2bfloat16_rn(s);
+    const int64_t ybase = p.tiles ? (first + tok) * p.y_tok_stride : sel * p.y_sel_stride + tok * p.y_tok_stride;
+    if (tok < ntok) p.y[ybase + row] = __float2bfloat16_rn(s);
   }
 }
 
@@ -188,6 +199,7 @@ void fp4_gemv_check(const Fp4GemvParams& p) {
   if ((reinterpret_cast<uintptr_t>(p.w_packed) & 15u) != 0 || (reinterpret_cast<uintptr_t>(p.w_scales) & 3u) != 0)
     fail("fp4_gemv: weights must be 16-byte aligned and scales 4-byte aligned");
   if (p.selections > 65535) fail("fp4_gemv: ", p.selections, " selections (at most 65535 per launch)");
+  if (p.tiles && !p.offsets) fail("fp4_gemv: expert tiles need the plan offsets");
 }
 
 void fp4_gemv_config(const DeviceContext& ctx, const Fp4GemvParams& p, int warps, int unroll) {

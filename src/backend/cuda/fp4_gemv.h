@@ -6,6 +6,12 @@
 //
 // Grouped: one launch serves `selections` (expert, input) pairs, e.g. the 6 routed experts of a token;
 // expert ids are read on the device, so the launch is graph-capturable.
+// Expert tiles: with `tiles` (fp4_grouped_schedule's list, rows_per_tile = tokens), selection i is tile i:
+// expert tiles[1 + 2i], plan rows first = tiles[2 + 2i] .. min(first + tokens, offsets[e + 1]) of
+// plan-ordered activations and outputs (row r at x_codes + r * x_tok_stride, ...), so every expert's
+// weights are read once for all its rows; `selections` is then the upper bound of the list (tiles past
+// tiles[0] do nothing). Each output equals the one-row result bit for bit (the MMA's columns are
+// independent).
 // CPU twin: dequantize (io/weights.h) the weight and the activation, cpu::matmul, compare in bf16.
 #pragma once
 #include <cuda_bf16.h>
@@ -31,6 +37,8 @@ struct Fp4GemvParams {
   int64_t x_sel_stride = 0, x_tok_stride = 0;
   int64_t xs_sel_stride = 0, xs_tok_stride = 0, xs_blk_stride = 0;
   int64_t y_sel_stride = 0, y_tok_stride = 0;
+  const int32_t* tiles = nullptr;    // optional: expert tiles (above); expert_ids and the *_sel_strides unused
+  const int32_t* offsets = nullptr;  // [E + 1] plan offsets (with tiles)
 };
 void fp4_gemv(const DeviceContext& ctx, const Fp4GemvParams& p);
 // Throws dsv4::Error when the shapes, strides or alignments break the contract above.

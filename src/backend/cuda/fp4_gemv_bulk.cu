@@ -230,6 +230,7 @@ void launch(const DeviceContext& ctx, const Fp4GemvParams& p) {
 void fp4_gemv_bulk_config(const DeviceContext& ctx, const Fp4GemvParams& p, int warps, int stages) {
   fp4_gemv_check(p);
   if (!p.tiled) fail("fp4_gemv: the bulk-copy kernel reads the tiled layout only");
+  if (p.tiles) fail("fp4_gemv: the bulk-copy kernel has no expert-tile mode");
   if (p.selections == 0) return;
   using Launcher = void (*)(const DeviceContext&, const Fp4GemvParams&);
   struct Config {

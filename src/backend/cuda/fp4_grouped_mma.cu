@@ -16,12 +16,12 @@ constexpr int kThreads = 256;             // two warpgroups, 64 output features 
 constexpr int kChunk = 128;               // k per pipeline step (one activation-scale block)
 constexpr int kOutPitch = kFp4GroupedTileOut + 8;  // bf16 per staged output row (16-byte multiple, fewer conflicts)
 
-// ---- tile schedule: exclusive scan of ceil(count / kBN) over the experts, one block.
+// ---- tile schedule: exclusive scan of ceil(count / rows_per_tile) over the experts, one block.
 __global__ void schedule_kernel(Fp4GroupedScheduleParams p) {
   __shared__ int s[1024];
   const int e = int(threadIdx.x);
   const int c = e < p.E ? p.counts[e] : 0;
-  const int nt = (c + kBN - 1) / kBN;
+  const int nt = (c + p.rows_per_tile - 1) / p.rows_per_tile;
   s[e] = nt;
   __syncthreads();
   for (int o = 1; o < 1024; o <<= 1) {
@@ -35,7 +35,7 @@ __global__ void schedule_kernel(Fp4GroupedScheduleParams p) {
     const int r0 = p.offsets[e];
     for (int i = 0; i < nt; ++i) {
       p.tiles[1 + 2 * (base + i)] = e;
-      p.tiles[2 + 2 * (base + i)] = r0 + i * kBN;
+      p.tiles[2 + 2 * (base + i)] = r0 + i * p.rows_per_tile;
     }
   }
   if (e == 1023) p.tiles[0] = s[1023];
@@ -235,6 +235,7 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_mma_kernel(Fp4GroupedMmaP
 
 void fp4_grouped_schedule(const DeviceContext& ctx, const Fp4GroupedScheduleParams& p) {
   if (p.E <= 0 || p.E > 1024) fail("fp4_grouped_schedule: E = ", p.E, " (1..1024)");
+  if (p.rows_per_tile <= 0) fail("fp4_grouped_schedule: rows_per_tile = ", p.rows_per_tile);
   schedule_kernel<<<1, 1024, 0, ctx.stream()>>>(p);
   DSV4_CUDA_CHECK_LAUNCH();
 }

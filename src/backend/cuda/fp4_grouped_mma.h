@@ -36,16 +36,21 @@ constexpr int kFp4GroupedTileRows = 64;   // plan rows (tokens) per tile
 constexpr int kFp4GroupedTileOut = 128;   // output features per CTA
 
 // Upper bound on the tiles of n plan rows over E experts (each expert adds at most one partial tile).
-inline int64_t fp4_grouped_max_tiles(int64_t n, int E) { return (n + kFp4GroupedTileRows - 1) / kFp4GroupedTileRows + E; }
+inline int64_t fp4_grouped_max_tiles(int64_t n, int E, int rows_per_tile = kFp4GroupedTileRows) {
+  return (n + rows_per_tile - 1) / rows_per_tile + E;
+}
 // Int32 elements of a tile list: the count, then (expert, first plan row) per tile.
-inline int64_t fp4_grouped_tile_ints(int64_t n, int E) { return 1 + 2 * fp4_grouped_max_tiles(n, E); }
+inline int64_t fp4_grouped_tile_ints(int64_t n, int E, int rows_per_tile = kFp4GroupedTileRows) {
+  return 1 + 2 * fp4_grouped_max_tiles(n, E, rows_per_tile);
+}
 
 // ---- Tile schedule from the plan's counts and offsets (one small launch, on the device).
 struct Fp4GroupedScheduleParams {
   const int32_t* counts = nullptr;   // [E]
   const int32_t* offsets = nullptr;  // [E + 1]
-  int32_t* tiles = nullptr;          // [fp4_grouped_tile_ints(n, E)]
+  int32_t* tiles = nullptr;          // [fp4_grouped_tile_ints(n, E, rows_per_tile)]
   int E = 0;                         // <= 1024
+  int rows_per_tile = kFp4GroupedTileRows;  // also 1..8 for fp4_gemv's expert tiles (fp4_gemv.h)
 };
 void fp4_grouped_schedule(const DeviceContext& ctx, const Fp4GroupedScheduleParams& p);
 

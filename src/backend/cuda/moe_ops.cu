@@ -16,7 +16,7 @@ constexpr int kMaxPicks = 16;
 // Block i copies token i / k's codes (16-byte vectors) and scales.
 __global__ void moe_gather_kernel(MoeGatherParams p) {
   const int64_t i = blockIdx.x;
-  const int64_t t = i / p.k;
+  const int64_t t = (p.rows ? p.rows[i] : i) / p.k;
   const uint4* src = reinterpret_cast<const uint4*>(p.xq + t * p.D);
   uint4* dst = reinterpret_cast<uint4*>(p.sel_xq + i * p.D);
   for (int c = threadIdx.x; c < p.D / 16; c += blockDim.x) dst[c] = src[c];

@@ -44,6 +44,7 @@ struct MoeGatherParams {
   const float* xs = nullptr;    // [D/128, P] fp32
   uint8_t* sel_xq = nullptr;    // [T*k, D]
   float* sel_xs = nullptr;      // [T*k, D/128]
+  const int32_t* rows = nullptr;  // optional [T*k]: output row i is entry rows[i] (moe_plan order)
   int64_t T = 0, P = 0;
   int k = 0, D = 0;             // D a multiple of 128
 };
