@@ -268,8 +268,7 @@ void sparse_attention_mma(const DeviceContext& ctx, const SparseAttentionParams&
          p.heads, " x ", p.dim, ", ", p.max_keys, " keys");
   narrow_int(p.entries, "sparse_attention entries");
   const size_t smem = smem_bytes(p.max_keys);
-  DSV4_CUDA_CHECK(
-      cudaFuncSetAttribute(sparse_attention_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  allow_max_dynamic_smem(ctx, sparse_attention_mma_kernel);
   const dim3 grid(narrow_int(p.tokens, "sparse_attention_mma tokens"), unsigned(p.heads / kHeads));
   sparse_attention_mma_kernel<<<grid, kThreads, smem, ctx.stream()>>>(p);
   DSV4_CUDA_CHECK_LAUNCH();
