@@ -40,8 +40,11 @@ constexpr int kXld = kKeys + 8;        // padded row of the partial-logit exchan
 constexpr size_t kQBytes = size_t(kHeads) * kLd * 2;
 constexpr size_t kKBytes = size_t(kStages) * kKeys * kLd * 2;
 constexpr size_t kXBytes = size_t(2) * kHeads * kXld * 4;
+constexpr size_t kCountBytes = 64;  // per-warp counts of the list compaction
 
-size_t smem_bytes(int max_keys) { return kQBytes + kKBytes + kXBytes + size_t(max_keys) * 4; }
+// All shared memory is dynamic (no static __shared__): allow_max_dynamic_smem sets the cap to the
+// device maximum, which static shared memory would push over the limit.
+size_t smem_bytes(int max_keys) { return kQBytes + kKBytes + kXBytes + kCountBytes + size_t(max_keys) * 4; }
 
 __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   asm volatile(
@@ -74,8 +77,8 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_mma_kernel(Spars
   bf16* qs = reinterpret_cast<bf16*>(smem);                               // [kHeads][kLd]
   bf16* ks = reinterpret_cast<bf16*>(smem + kQBytes);                     // [kStages][kKeys][kLd]
   float* xs = reinterpret_cast<float*>(smem + kQBytes + kKBytes);         // [2][kHeads][kXld]
-  int32_t* list = reinterpret_cast<int32_t*>(smem + kQBytes + kKBytes + kXBytes);  // [max_keys]
-  __shared__ int warp_count[kWarps];
+  int* warp_count = reinterpret_cast<int*>(smem + kQBytes + kKBytes + kXBytes);                 // [kWarps]
+  int32_t* list = reinterpret_cast<int32_t*>(smem + kQBytes + kKBytes + kXBytes + kCountBytes);  // [max_keys]
 
   const int64_t token = blockIdx.x;
   const int h0 = blockIdx.y * kHeads;
