@@ -129,8 +129,7 @@ template <int DIM, int G>
 void launch(const DeviceContext& ctx, const SparseAttentionParams& p) {
   const size_t smem = size_t(G + 1) * size_t(p.max_keys) * sizeof(float) + size_t(G) * DIM * sizeof(float);
   auto kernel = sparse_attention_kernel<DIM, G>;
-  if (smem > 48 * 1024)
-    DSV4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  if (smem > 48 * 1024) allow_max_dynamic_smem(ctx, kernel);
   const int grid = narrow_int(p.tokens * (p.heads / G), "sparse_attention grid");
   kernel<<<grid, kThreads, smem, ctx.stream()>>>(p);
   DSV4_CUDA_CHECK_LAUNCH();

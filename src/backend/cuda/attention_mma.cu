@@ -42,8 +42,7 @@ constexpr size_t kKBytes = size_t(kStages) * kKeys * kLd * 2;
 constexpr size_t kXBytes = size_t(2) * kHeads * kXld * 4;
 constexpr size_t kCountBytes = 64;  // per-warp counts of the list compaction
 
-// All shared memory is dynamic (no static __shared__): allow_max_dynamic_smem sets the cap to the
-// device maximum, which static shared memory would push over the limit.
+// All shared memory is dynamic (no static __shared__), so the whole opt-in maximum is available.
 size_t smem_bytes(int max_keys) { return kQBytes + kKBytes + kXBytes + kCountBytes + size_t(max_keys) * 4; }
 
 __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {

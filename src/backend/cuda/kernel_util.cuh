@@ -20,13 +20,16 @@ inline int narrow_int(int64_t v, const char* what) {
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Lets `kernel` launch with up to the device's opt-in shared memory per block. The attribute is only a
-// cap (occupancy follows each launch's own size), so it is raised to the device maximum instead of to
-// each call's size: a later call with a smaller size would otherwise lower it below a launch already
-// captured in a graph, and replaying that node alone (as ncu does) then fails with LaunchFailed.
+// Lets `kernel` launch with up to the device's opt-in shared memory per block (less its static shared
+// memory). The attribute is only a cap (occupancy follows each launch's own size), so it is raised to the
+// largest value instead of to each call's size: a later call with a smaller size would otherwise lower it
+// below a launch already captured in a graph, and replaying that node alone (as ncu does) then fails.
 template <typename Kernel>
 void allow_max_dynamic_smem(const DeviceContext& ctx, Kernel kernel) {
-  DSV4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(ctx.max_smem_per_block())));
+  cudaFuncAttributes attr{};
+  DSV4_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+  const int cap = int(ctx.max_smem_per_block()) - int(attr.sharedSizeBytes);
+  DSV4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, cap));
 }
 
 __device__ __forceinline__ float warp_sum(float v) {
