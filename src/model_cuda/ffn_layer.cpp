@@ -314,7 +314,7 @@ void moe_forward(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace&
     f.y_tok_stride = rows;
     fp4_gemv(ctx, f);
   };
-  const bool expert_tiles = exact && !w.dense_experts && T >= kMoeExpertTileMinTokens;
+  const bool expert_tiles = exact && !w.dense_experts && T >= ws.expert_tiles_from;
   if (grouped.y2) {
     // done above
   } else if (expert_tiles) {

@@ -56,6 +56,13 @@ struct DevMoeWeights {
 DevMoeWeights upload_moe_weights(const DeviceContext& ctx, const MoeWeights& w, const ModelConfig& cfg,
                                  const LayerSpec& spec);
 
+// From this many tokens per call up to kExactLinearMaxTokens, FP4 routed experts run as expert tiles of
+// up to kMoeExpertTileRows rows (bit-identical to one GEMV selection per (token, pick), which serves fewer).
+// (H200, Flash MoE layer: tiles lost ~46 us per layer at 8 tokens when their grid held ceil(n/8) + E
+// tile slots, mostly empty blocks, and won ~300 us at 32; the grid is now bounded by n as well, and the
+// threshold 16 is an estimate between the two measurements.)
+constexpr int64_t kMoeExpertTileMinTokens = 16;
+constexpr int kMoeExpertTileRows = 8;
 
 // Scratch of moe_forward for up to max_tokens tokens; shared by all layers of one model (same shapes).
 struct MoeWorkspace {
@@ -97,13 +104,11 @@ struct MoeWorkspace {
   // Off: every FP4 call takes the per-selection GEMVs (bit-identical to the CPU at any T, slow for
   // prefill). CudaModel sets it from CudaModelOptions::grouped_moe_prefill.
   bool grouped_prefill = true;
+  // Expert tiles from this many tokens (kMoeExpertTileMinTokens; larger than kExactLinearMaxTokens: never).
+  int64_t expert_tiles_from = kMoeExpertTileMinTokens;
   std::map<int64_t, std::unique_ptr<SharedPlans>> plans_;
 };
 
-// From this many tokens per call up to kExactLinearMaxTokens, FP4 routed experts run as expert tiles of
-// up to kMoeExpertTileRows rows (bit-identical to one GEMV selection per (token, pick), which serves fewer).
-constexpr int64_t kMoeExpertTileMinTokens = 8;
-constexpr int kMoeExpertTileRows = 8;
 
 // y [T, D] bf16 = MoE(x [T, D] bf16, ffn-normed) for tokens `token_ids` [T] (device, int32; hash
 // routing reads tid2eid at them). T <= ws.max_tokens(). x and y may not alias.

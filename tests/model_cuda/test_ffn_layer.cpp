@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -235,10 +236,16 @@ TEST(FfnLayer, FlashMoeTiming) {
   std::vector<int32_t> toks(32);
   for (int i = 0; i < 32; ++i) toks[size_t(i)] = i + 1;
   DeviceBuffer<int32_t> tok(toks);
-  for (int64_t T : {1, 2, 4, 8, 32}) {  // 8 and 32: expert tiles
+  std::vector<float> per_selection;  // the eager output of the per-(token, pick) path at this T
+  for (const int64_t T : {1, 2, 4, 8, 16, 24, 32})
+  for (const bool tiles : {false, true}) {  // one selection per (token, pick), then expert tiles
+    if (tiles && T < 8) continue;
+    ws.expert_tiles_from = tiles ? 1 : std::numeric_limits<int64_t>::max();
     ws.prepare(ctx, T);
     moe_forward(ctx, w, ws, x.get(), tok.get(), T, y.get());  // eager reference
     ctx.synchronize();
+    if (!tiles) per_selection = from_device_bf16(y.get(), size_t(T * D));
+    else EXPECT_EQ(from_device_bf16(y.get(), size_t(T * D)), per_selection) << "expert tiles, T " << T;
     cudaGraph_t graph;
     cudaGraphExec_t exec;
     DSV4_CUDA_CHECK(cudaStreamBeginCapture(ctx.stream(), cudaStreamCaptureModeThreadLocal));
@@ -264,9 +271,10 @@ TEST(FfnLayer, FlashMoeTiming) {
     for (int64_t i = 0; i < T * k; ++i) distinct += !used[size_t(ids[size_t(i)])], used[size_t(ids[size_t(i)])] = true;
     const double bytes = double(distinct) * (3.0 * I * D / 2 + 3.0 * I * D / 32) + 3.0 * I * D + 2.0 * E * D;
     const double gemv_bytes = double(T * k) * (3.0 * I * D / 2 + 3.0 * I * D / 32) + 3.0 * I * D + 2.0 * E * D;
-    std::printf("[moe flash T=%lld] %.1f us per layer (graph), %d distinct experts, %.2f TB/s on distinct bytes, "
+    std::printf("[moe flash T=%lld %s] %.1f us per layer (graph), %d distinct experts, %.2f TB/s on distinct bytes, "
                 "%.2f TB/s on bytes read\n",
-                (long long)T, us, distinct, bytes / us * 1e-6, gemv_bytes / us * 1e-6);
+                (long long)T, tiles ? "expert tiles" : "per selection", us, distinct, bytes / us * 1e-6,
+                gemv_bytes / us * 1e-6);
     EXPECT_EQ(from_device_bf16(y.get(), size_t(T * D)), from_device_bf16(y_graph.get(), size_t(T * D)));
     cudaEventDestroy(a);
     cudaEventDestroy(b);

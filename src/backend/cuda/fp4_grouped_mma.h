@@ -35,9 +35,11 @@ using bf16 = __nv_bfloat16;
 constexpr int kFp4GroupedTileRows = 64;   // plan rows (tokens) per tile
 constexpr int kFp4GroupedTileOut = 128;   // output features per CTA
 
-// Upper bound on the tiles of n plan rows over E experts (each expert adds at most one partial tile).
+// Upper bound on the tiles of n plan rows over E experts: each expert adds at most one partial tile, and
+// every tile holds a row (the launches size their grids by it: blocks past the list exit at once).
 inline int64_t fp4_grouped_max_tiles(int64_t n, int E, int rows_per_tile = kFp4GroupedTileRows) {
-  return (n + rows_per_tile - 1) / rows_per_tile + E;
+  const int64_t by_experts = (n + rows_per_tile - 1) / rows_per_tile + E;
+  return n < by_experts ? n : by_experts;
 }
 // Int32 elements of a tile list: the count, then (expert, first plan row) per tile.
 inline int64_t fp4_grouped_tile_ints(int64_t n, int E, int rows_per_tile = kFp4GroupedTileRows) {
