@@ -52,28 +52,36 @@ Inputs make_inputs(const Case& c) {
   return in;
 }
 
+// The inputs on the device and the parameters that read them.
+struct DeviceInputs {
+  DeviceBuffer<uint16_t> q, kv;
+  DeviceBuffer<int32_t> idx;
+  DeviceBuffer<float> sinks;
+  explicit DeviceInputs(const Inputs& in) : q(upload_bf16(in.q)), kv(upload_bf16(in.kv)), idx(in.idx), sinks(in.sinks) {}
+  SparseAttentionParams params(const Case& c, uint16_t* out) {
+    SparseAttentionParams p;
+    p.q = reinterpret_cast<const bf16*>(q.get());
+    p.kv = reinterpret_cast<const bf16*>(kv.get());
+    p.indices = idx.get();
+    p.sinks = sinks.get();
+    p.out = reinterpret_cast<bf16*>(out);
+    p.tokens = c.tokens;
+    p.entries = c.entries;
+    p.heads = c.heads;
+    p.dim = c.dim;
+    p.max_keys = c.max_keys;
+    p.scale = 1.0f / std::sqrt(float(c.dim));
+    return p;
+  }
+};
+
 // Runs `fn` (sparse_attention or sparse_attention_mma) and returns the output as floats.
 template <typename Fn>
 std::vector<float> run(const Case& c, const Inputs& in, Fn fn) {
   DeviceContext ctx;
-  auto dq = upload_bf16(in.q);
-  auto dkv = upload_bf16(in.kv);
-  DeviceBuffer<int32_t> didx(in.idx);
-  DeviceBuffer<float> dsinks(in.sinks);
+  DeviceInputs d(in);
   Guarded<uint16_t> out(size_t(c.tokens * c.heads * c.dim));
-  SparseAttentionParams p;
-  p.q = reinterpret_cast<const bf16*>(dq.get());
-  p.kv = reinterpret_cast<const bf16*>(dkv.get());
-  p.indices = didx.get();
-  p.sinks = dsinks.get();
-  p.out = reinterpret_cast<bf16*>(out.get());
-  p.tokens = c.tokens;
-  p.entries = c.entries;
-  p.heads = c.heads;
-  p.dim = c.dim;
-  p.max_keys = c.max_keys;
-  p.scale = 1.0f / std::sqrt(float(c.dim));
-  fn(ctx, p);
+  fn(ctx, d.params(c, out.get()));
   ctx.synchronize();
   return from_bf16(out.download("sparse_attention_mma"));
 }
@@ -85,12 +93,14 @@ std::vector<int64_t> checked_tokens(const Case& c) {
   return ts;
 }
 
-// The CPU twin on the checked tokens; compares got's rows of those tokens.
-void compare_twin(const std::string& what, const Case& c, const Inputs& in, const std::vector<float>& got,
-                  bool elementwise = true) {
+// The CPU twin on the checked tokens (ref) and got's rows of those tokens (sel).
+struct TwinRows {
+  std::vector<float> ref, sel;
+};
+TwinRows twin_rows(const Case& c, const Inputs& in, const std::vector<float>& got) {
   const size_t row = size_t(c.heads) * size_t(c.dim);
   const float scale = 1.0f / std::sqrt(float(c.dim));
-  std::vector<float> ref, sel;
+  TwinRows out;
   for (int64_t t : checked_tokens(c)) {
     std::vector<const float*> keys;
     for (int s = 0; s < c.max_keys; ++s)
@@ -99,12 +109,22 @@ void compare_twin(const std::string& what, const Case& c, const Inputs& in, cons
     for (int h = 0; h < c.heads; ++h)
       cpu::attend_with_sink(&in.q[size_t(t) * row + size_t(h) * c.dim], keys.data(), int64_t(keys.size()), c.dim,
                             scale, in.sinks[size_t(h)], true, &r[size_t(h) * c.dim]);
-    ref.insert(ref.end(), r.begin(), r.end());
-    sel.insert(sel.end(), got.begin() + int64_t(t * row), got.begin() + int64_t((t + 1) * row));
-    if (t == c.empty_token) {
-      for (size_t i = 0; i < row; ++i) ASSERT_EQ(got[size_t(t) * row + i], 0.0f) << what << ": empty token not zero";
-    }
+    out.ref.insert(out.ref.end(), r.begin(), r.end());
+    out.sel.insert(out.sel.end(), got.begin() + int64_t(t * row), got.begin() + int64_t((t + 1) * row));
   }
+  return out;
+}
+
+// Compares got's checked rows with the twin; the empty token's output must be zero.
+void compare_twin(const std::string& what, const Case& c, const Inputs& in, const std::vector<float>& got,
+                  bool elementwise = true) {
+  const size_t row = size_t(c.heads) * size_t(c.dim);
+  if (c.empty_token >= 0 && c.empty_token < c.tokens)
+    for (size_t i = 0; i < row; ++i)
+      ASSERT_EQ(got[size_t(c.empty_token) * row + i], 0.0f) << what << ": empty token not zero";
+  const TwinRows tr = twin_rows(c, in, got);
+  const std::vector<float>& ref = tr.ref;
+  const std::vector<float>& sel = tr.sel;
   if (elementwise) {
     const CompareResult r = compare(what, sel, round_bf16(ref), Tol::Attention);
     EXPECT_TRUE(r.ok) << r.line;
@@ -219,20 +239,9 @@ TEST(CudaAttentionMma, Dispatch) {
   Inputs in = make_inputs(c);
   const auto exact = run(c, in, [](const DeviceContext& ctx, const SparseAttentionParams& p) { sparse_attention(ctx, p); });
   {
-    const size_t row = size_t(c.heads) * size_t(c.dim);
-    const float scale = 1.0f / std::sqrt(float(c.dim));
-    std::vector<float> ref, sel;
-    for (int64_t t : checked_tokens(c)) {
-      std::vector<const float*> keys;
-      for (int s = 0; s < c.max_keys; ++s)
-        if (int32_t e = in.idx[size_t(t * c.max_keys + s)]; e >= 0) keys.push_back(&in.kv[size_t(e) * size_t(c.dim)]);
-      std::vector<float> r(row);
-      for (int h = 0; h < c.heads; ++h)
-        cpu::attend_with_sink(&in.q[size_t(t) * row + size_t(h) * c.dim], keys.data(), int64_t(keys.size()), c.dim,
-                              scale, in.sinks[size_t(h)], true, &r[size_t(h) * c.dim]);
-      ref.insert(ref.end(), r.begin(), r.end());
-      sel.insert(sel.end(), exact.begin() + int64_t(t * row), exact.begin() + int64_t((t + 1) * row));
-    }
+    const TwinRows tr = twin_rows(c, in, exact);
+    const std::vector<float>& ref = tr.ref;
+    const std::vector<float>& sel = tr.sel;
     const CompareResult r = compare("sparse_attention 512 tokens (exact kernel)", sel, round_bf16(ref), Tol::Exact);
     EXPECT_TRUE(r.ok) << r.line;
   }
@@ -257,23 +266,9 @@ TEST(CudaAttentionMma, Timing) {
   c.seed = 80;
   const Inputs in = make_inputs(c);
   DeviceContext ctx;
-  auto dq = upload_bf16(in.q);
-  auto dkv = upload_bf16(in.kv);
-  DeviceBuffer<int32_t> didx(in.idx);
-  DeviceBuffer<float> dsinks(in.sinks);
+  DeviceInputs d(in);
   DeviceBuffer<uint16_t> out(size_t(c.tokens * c.heads * c.dim));
-  SparseAttentionParams p;
-  p.q = reinterpret_cast<const bf16*>(dq.get());
-  p.kv = reinterpret_cast<const bf16*>(dkv.get());
-  p.indices = didx.get();
-  p.sinks = dsinks.get();
-  p.out = reinterpret_cast<bf16*>(out.get());
-  p.tokens = c.tokens;
-  p.entries = c.entries;
-  p.heads = c.heads;
-  p.dim = c.dim;
-  p.max_keys = c.max_keys;
-  p.scale = 1.0f / std::sqrt(float(c.dim));
+  SparseAttentionParams p = d.params(c, out.get());
   auto time = [&](const char* name, auto fn) {
     const double flop = 4.0 * double(p.tokens) * c.heads * c.max_keys * c.dim;
     fn();
