@@ -130,7 +130,9 @@ HttpServer::HttpServer(ServerContext& ctx, HttpOptions opt) : impl_(new Impl{ctx
   s.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
     send_error(res, to_api_error(ep));
   });
-  s.set_logger([&m](const httplib::Request& req, const httplib::Response& res) {
+  // Counted before the response is written (httplib calls the logger only after the last byte is
+  // sent, so a client could read /metrics before its previous request was counted).
+  s.set_post_routing_handler([&m](const httplib::Request& req, httplib::Response& res) {
     const Route* r = m.route_of(req.path, req.method);
     m.ctx.http.count(r ? r->pattern : "unmatched", res.status);
   });
