@@ -25,19 +25,18 @@ const INLINE = new RegExp([
   /(https?:\/\/[^\s<>()[\]]*[^\s<>()[\].,;:!?'"])/.source,  // 10: a bare URL
 ].join('|'), 'gu');
 
-function link(text, url) {
+function link(url) {
   const a = el('a');
   if (SAFE_URL.test(url)) {
     a.setAttribute('href', url);
     a.setAttribute('target', '_blank');
     a.setAttribute('rel', 'noopener noreferrer nofollow');
   }
-  inline(a, text);
   return a;
 }
 
-// Appends `text` to `parent` with inline markup turned into elements.
-export function inline(parent, text) {
+// Appends `text` to `parent` with inline markup turned into elements (inside a link: no links).
+export function inline(parent, text, inLink = false) {
   let last = 0;
   INLINE.lastIndex = 0;
   for (let m; (m = INLINE.exec(text)) !== null;) {
@@ -48,19 +47,23 @@ export function inline(parent, text) {
       node = el('code');
       // One space either side is padding (CommonMark), so that `` `x` `` can be written.
       node.textContent = /^ .* $/s.test(m[2]) && m[2].trim() ? m[2].slice(1, -1) : m[2];
+    } else if (inLink && (m[3] !== undefined || m[10] !== undefined)) {
+      node = document.createTextNode(m[0]);
     } else if (m[3] !== undefined) {
-      node = link(m[3], m[4]);
+      node = link(m[4]);
+      inline(node, m[3], true);
     } else if (m[5] !== undefined || m[6] !== undefined) {
       node = el('strong');
-      inline(node, m[5] ?? m[6]);
+      inline(node, m[5] ?? m[6], inLink);
     } else if (m[7] !== undefined) {
       node = el('del');
-      inline(node, m[7]);
+      inline(node, m[7], inLink);
     } else if (m[8] !== undefined || m[9] !== undefined) {
       node = el('em');
-      inline(node, m[8] ?? m[9]);
+      inline(node, m[8] ?? m[9], inLink);
     } else {
-      node = link(m[10], m[10]);
+      node = link(m[10]);
+      node.textContent = m[10];
     }
     parent.append(node);
     INLINE.lastIndex = last;  // the recursive calls above reuse the same regex

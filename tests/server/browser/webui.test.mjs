@@ -4,7 +4,7 @@
 // conversations; export gives them as JSON and import takes them back (and names a bad field);
 // thinking and effort reach the request and the reasoning shows apart; a reply made of HTML (mocked,
 // the tiny model cannot be made to say it) and an imported one render as text with nothing run;
-// with --api-key the page asks for the key; --no-webui answers 404. Screenshots go to $DSV4_ARTIFACTS.
+// markdown becomes elements; with --api-key the page asks for the key; --no-webui answers 404. Screenshots go to $DSV4_ARTIFACTS.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdtemp, rm, readFile, readdir, mkdir } from 'node:fs/promises';
@@ -293,6 +293,41 @@ test('a reply made of HTML renders as text and runs nothing', { timeout: 30_000 
   assert.equal(await lastReply(page).locator('.tool-args').textContent(), '{\n  "html": "<script>x()</script>"\n}');
   await assertInert(page);
   assert.deepEqual(browser.errors, []);
+});
+
+test('markdown renders as elements: headings, emphasis, code, nested lists, quotes, tables, links', { timeout: 30_000 }, async () => {
+  const content = [
+    '# Title', 'Some *em* and _em2_ and ~~gone~~ and `a < b` in snake_case_word.', '',
+    '- one', '- two', '  - nested', '1. first', '2. second', '', '> quoted', '',
+    '| a | b |', '|---|--:|', '| 1 | 2 |', '', '---', 'see https://example.com/x. and [**https://a.org**](https://a.org)',
+  ].join('\n');
+  const conv = { title: 'Markdown', messages: [{ role: 'user', content: 'md' }, { role: 'assistant', content }] };
+  await page.evaluate(() => { document.getElementById('notice').textContent = ''; });
+  await page.setInputFiles('#import', { name: 'md.json', mimeType: 'application/json', buffer: Buffer.from(JSON.stringify(conv)) });
+  await page.waitForFunction(() => document.getElementById('notice').textContent !== '');
+  assert.equal(await page.textContent('#notice'), 'imported 1 conversation');
+  const dom = await page.evaluate(() => {
+    const c = document.querySelector('.message.assistant .content');
+    const texts = (sel) => [...c.querySelectorAll(sel)].map((e) => e.textContent);
+    return {
+      h1: texts('h1'), em: texts('em'), del: texts('del'), code: texts('p code'),
+      p: c.querySelector('p').textContent,
+      ul: texts(':scope > ul > li'), nested: texts('ul ul > li'), ol: texts('ol > li'),
+      quote: texts('blockquote'), th: texts('th'), td: texts('td'),
+      align: [...c.querySelectorAll('td')].map((e) => e.style.textAlign), hr: c.querySelectorAll('hr').length,
+      links: [...c.querySelectorAll('a')].map((a) => [a.getAttribute('href'), a.textContent, a.rel]),
+      nestedLinks: c.querySelectorAll('a a').length, bold: texts('a strong'),
+    };
+  });
+  assert.deepEqual(dom, {
+    h1: ['Title'], em: ['em', 'em2'], del: ['gone'], code: ['a < b'],
+    p: 'Some em and em2 and gone and a < b in snake_case_word.',
+    ul: ['one', 'twonested'], nested: ['nested'], ol: ['first', 'second'],
+    quote: ['quoted'], th: ['a', 'b'], td: ['1', '2'], align: ['', 'right'], hr: 1,
+    links: [['https://example.com/x', 'https://example.com/x', 'noopener noreferrer nofollow'],
+      ['https://a.org', 'https://a.org', 'noopener noreferrer nofollow']],
+    nestedLinks: 0, bold: ['https://a.org'],
+  });
 });
 
 test('with --api-key the page asks for the key, keeps it, and chats', { timeout: 90_000 }, async () => {
