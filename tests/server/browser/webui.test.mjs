@@ -1,7 +1,7 @@
 // The chat page (src/server/webui) in Debian's Chromium against the real `dsv4 serve` on the bundled
 // model: the page and its files come from the binary byte for byte; a message streams in and ends as
 // the server's own greedy answer; stop cancels the request on the server; a reload finds the
-// conversations; export gives them as JSON and import takes them back (and names a bad field);
+// conversations; export gives them as JSON and import takes them back (and names a bad field); delete asks;
 // thinking and effort reach the request and the reasoning shows apart; a reply made of HTML (mocked,
 // the tiny model cannot be made to say it) and an imported one render as text with nothing run;
 // markdown becomes elements; with --api-key the page asks for the key; --no-webui answers 404. Screenshots go to $DSV4_ARTIFACTS.
@@ -105,7 +105,7 @@ test('the page and its files are served from the binary byte for byte, without a
 });
 
 test('a message streams in and ends as the server\'s greedy answer, with its token counts', { timeout: 60_000 }, async () => {
-  await settings(page, { maxTokens: 40, temperature: 0 });
+  await settings(page, { maxTokens: 200, temperature: 0 });  // ~2 s: long enough to be seen streaming
   // Every length the reply's text had while it was still streaming.
   await page.evaluate(() => {
     window.__lengths = [];
@@ -119,7 +119,7 @@ test('a message streams in and ends as the server\'s greedy answer, with its tok
   assert.equal(body.model, 'tiny-shakespeare');
   assert.equal(body.stream, true);
   assert.deepEqual(body.stream_options, { include_usage: true });
-  assert.equal(body.max_tokens, 40);
+  assert.equal(body.max_tokens, 200);
   assert.equal(body.temperature, 0);
   assert.deepEqual(body.chat_template_kwargs, { thinking: false });
   assert.equal(body.reasoning_effort, undefined);
@@ -130,7 +130,7 @@ test('a message streams in and ends as the server\'s greedy answer, with its tok
 
   const res = await fetch(`${server.url}/v1/chat/completions`, {
     method: 'POST', headers: { 'Content-Type': 'application/json' },
-    body: JSON.stringify({ messages: [{ role: 'user', content: 'Hello' }], max_tokens: 40, temperature: 0, top_p: 1 }),
+    body: JSON.stringify({ messages: [{ role: 'user', content: 'Hello' }], max_tokens: 200, temperature: 0, top_p: 1 }),
   });
   const expected = await res.json();
   const [conv] = await stored(page);
@@ -140,7 +140,7 @@ test('a message streams in and ends as the server\'s greedy answer, with its tok
   helloText = await lastReply(page).locator('.content').textContent();
   assert.ok(helloText.trim().length > 0);
   const stats = await lastReply(page).locator('.stats').textContent();
-  assert.match(stats, new RegExp(`^${expected.usage.prompt_tokens} prompt tokens · 40 generated · [0-9.]+ tok/s · first token [0-9.]+ s · [0-9.]+ s · finish: length$`));
+  assert.match(stats, new RegExp(`^${expected.usage.prompt_tokens} prompt tokens · 200 generated · [0-9.]+ tok/s · first token [0-9.]+ s · [0-9.]+ s · finish: length$`));
   await page.screenshot({ path: path.join(artifacts, 'webui-chat.png') });
 });
 
@@ -192,7 +192,7 @@ test('export gives the conversations as JSON; import takes them back and names a
   assert.deepEqual(hello.messages.map((m) => m.role), ['user', 'assistant']);
   assert.equal(hello.messages[0].content, 'Hello');
   assert.equal(hello.messages[1].content, helloContent);
-  assert.equal(hello.messages[1].stats.completion_tokens, 40);
+  assert.equal(hello.messages[1].stats.completion_tokens, 200);
   assert.equal(hello.messages[1].stats.finish_reason, 'length');
   assert.equal(doc.conversations.find((c) => c.title === 'Tell me a long story').messages[1].stopped, true);
 
@@ -206,6 +206,20 @@ test('export gives the conversations as JSON; import takes them back and names a
   await page.setInputFiles('#import', { name: 'bad.json', mimeType: 'application/json', buffer: Buffer.from(JSON.stringify(bad)) });
   await page.locator('#notice', { hasText: 'bad.json: conversations[0].messages[0].role: expected "user" or "assistant"' }).waitFor();
   assert.equal((await stored(page)).length, 4);
+
+  // Delete asks first: dismissed, nothing goes; accepted, the current conversation goes.
+  const titles = await page.locator('#conversations .conv-title').allTextContents();
+  const gone = await page.textContent('#conversations li.current .conv-title');
+  titles.splice(titles.indexOf(gone), 1);
+  page.once('dialog', (d) => d.dismiss());
+  await page.click('#conversations li.current .conv-delete');
+  assert.equal((await stored(page)).length, 4);
+  page.once('dialog', (d) => d.accept());
+  await page.click('#conversations li.current .conv-delete');
+  await page.waitForFunction(() => document.querySelectorAll('#conversations li').length === 3);
+  assert.equal((await stored(page)).length, 3);
+  assert.equal(await page.locator('#conversations li.current').count(), 0);
+  assert.deepEqual((await page.locator('#conversations .conv-title').allTextContents()).sort(), titles.sort());
 });
 
 test('thinking and effort reach the request; the reasoning shows apart from the answer', { timeout: 60_000 }, async () => {
