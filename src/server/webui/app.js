@@ -454,6 +454,8 @@ function start() {
     select(null);
     $('input').focus();
   });
+  $('sidebar-toggle').addEventListener('click', () => document.body.classList.toggle('sidebar-open'));
+  $('conversations').addEventListener('click', () => document.body.classList.remove('sidebar-open'));
   $('settings-toggle').addEventListener('click', () => {
     const s = $('settings');
     s.hidden = !s.hidden;

@@ -344,6 +344,21 @@ test('markdown renders as elements: headings, emphasis, code, nested lists, quot
   });
 });
 
+test('on a narrow screen the conversation list opens over the chat', { timeout: 30_000 }, async () => {
+  await page.setViewportSize({ width: 480, height: 820 });
+  try {
+    assert.equal(await page.isVisible('#sidebar'), false);
+    await page.click('#sidebar-toggle');
+    assert.equal(await page.isVisible('#sidebar'), true);
+    await page.click('#conversations .conv-title >> text=Show me some HTML');
+    assert.equal(await page.isVisible('#sidebar'), false);
+    assert.equal(await page.textContent('#messages .user-text'), 'Show me some HTML');
+    await page.screenshot({ path: path.join(artifacts, 'webui-narrow.png') });
+  } finally {
+    await page.setViewportSize({ width: 1200, height: 820 });
+  }
+});
+
 test('with --api-key the page asks for the key, keeps it, and chats', { timeout: 90_000 }, async () => {
   const keyed = await startServer(['--api-key', 'sekret']);
   const b = await openBrowser();
