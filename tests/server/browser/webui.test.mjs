@@ -121,6 +121,7 @@ test('a message streams in and ends as the server\'s greedy answer, with its tok
   assert.deepEqual(body.stream_options, { include_usage: true });
   assert.equal(body.max_tokens, 200);
   assert.equal(body.temperature, 0);
+  assert.equal(body.top_p, 1);
   assert.deepEqual(body.chat_template_kwargs, { thinking: false });
   assert.equal(body.reasoning_effort, undefined);
   await done(page);
@@ -222,12 +223,14 @@ test('export gives the conversations as JSON; import takes them back and names a
   assert.deepEqual((await page.locator('#conversations .conv-title').allTextContents()).sort(), titles.sort());
 });
 
-test('thinking and effort reach the request; the reasoning shows apart from the answer', { timeout: 60_000 }, async () => {
+test('thinking, effort and the system prompt reach the request; the reasoning shows apart from the answer', { timeout: 60_000 }, async () => {
   await page.click('#new-chat');
   await settings(page, { maxTokens: 16, temperature: 0, thinking: true });
   assert.equal(await page.isDisabled('#effort'), false);
   await settings(page, { effort: 'high' });
+  await page.fill('#system', 'Speak as a king.');
   const body = await send(page, 'Why?');
+  assert.deepEqual(body.messages, [{ role: 'system', content: 'Speak as a king.' }, { role: 'user', content: 'Why?' }]);
   assert.deepEqual(body.chat_template_kwargs, { thinking: true });
   assert.equal(body.reasoning_effort, 'high');
   await done(page);
@@ -237,8 +240,11 @@ test('thinking and effort reach the request; the reasoning shows apart from the 
   const thought = await reasoning.locator('.reasoning-text').textContent();
   assert.ok(thought.length > 0);
   assert.equal(await reasoning.locator('summary').textContent(), `Thought (${thought.length} characters)`);
+  assert.equal((await stored(page)).find((c) => c.title === 'Why?').system, 'Speak as a king.');
   await settings(page, { thinking: false });
   assert.equal(await page.isDisabled('#effort'), true);
+  await page.click('#new-chat');
+  assert.equal(await page.inputValue('#system'), '');
 });
 
 // Model output made of markup, as a streamed reply and as an imported conversation.
