@@ -277,7 +277,20 @@ function apiMessages(conv) {
   return out;
 }
 
-function requestBody(conv, s) {
+// The tools setting as a list (empty: none); throws naming the setting.
+function parseTools(text) {
+  if (!text.trim()) return [];
+  let tools;
+  try {
+    tools = JSON.parse(text);
+  } catch (e) {
+    throw new Error(`Settings, tools: not JSON (${e.message})`);
+  }
+  if (!Array.isArray(tools)) throw new Error('Settings, tools: expected a JSON list');
+  return tools;
+}
+
+function requestBody(conv, s, tools) {
   const body = { messages: apiMessages(conv), stream: true, stream_options: { include_usage: true } };
   if (state.model) body.model = state.model;
   body.temperature = s.temperature;
@@ -285,16 +298,7 @@ function requestBody(conv, s) {
   if (s.max_tokens) body.max_tokens = s.max_tokens;
   body.chat_template_kwargs = { thinking: s.thinking };
   if (s.thinking && s.effort) body.reasoning_effort = s.effort;
-  if (s.tools.trim()) {
-    let tools;
-    try {
-      tools = JSON.parse(s.tools);
-    } catch (e) {
-      throw new Error(`Settings, tools: not JSON (${e.message})`);
-    }
-    if (!Array.isArray(tools)) throw new Error('Settings, tools: expected a JSON list');
-    body.tools = tools;
-  }
+  if (tools.length) body.tools = tools;
   return body;
 }
 
@@ -305,15 +309,8 @@ function setRunning(r) {
   renderList();
 }
 
-async function reply(conv) {
-  const settings = readSettings();
-  let body;
-  try {
-    body = requestBody(conv, settings);
-  } catch (e) {
-    notice(e.message, 'error');
-    return;
-  }
+async function reply(conv, settings, tools) {
+  const body = requestBody(conv, settings, tools);
   const msg = { role: 'assistant', content: '', reasoning_content: '', tool_calls: [], pending: true };
   conv.messages.push(msg);
   conv.updated = Date.now();
@@ -366,6 +363,14 @@ async function reply(conv) {
 function send() {
   const text = $('input').value;
   if (!text.trim() || state.running) return;
+  const settings = readSettings();
+  let tools;
+  try {
+    tools = parseTools(settings.tools);
+  } catch (e) {
+    notice(e.message, 'error');  // nothing is sent, the message stays in the input
+    return;
+  }
   let conv = state.current;
   if (!conv) {
     conv = newConversation();
@@ -377,7 +382,7 @@ function send() {
   conv.messages.push({ role: 'user', content: text });
   $('input').value = '';
   notice('');
-  reply(conv);
+  reply(conv, settings, tools);
 }
 
 // ---- export / import ----

@@ -223,7 +223,7 @@ test('export gives the conversations as JSON; import takes them back and names a
   assert.deepEqual((await page.locator('#conversations .conv-title').allTextContents()).sort(), titles.sort());
 });
 
-test('thinking, effort and the system prompt reach the request; the reasoning shows apart from the answer', { timeout: 60_000 }, async () => {
+test('thinking, effort, the system prompt and tools reach the request; the reasoning shows apart from the answer', { timeout: 60_000 }, async () => {
   await page.click('#new-chat');
   await settings(page, { maxTokens: 16, temperature: 0, thinking: true });
   assert.equal(await page.isDisabled('#effort'), false);
@@ -245,6 +245,21 @@ test('thinking, effort and the system prompt reach the request; the reasoning sh
   assert.equal(await page.isDisabled('#effort'), true);
   await page.click('#new-chat');
   assert.equal(await page.inputValue('#system'), '');
+
+  // Tools: a bad setting sends nothing and names itself; a list goes into the request.
+  await page.fill('#tools', '[{"type": "function"');
+  await page.fill('#input', 'Weather?');
+  await page.press('#input', 'Enter');
+  await page.locator('#notice', { hasText: 'Settings, tools: not JSON' }).waitFor();
+  assert.equal(await page.inputValue('#input'), 'Weather?');
+  assert.equal(await page.locator('#messages .message').count(), 0);
+  const tools = [{ type: 'function', function: { name: 'get_weather', parameters: { type: 'object', properties: { city: { type: 'string' } } } } }];
+  await page.fill('#tools', JSON.stringify(tools));
+  await settings(page, { maxTokens: 4 });
+  const withTools = await send(page, 'Weather?');
+  assert.deepEqual(withTools.tools, tools);
+  await done(page);
+  await page.fill('#tools', '');
 });
 
 // Model output made of markup, as a streamed reply and as an imported conversation.
