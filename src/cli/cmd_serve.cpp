@@ -23,7 +23,7 @@ namespace dsv4::cli {
 namespace {
 
 struct ServeArgs {
-  std::string model, numerics = "official", served_name, device = "auto";
+  std::string model, numerics = "official", served_name, device = "auto", kernels;
   server::HttpOptions http;
   EngineOptions engine;
   double shutdown_timeout = 10;
@@ -50,7 +50,8 @@ void serve(ServeArgs& a) {
   // prefill calls of the engine's chunk.
   const std::unique_ptr<StepModel> model =
       load_step_model(a.model, cuda, a.numerics, a.engine.max_num_seqs, a.engine.max_context,
-                      std::min(a.engine.prefill_chunk, a.engine.max_step_tokens), terminal_load_progress(a.model));
+                      std::min(a.engine.prefill_chunk, a.engine.max_step_tokens), terminal_load_progress(a.model),
+                      a.kernels);
   Engine engine(*model, tok, a.engine);
   server::ServerContext ctx(engine, tok, a.served_name.empty() ? model_name_of(a.model) : a.served_name);
   server::HttpServer http(ctx, a.http);
@@ -111,7 +112,7 @@ void register_serve(CLI::App& app) {
   c->add_option("--shutdown-timeout", a->shutdown_timeout, "Seconds running requests may finish after Ctrl-C")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  add_device_option(*c, a->device);
+  add_device_option(*c, a->device, a->kernels);
   c->callback([a] { serve(*a); });
 }
 

@@ -8,6 +8,7 @@
 #include "backend/cuda/attn_ops.h"
 #include "backend/cuda/check.h"
 #include "backend/cuda/linear_exact.h"
+#include "backend/cuda/linear_fast.h"
 #include "backend/cuda/ops.h"
 #include "core/error.h"
 
@@ -114,7 +115,7 @@ void run_linear(const DeviceContext& ctx, AttentionWorkspace& ws, const DevLinea
     if (w.fp8) {
       const int64_t nb = (w.in + 127) / 128;
       act_quant_rows(ctx, x, T, w.in, ws.codes.get(), ws.scales.get(), nb, 1);
-      exact_linear_fp8(ctx, ws.codes.get(), ws.scales.get(), nb, 1, w.w8, T, y);
+      linear_fp8(ctx, ws.codes.get(), ws.scales.get(), nb, 1, w.w8, T, y);
       return;
     }
     ExactLinearParams e;
@@ -126,7 +127,7 @@ void run_linear(const DeviceContext& ctx, AttentionWorkspace& ws, const DevLinea
     e.x = x;
     e.x_stride = w.in;
     e.w16 = w.w16.get();
-    exact_linear(ctx, e);
+    linear(ctx, e);
     return;
   }
   if (!w.fp8) {
@@ -386,7 +387,7 @@ void attention_forward(const DeviceContext& ctx, const ModelConfig& cfg, const D
     e.tokens = T;
     e.out = int(ro);
     e.in = int(gin);
-    exact_linear(ctx, e);
+    linear(ctx, e);
     run_linear(ctx, ws, w.wo_b, ws.z.get(), T, ws.y.get());
     DSV4_CUDA_CHECK(cudaMemcpyAsync(out, ws.y.get(), size_t(T * D) * sizeof(bf16), cudaMemcpyDeviceToDevice,
                                     ctx.stream()));
