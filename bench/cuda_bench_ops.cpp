@@ -205,9 +205,9 @@ void bench_fast(const DeviceContext& ctx) {
   for (const Shape& s : shapes) {
     const bool head = s.out > 100000;
     for (int64_t T : {1, 2, 4, 8, 15, 16, 32}) bench_exact(ctx, s.name, s.out, s.in, T, ExactLinearKernel::Auto, head, -1, true);
-    for (int64_t T : {1, 8, 32}) bench_exact(ctx, s.name, s.out, s.in, T, ExactLinearKernel::Auto, head);
+    for (int64_t T : {1, 8, 32, 128}) bench_exact(ctx, s.name, s.out, s.in, T, ExactLinearKernel::Auto, head);
     if (!head)
-      for (int64_t m : {16, 32, 64}) bench_fp8(ctx, s.name, s.out, s.in, m);
+      for (int64_t m : {16, 32, 64, 128}) bench_fp8(ctx, s.name, s.out, s.in, m);
   }
   for (int64_t T : {32, 64, 128}) bench_head_lt(ctx, T);
 }

@@ -91,8 +91,8 @@ void check_fp8(int64_t out, int64_t in, int64_t T, uint64_t seed) {
   for (const Variant& kernel : variants()) {
     p.kernel = kernel.kernel;
     p.reg_config = kernel.reg_config;
-    DSV4_CUDA_CHECK(cudaMemset(yf.get(), 0xff, size_t(T * out) * 4));  // NaN: unwritten shows
-    DSV4_CUDA_CHECK(cudaMemset(y.get(), 0xff, size_t(T * out) * 2));
+    DSV4_CUDA_CHECK(cudaMemsetAsync(yf.get(), 0xff, size_t(T * out) * 4, ctx.stream()));  // NaN: unwritten shows
+    DSV4_CUDA_CHECK(cudaMemsetAsync(y.get(), 0xff, size_t(T * out) * 2, ctx.stream()));
     exact_linear(ctx, p);
     ctx.synchronize();
     const std::string what = std::string("exact_linear ") + variant_name(kernel) + " fp8 out=" + std::to_string(out) +
@@ -128,7 +128,7 @@ void check_fp8_bf16x(int64_t out, int64_t in, int64_t T, uint64_t seed) {
   for (const Variant& kernel : variants()) {
     p.kernel = kernel.kernel;
     p.reg_config = kernel.reg_config;
-    DSV4_CUDA_CHECK(cudaMemset(yf.get(), 0xff, size_t(T * out) * 4));
+    DSV4_CUDA_CHECK(cudaMemsetAsync(yf.get(), 0xff, size_t(T * out) * 4, ctx.stream()));
     exact_linear(ctx, p);
     ctx.synchronize();
     const std::string what = std::string("exact_linear ") + variant_name(kernel) + " fp8 x bf16 out=" +
@@ -173,8 +173,8 @@ void check_bf16(int64_t out, int64_t in, int64_t T, bool experts, uint64_t seed)
   for (const Variant& kernel : variants()) {
     p.kernel = kernel.kernel;
     p.reg_config = kernel.reg_config;
-    DSV4_CUDA_CHECK(cudaMemset(y.get(), 0, size_t(T * ys) * 2));
-    DSV4_CUDA_CHECK(cudaMemset(yf.get(), 0, size_t(T * ys) * 4));
+    DSV4_CUDA_CHECK(cudaMemsetAsync(y.get(), 0, size_t(T * ys) * 2, ctx.stream()));
+    DSV4_CUDA_CHECK(cudaMemsetAsync(yf.get(), 0, size_t(T * ys) * 4, ctx.stream()));
     exact_linear(ctx, p);
     ctx.synchronize();
     const std::string what = std::string("exact_linear ") + variant_name(kernel) + " bf16" + (experts ? " experts" : "") +

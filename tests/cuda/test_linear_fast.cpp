@@ -94,7 +94,7 @@ void check_fp8(const std::vector<int64_t>& outs, int64_t in, int64_t T, bool blo
     EXPECT_TRUE(compare(what + " f32", got, ref, Tol::GemmFp8).ok);
     EXPECT_TRUE(compare(what + " bf16", from_bf16(y[i].download(what)), ref, Tol::GemmFp8).ok);
     // Deterministic: a second launch writes the same bits.
-    DSV4_CUDA_CHECK(cudaMemset(yf[i].get(), 0xff, size_t(T * out) * 4));
+    DSV4_CUDA_CHECK(cudaMemsetAsync(yf[i].get(), 0xff, size_t(T * out) * 4, ctx.stream()));
     fast_gemv(ctx, p);
     ctx.synchronize();
     EXPECT_EQ(bits(yf[i].download(what)), bits(got)) << what << ": a second run differs";

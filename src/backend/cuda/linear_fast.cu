@@ -249,8 +249,15 @@ void fast_gemv(const DeviceContext& ctx, const FastGemvParams& p) {
 bool fast_gemv_supports(const ExactLinearParams& e) {
   if (e.expert_ids || e.x_row_div != 1 || e.tokens < 1 || e.tokens > kFastGemvMaxTokens) return false;
   if (e.groups < 1 || e.groups > kFastMaxProjections || e.kernel != ExactLinearKernel::Auto) return false;
-  if (e.x_codes && e.w8) return e.in % 128 == 0;
-  return e.x && e.w16 && e.in % 32 == 0;
+  // 16-byte loads of every input and weight row (else exact_linear takes the call).
+  const bool fp8 = e.x_codes && e.w8;
+  if (!fp8 && !(e.x && e.w16)) return false;
+  const int64_t es = fp8 ? 1 : 2;
+  const void* x = fp8 ? static_cast<const void*>(e.x_codes) : e.x;
+  const void* w = fp8 ? static_cast<const void*>(e.w8) : e.w16;
+  if (!aligned16(x) || !aligned16(w) || (e.x_stride * es) % 16 != 0 || (int64_t(e.in) * es) % 16 != 0) return false;
+  if (e.groups > 1 && ((e.x_group_stride * es) % 16 != 0 || (e.w_expert_stride * es) % 16 != 0)) return false;
+  return fp8 ? e.in % 128 == 0 : e.in % 32 == 0;
 }
 
 void fast_gemv(const DeviceContext& ctx, const ExactLinearParams& e) {
