@@ -97,8 +97,7 @@ void run_bench(const BenchArgs& a) {
   j["fast"] = run_tier(a, cuda::KernelTier::Fast);
   j["exact"] = run_tier(a, cuda::KernelTier::Exact);
   std::printf("\nfast vs exact (exact time / fast time)\n%6s %10s %10s\n", "batch", "step", "layer");
-  const auto& f = j["fast"]["decode"];
-  const auto& e = j["exact"]["decode"];
+  const nlohmann::ordered_json f = j["fast"]["decode"], e = j["exact"]["decode"];  // copies: j grows below
   for (size_t i = 0; i < f.size() && i < e.size(); ++i) {
     const double step = e[i]["step_ms"].get<double>() / f[i]["step_ms"].get<double>();
     const double layer = e[i]["layer_us"].get<double>() / f[i]["layer_us"].get<double>();

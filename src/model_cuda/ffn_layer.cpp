@@ -210,7 +210,7 @@ MoeWorkspace::SharedPlans& MoeWorkspace::plans(const DeviceContext& ctx, int64_t
 }
 
 void MoeWorkspace::prepare(const DeviceContext& ctx, int64_t T) {
-  if (T > kExactLinearMaxTokens) plans(ctx, T);
+  if (T > kExactLinearMaxTokens || fast_tier_gemm(ctx, T)) plans(ctx, T);
 }
 
 // ---- Forward.
@@ -222,7 +222,8 @@ void moe_forward(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace&
   const int64_t D = w.D, I = w.I, k = w.k, Tk = T * k;
   const bool exact = T <= kExactLinearMaxTokens, shared_fp8 = w.has_shared && !w.shared_dense;
   if (w.dense_experts && Tk > 65535) fail("moe_forward: ", Tk, " dense-expert selections exceed one launch");
-  MoeWorkspace::SharedPlans* plans = shared_fp8 && !exact ? &ws.plans(ctx, T) : nullptr;
+  // The shared expert on cuBLASLt: above the exact range, and in the fast tier above fast_gemv's.
+  MoeWorkspace::SharedPlans* plans = shared_fp8 && (!exact || fast_tier_gemm(ctx, T)) ? &ws.plans(ctx, T) : nullptr;
   const int64_t P = plans ? plans->up->padded_tokens() : T;
 
   RouterParams r;

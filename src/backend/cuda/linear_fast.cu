@@ -9,7 +9,7 @@
 namespace dsv4::cuda {
 namespace {
 
-constexpr int kMaxWarps = 16;
+constexpr int kMaxWarps = 8;  // a CTA's warps split K; 256 threads leave the registers of deep load batches
 
 struct Args {
   FastGemvParams p;
@@ -85,7 +85,7 @@ __device__ __forceinline__ int projection_of(const Args& a, int& tile) {
 // per piece, which are 4 MMAs (k slots 2t,2t+1 <- bytes 4q,4q+1; 2t+8,2t+9 <- bytes 4q+2,4q+3).
 // U blocks are loaded before the first is multiplied (loads in flight).
 template <int NT, int U>
-__global__ void __launch_bounds__(512) fast_gemv_fp8_kernel(const __grid_constant__ Args a) {
+__global__ void __launch_bounds__(256) fast_gemv_fp8_kernel(const __grid_constant__ Args a) {
   const FastGemvParams& p = a.p;
   int tile = 0;
   const FastProjection& pr = p.proj[projection_of(a, tile)];
@@ -158,7 +158,7 @@ __global__ void __launch_bounds__(512) fast_gemv_fp8_kernel(const __grid_constan
 // bf16 x bf16: pieces of 32 K, a thread's 8 values of rows g, g+8 and token g per piece are 2 MMAs
 // (words 2q, 2q+1 of its 16 bytes).
 template <int NT, int U>
-__global__ void __launch_bounds__(512) fast_gemv_bf16_kernel(const __grid_constant__ Args a) {
+__global__ void __launch_bounds__(256) fast_gemv_bf16_kernel(const __grid_constant__ Args a) {
   const FastGemvParams& p = a.p;
   int tile = 0;
   const FastProjection& pr = p.proj[projection_of(a, tile)];
@@ -199,14 +199,22 @@ __global__ void __launch_bounds__(512) fast_gemv_bf16_kernel(const __grid_consta
   reduce_store<NT>(acc, p, pr, tile);
 }
 
+// Warps per CTA (the K split): as many as leave each warp a full batch of U K-steps, at most kMaxWarps
+// (H200, 2026-12-01: one K block per warp of 8 made wq_b's 2,048 CTAs latency-bound at 46% of HBM).
+int warps_for(int ksteps, int U) {
+  int w = 1;
+  while (w * 2 <= kMaxWarps && w * 2 * U <= ksteps) w *= 2;
+  return w;
+}
+
 template <int NT>
-void launch(const DeviceContext& ctx, const Args& a, bool fp8, int blocks, int threads) {
+void launch(const DeviceContext& ctx, const Args& a, bool fp8, int blocks) {
   if (fp8) {
-    constexpr int U = NT <= 2 ? 2 : 1;
-    fast_gemv_fp8_kernel<NT, U><<<blocks, threads, 0, ctx.stream()>>>(a);
+    constexpr int U = NT <= 2 ? 4 : 2;  // 128-K blocks in flight per warp
+    fast_gemv_fp8_kernel<NT, U><<<blocks, 32 * warps_for(a.p.in / 128, U), 0, ctx.stream()>>>(a);
   } else {
-    constexpr int U = NT <= 2 ? 4 : 2;
-    fast_gemv_bf16_kernel<NT, U><<<blocks, threads, 0, ctx.stream()>>>(a);
+    constexpr int U = NT <= 2 ? 8 : 4;  // 32-K pieces in flight per warp
+    fast_gemv_bf16_kernel<NT, U><<<blocks, 32 * warps_for(a.p.in / 32, U), 0, ctx.stream()>>>(a);
   }
   DSV4_CUDA_CHECK_LAUNCH();
 }
@@ -240,10 +248,9 @@ void fast_gemv(const DeviceContext& ctx, const FastGemvParams& p) {
   }
   if (tiles > (int64_t(1) << 30)) fail("fast_gemv: ", tiles, " row tiles");
   a.tile0[p.nproj] = int(tiles);
-  const int threads = tiles < 2 * int64_t(ctx.sm_count()) ? 32 * kMaxWarps : 256;
-  if (p.tokens <= 8) launch<1>(ctx, a, fp8, int(tiles), threads);
-  else if (p.tokens <= 16) launch<2>(ctx, a, fp8, int(tiles), threads);
-  else launch<4>(ctx, a, fp8, int(tiles), threads);
+  if (p.tokens <= 8) launch<1>(ctx, a, fp8, int(tiles));
+  else if (p.tokens <= 16) launch<2>(ctx, a, fp8, int(tiles));
+  else launch<4>(ctx, a, fp8, int(tiles));
 }
 
 bool fast_gemv_supports(const ExactLinearParams& e) {

@@ -7,7 +7,8 @@
 // inputs give the same bits on every run). CPU twin: cpu::matmul on the dequantized operands, within
 // the gemm tolerances (tests/cuda/test_linear_fast.cpp).
 //
-// Shape: a CTA of 8 or 16 warps owns 16 output rows of one projection; warp w takes K blocks w, w+W, ...
+// Shape: a CTA of up to 8 warps owns 16 output rows of one projection; warp w takes K blocks w, w+W, ...,
+// loading a batch of several before it multiplies the first (bytes in flight),
 // Every operand is a 16-byte load straight from global memory: a thread's 16 weight bytes of row g and
 // g+8 and its 16 activation bytes of token g feed the same MMA k slots (the k order inside a 64-K piece
 // is permuted identically for A and B, which the free summation order allows), so no shared memory
@@ -26,6 +27,13 @@ namespace dsv4::cuda {
 // Largest token count of fast_gemv (4 MMA column tiles of 8 tokens); larger calls take the GEMM paths.
 inline constexpr int64_t kFastGemvMaxTokens = 32;
 inline constexpr int kFastMaxProjections = 16;
+
+// Whether the fast tier runs a `tokens`-token FP8 linear through a cuBLASLt plan (above fast_gemv's
+// range, where cuBLASLt beats exact_linear: H200 2026-12-01, docs/perf-log.md); the callers make the
+// plans in their prepare() before a graph capture.
+inline bool fast_tier_gemm(const DeviceContext& ctx, int64_t tokens) {
+  return ctx.kernels() == KernelTier::Fast && tokens > kFastGemvMaxTokens;
+}
 
 // One projection of a fast_gemv launch. All projections share the launch's format, `in` and tokens.
 struct FastProjection {
