@@ -5,7 +5,6 @@
 
 #include "backend/cuda/check.h"
 #include "backend/cuda/gemm.h"
-#include "backend/cuda/linear_fast.h"
 #include "backend/cuda/ops.h"
 #include "backend/cuda/sampling.h"
 #include "core/dtype.h"
@@ -169,7 +168,10 @@ void CudaModel::prepare(int64_t T) {
 }
 
 LtMatmul* CudaModel::head_plan(int64_t rows) {
-  if (opt_.kernels != KernelTier::Fast || rows <= kFastGemvMaxTokens) return nullptr;  // fast_gemv / exact_linear
+  // H200, 2026-12-01 (docs/perf-log.md): the head through fast_gemv takes 268-284 us up to 16 rows,
+  // 392 at 32; cuBLASLt 271 / 293 / 293 us at 32 / 64 / 128 rows.
+  constexpr int64_t kHeadGemvMaxRows = 16;
+  if (opt_.kernels != KernelTier::Fast || rows <= kHeadGemvMaxRows) return nullptr;  // fast_gemv / exact_linear
   auto& plan = head_plans_[rows];
   if (!plan) plan = std::make_unique<LtMatmul>(*ctx_, GemmKind::Bf16F32Out, cfg_.vocab_size, cfg_.hidden_size, rows);
   return plan.get();

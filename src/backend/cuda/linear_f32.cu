@@ -58,8 +58,9 @@ void linear_f32(const DeviceContext& ctx, const LinearF32Params& p) {
   if (!p.x || !p.w || (!p.y && !p.y_bf16)) fail("linear_f32: null pointer");
   if (p.in <= 0 || p.in % 8 != 0 || p.x_stride % 8 != 0 || p.out <= 0)
     fail("linear_f32: in = ", p.in, " and the row stride must be multiples of 8");
-  // The fast tier takes the caller's plan (tensor cores) above fast_gemv's token range.
-  const bool fast_plan = p.plan && ctx.kernels() == KernelTier::Fast && p.tokens > kFastGemvMaxTokens;
+  // The fast tier takes the caller's plan (tensor cores) whenever one is given: the caller knows the
+  // token counts at which it beats fast_gemv (the head: above 16 rows).
+  const bool fast_plan = p.plan && ctx.kernels() == KernelTier::Fast;
   if (p.tokens <= kExactLinearMaxTokens && !fast_plan) {
     ExactLinearParams e;
     e.x = p.x;

@@ -9,7 +9,7 @@
 namespace dsv4::cuda {
 namespace {
 
-constexpr int kMaxWarps = 8;  // a CTA's warps split K; 256 threads leave the registers of deep load batches
+constexpr int kMaxWarps = 16;  // a CTA's warps split K
 
 struct Args {
   FastGemvParams p;
@@ -51,10 +51,10 @@ __device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1
 
 // Sums the warps' C fragments in warp order and stores rows < out, tokens < tokens.
 // Fragment element i of lane L in column tile j: row (L/4) + 8*(i/2), token 8j + 2*(L%4) + (i%2).
-template <int NT>
+template <int NT, int kWarps>
 __device__ __forceinline__ void reduce_store(const float (&acc)[NT][4], const FastGemvParams& p,
                                              const FastProjection& pr, int tile) {
-  __shared__ float red[kMaxWarps * NT * 128];
+  __shared__ float red[kWarps * NT * 128];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, W = blockDim.x >> 5;
 #pragma unroll
   for (int j = 0; j < NT; ++j)
@@ -83,9 +83,10 @@ __device__ __forceinline__ int projection_of(const Args& a, int& tile) {
 
 // FP8 x FP8: per 128-K block, 2 pieces of 64 K; a thread holds 16 bytes of rows g and g+8 and of token g
 // per piece, which are 4 MMAs (k slots 2t,2t+1 <- bytes 4q,4q+1; 2t+8,2t+9 <- bytes 4q+2,4q+3).
-// U blocks are loaded before the first is multiplied (loads in flight).
-template <int NT, int U>
-__global__ void __launch_bounds__(256) fast_gemv_fp8_kernel(const __grid_constant__ Args a) {
+// U blocks are loaded before the first is multiplied (loads in flight); kThreads bounds the CTA (and so
+// the registers a batch may take).
+template <int NT, int U, int kThreads>
+__global__ void __launch_bounds__(kThreads) fast_gemv_fp8_kernel(const __grid_constant__ Args a) {
   const FastGemvParams& p = a.p;
   int tile = 0;
   const FastProjection& pr = p.proj[projection_of(a, tile)];
@@ -152,13 +153,13 @@ __global__ void __launch_bounds__(256) fast_gemv_fp8_kernel(const __grid_constan
       }
     }
   }
-  reduce_store<NT>(acc, p, pr, tile);
+  reduce_store<NT, kThreads / 32>(acc, p, pr, tile);
 }
 
 // bf16 x bf16: pieces of 32 K, a thread's 8 values of rows g, g+8 and token g per piece are 2 MMAs
 // (words 2q, 2q+1 of its 16 bytes).
-template <int NT, int U>
-__global__ void __launch_bounds__(256) fast_gemv_bf16_kernel(const __grid_constant__ Args a) {
+template <int NT, int U, int kThreads>
+__global__ void __launch_bounds__(kThreads) fast_gemv_bf16_kernel(const __grid_constant__ Args a) {
   const FastGemvParams& p = a.p;
   int tile = 0;
   const FastProjection& pr = p.proj[projection_of(a, tile)];
@@ -196,25 +197,33 @@ __global__ void __launch_bounds__(256) fast_gemv_bf16_kernel(const __grid_consta
                          word(wv[u][1], 2 * q + 1), word(xv[u][j], 2 * q), word(xv[u][j], 2 * q + 1));
     }
   }
-  reduce_store<NT>(acc, p, pr, tile);
+  reduce_store<NT, kThreads / 32>(acc, p, pr, tile);
 }
 
-// Warps per CTA (the K split): as many as leave each warp a full batch of U K-steps, at most kMaxWarps
-// (H200, 2026-12-01: one K block per warp of 8 made wq_b's 2,048 CTAs latency-bound at 46% of HBM).
+// Warps per CTA for short K: as many as leave each warp a full batch of U K-steps, at most 8.
 int warps_for(int ksteps, int U) {
   int w = 1;
-  while (w * 2 <= kMaxWarps && w * 2 * U <= ksteps) w *= 2;
+  while (w * 2 <= 8 && w * 2 * U <= ksteps) w *= 2;
   return w;
 }
 
+// Two shapes, each the faster on the H200 for its Flash weights (docs/perf-log.md, 2026-12-01):
+// K of at most 16 blocks (wq_b, shared w2): batches of 4 blocks and a K split that leaves each warp one
+// (8 warps of one block each left wq_b's 2,048 CTAs latency-bound: 17.2 -> 14.9 us); longer K (wq_a,
+// wo_b, w1, the head): batches of 2 blocks (4 bf16 pieces of 32) over 16 warps, or 8 warps when the
+// grid has two CTAs per SM.
 template <int NT>
 void launch(const DeviceContext& ctx, const Args& a, bool fp8, int blocks) {
-  if (fp8) {
-    constexpr int U = NT <= 2 ? 4 : 2;  // 128-K blocks in flight per warp
-    fast_gemv_fp8_kernel<NT, U><<<blocks, 32 * warps_for(a.p.in / 128, U), 0, ctx.stream()>>>(a);
+  const int threads = blocks >= 2 * ctx.sm_count() ? 256 : 32 * kMaxWarps;
+  if (fp8 && a.p.in / 128 <= 16) {
+    constexpr int U = NT <= 2 ? 4 : 2;
+    fast_gemv_fp8_kernel<NT, U, 256><<<blocks, 32 * warps_for(a.p.in / 128, U), 0, ctx.stream()>>>(a);
+  } else if (fp8) {
+    constexpr int U = NT <= 2 ? 2 : 1;
+    fast_gemv_fp8_kernel<NT, U, 32 * kMaxWarps><<<blocks, threads, 0, ctx.stream()>>>(a);
   } else {
-    constexpr int U = NT <= 2 ? 8 : 4;  // 32-K pieces in flight per warp
-    fast_gemv_bf16_kernel<NT, U><<<blocks, 32 * warps_for(a.p.in / 32, U), 0, ctx.stream()>>>(a);
+    constexpr int U = NT <= 2 ? 4 : 2;
+    fast_gemv_bf16_kernel<NT, U, 32 * kMaxWarps><<<blocks, threads, 0, ctx.stream()>>>(a);
   }
   DSV4_CUDA_CHECK_LAUNCH();
 }

@@ -7,8 +7,8 @@
 // inputs give the same bits on every run). CPU twin: cpu::matmul on the dequantized operands, within
 // the gemm tolerances (tests/cuda/test_linear_fast.cpp).
 //
-// Shape: a CTA of up to 8 warps owns 16 output rows of one projection; warp w takes K blocks w, w+W, ...,
-// loading a batch of several before it multiplies the first (bytes in flight),
+// Shape: a CTA of up to 16 warps owns 16 output rows of one projection; warp w takes K blocks w, w+W, ...,
+// loading a batch of several before it multiplies the first (bytes in flight).
 // Every operand is a 16-byte load straight from global memory: a thread's 16 weight bytes of row g and
 // g+8 and its 16 activation bytes of token g feed the same MMA k slots (the k order inside a 64-K piece
 // is permuted identically for A and B, which the free summation order allows), so no shared memory
