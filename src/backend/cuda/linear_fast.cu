@@ -74,11 +74,28 @@ __device__ __forceinline__ void reduce_store(const float (&acc)[NT][4], const Fa
   }
 }
 
-__device__ __forceinline__ int projection_of(const Args& a, int& tile) {
+// Where this thread works: its CTA's projection and 16-row tile, its warp (K split), its MMA group g
+// and thread t, the last token, and the tile's rows g and g+8 it streams (clamped to the projection).
+struct Place {
+  const FastProjection* pr;
+  int tile, warp, W, g, t, last;
+  int64_t row_a, row_b;
+};
+__device__ __forceinline__ Place place_of(const Args& a) {
   int pi = 0;
   while (pi + 1 < a.p.nproj && int(blockIdx.x) >= a.tile0[pi + 1]) ++pi;
-  tile = int(blockIdx.x) - a.tile0[pi];
-  return pi;
+  Place q;
+  q.pr = &a.p.proj[pi];
+  q.tile = int(blockIdx.x) - a.tile0[pi];
+  const int lane = threadIdx.x & 31;
+  q.warp = threadIdx.x >> 5;
+  q.W = blockDim.x >> 5;
+  q.g = lane >> 2;
+  q.t = lane & 3;
+  q.last = int(a.p.tokens) - 1;
+  q.row_a = min(q.tile * 16 + q.g, q.pr->out - 1);
+  q.row_b = min(q.tile * 16 + q.g + 8, q.pr->out - 1);
+  return q;
 }
 
 // FP8 x FP8: per 128-K block, 2 pieces of 64 K; a thread holds 16 bytes of rows g and g+8 and of token g
@@ -88,13 +105,11 @@ __device__ __forceinline__ int projection_of(const Args& a, int& tile) {
 template <int NT, int U, int kThreads>
 __global__ void __launch_bounds__(kThreads) fast_gemv_fp8_kernel(const __grid_constant__ Args a) {
   const FastGemvParams& p = a.p;
-  int tile = 0;
-  const FastProjection& pr = p.proj[projection_of(a, tile)];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, W = blockDim.x >> 5;
-  const int g = lane >> 2, t = lane & 3;
-  const int last = int(p.tokens) - 1;
-  const uint8_t* wa = pr.w8 + int64_t(min(tile * 16 + g, pr.out - 1)) * p.in + t * 16;
-  const uint8_t* wb = pr.w8 + int64_t(min(tile * 16 + g + 8, pr.out - 1)) * p.in + t * 16;
+  const Place at = place_of(a);
+  const FastProjection& pr = *at.pr;
+  const int tile = at.tile, warp = at.warp, W = at.W, g = at.g, t = at.t, last = at.last;
+  const uint8_t* wa = pr.w8 + at.row_a * p.in + t * 16;
+  const uint8_t* wb = pr.w8 + at.row_b * p.in + t * 16;
   const float* ws = pr.w_scales + int64_t(tile / 8) * pr.w_scale_ld;
   const uint8_t* xr[NT];
   const float *xs0[NT], *xs1[NT];
@@ -161,13 +176,11 @@ __global__ void __launch_bounds__(kThreads) fast_gemv_fp8_kernel(const __grid_co
 template <int NT, int U, int kThreads>
 __global__ void __launch_bounds__(kThreads) fast_gemv_bf16_kernel(const __grid_constant__ Args a) {
   const FastGemvParams& p = a.p;
-  int tile = 0;
-  const FastProjection& pr = p.proj[projection_of(a, tile)];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, W = blockDim.x >> 5;
-  const int g = lane >> 2, t = lane & 3;
-  const int last = int(p.tokens) - 1;
-  const bf16* wa = pr.w16 + int64_t(min(tile * 16 + g, pr.out - 1)) * p.in + t * 8;
-  const bf16* wb = pr.w16 + int64_t(min(tile * 16 + g + 8, pr.out - 1)) * p.in + t * 8;
+  const Place at = place_of(a);
+  const FastProjection& pr = *at.pr;
+  const int tile = at.tile, warp = at.warp, W = at.W, g = at.g, t = at.t, last = at.last;
+  const bf16* wa = pr.w16 + at.row_a * p.in + t * 8;
+  const bf16* wb = pr.w16 + at.row_b * p.in + t * 8;
   const bf16* xr[NT];
 #pragma unroll
   for (int j = 0; j < NT; ++j) xr[j] = p.x + pr.x_offset + int64_t(min(j * 8 + g, last)) * p.x_stride + t * 8;
@@ -313,21 +326,7 @@ void linear(const DeviceContext& ctx, const ExactLinearParams& e) {
 
 void linear_fp8(const DeviceContext& ctx, const uint8_t* codes, const float* scales, int64_t xs_row_stride,
                 int64_t xs_block_stride, const Fp8Weight& w, int64_t tokens, bf16* y) {
-  ExactLinearParams e;
-  e.x_codes = codes;
-  e.x_scales = scales;
-  e.x_stride = w.in;
-  e.xs_row_stride = xs_row_stride;
-  e.xs_block_stride = xs_block_stride;
-  e.w8 = w.codes.get();
-  e.w_scales = w.scales.get();
-  e.w_scale_ld = w.scale_ld;
-  e.y = y;
-  e.y_stride = w.out;
-  e.tokens = tokens;
-  e.out = int(w.out);
-  e.in = int(w.in);
-  linear(ctx, e);
+  linear(ctx, fp8_linear_params(codes, scales, xs_row_stride, xs_block_stride, w, tokens, y));
 }
 
 }  // namespace dsv4::cuda
