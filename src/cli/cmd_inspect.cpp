@@ -152,7 +152,8 @@ int run_inspect(const std::string& dir, bool list) {
     for (const auto& [f, v] : fmt)
       std::printf("  %-18s %6d  %s\n", weight_format_name(f), v.first, human_bytes(double(v.second)).c_str());
     print_expert_formats(w);
-    std::printf("mtp         %zu MTP block(s), %zu DSpark stage(s) in checkpoint\n", w.mtp.size(), w.dspark.size());
+    std::printf("mtp         %zu block(s) in checkpoint\n", w.mtp.size());
+    if (!w.dspark.empty()) std::printf("dspark      %zu stage(s) in checkpoint\n", w.dspark.size());
     std::printf("variant     %s\n", variant_name(cfg, w).c_str());
     double f32_bytes = 0;  // the CPU backend decodes every weight to float32 (packed FP4: 2 per byte)
     for (const TensorEntry* e : ckpt->all())
