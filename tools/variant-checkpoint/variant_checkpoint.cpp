@@ -220,6 +220,8 @@ Report requant_fp8_experts(const std::string& src, const std::string& dst) {
   TensorList ts = list_of(*ck);
   json cfg = read_config(src);
   Report r;
+  std::multimap<std::string, std::string> spelled;  // canonical name -> the checkpoint's spelling
+  for (const auto& [name, v] : ts.items()) spelled.emplace(names::canonical(name), name);
   auto convert = [&](const LinearWeight& l) {
     const std::string base = l.name.substr(0, l.name.size() - std::string(".weight").size());
     const Tensor f = dequantize(l);
@@ -227,10 +229,12 @@ Report requant_fp8_experts(const std::string& src, const std::string& dst) {
     r.inexact += m.inexact;
     r.max_abs = std::max(r.max_abs, m.max_abs);
     ++r.tensors;
-    for (const char* sib : {".scale", ".weight_scale", ".weight_scale_2", ".input_scale"}) ts.erase(base + sib);
-    // The checkpoint may spell names with a prefix; write the canonical (published) ones.
-    for (const auto& [name, v] : std::vector<std::pair<std::string, TensorView>>(ts.items()))
-      if (names::canonical(name) == l.name || names::canonical(name) == base + ".scale") ts.erase(name);
+    // The old weight and its scale siblings go, however the checkpoint spelled them; the new ones get
+    // the published names.
+    for (const char* sib : {".weight", ".scale", ".weight_scale", ".weight_scale_2", ".input_scale"}) {
+      auto [lo, hi] = spelled.equal_range(base + sib);
+      for (auto it = lo; it != hi; ++it) ts.erase(it->second);
+    }
     ts.put(l.name, DType::F8_E4M3, {l.out, l.in}, std::move(m.codes));
     ts.put(base + ".scale", DType::F8_E8M0, {(l.out + 127) / 128, (l.in + 127) / 128}, std::move(m.scales));
   };
