@@ -147,7 +147,7 @@ class Binder {
   }
 
   // A ModelOpt NVFP4 linear: packed e2m1 `.weight`, e4m3 `.weight_scale` [out, in/16], f32
-  // `.weight_scale_2` [], optional f32 `.input_scale` [].
+  // `.weight_scale_2` [] (or [1]), optional f32 `.input_scale` [] (or [1]).
   LinearWeight nvfp4(LinearWeight w, const TensorEntry* e, const std::string& base) {
     const TensorView& v = e->view;
     const int64_t out = w.out, in = w.in;
@@ -166,8 +166,9 @@ class Binder {
     w.weight.dtype = DType::F4_E2M1;
     w.weight.shape = {out, in};
     w.scale = param(base + ".weight_scale", {out, in / 16}, {DType::F8_E4M3});
-    w.scale2 = param(base + ".weight_scale_2", {}, {DType::F32});
-    if (has(base + ".input_scale")) w.input_scale = param(base + ".input_scale", {}, {DType::F32});
+    // Scalars: ModelOpt writes them 0-d; some exporters write [1].
+    w.scale2 = param_numel(base + ".weight_scale_2", 1, {DType::F32});
+    if (has(base + ".input_scale")) w.input_scale = param_numel(base + ".input_scale", 1, {DType::F32});
     if (!w.scale.data || !w.scale2.data || (has(base + ".input_scale") && !w.input_scale.data)) {
       w.weight = {};
       return w;

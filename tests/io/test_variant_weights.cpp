@@ -158,6 +158,20 @@ TEST_F(VariantWeights, BadGlobalScaleValue) {
   EXPECT_NE(err.find("weight_scale_2 = 0, expected a positive finite number"), std::string::npos) << err;
 }
 
+// Exporters write the per-tensor scalars 0-d or as [1]; both hold one element. Two elements is an error.
+TEST_F(VariantWeights, GlobalScaleAsOneElementVector) {
+  static const float g[2] = {0.5f, 0.5f};
+  const auto as = [](Shape shape, size_t bytes) {
+    return [shape, bytes](Tensors& ts) {
+      *find(ts, kExpert + ".weight_scale_2") = TensorView{DType::F32, shape, reinterpret_cast<const uint8_t*>(g), bytes};
+    };
+  };
+  EXPECT_EQ(bind_error(edited(nvfp4_, as({1}, 4))), "");
+  const std::string err = bind_error(edited(nvfp4_, as({2}, 8)));
+  EXPECT_NE(err.find(kExpert + ".weight_scale_2"), std::string::npos) << err;
+  EXPECT_NE(err.find("expected 1 elements"), std::string::npos) << err;
+}
+
 TEST_F(VariantWeights, BothScaleKindsAreAmbiguous) {
   const std::string err = bind_error(edited(nvfp4_, [&](Tensors& ts) {
     auto f = SafetensorsFile::open(src_ + "/model.safetensors");
