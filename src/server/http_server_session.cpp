@@ -10,7 +10,7 @@ namespace dsv4::server::http_detail {
 namespace {
 
 using std::chrono::milliseconds;
-constexpr milliseconds kPollFirst{1}, kPollMax{32};  // a stream with nothing new is looked at again after
+constexpr milliseconds kPollFirst{1}, kPollMax{100};  // a stream with nothing new is looked at again after
 constexpr double kLingerSeconds = 2;                 // reading what a refused client still sends
 constexpr size_t kMaxTarget = 4096;                  // longer paths: 414 (and no regex over them)
 
