@@ -1,6 +1,7 @@
 // Starts the real `dsv4 serve --port 0` for a test file and stops it; helpers for the OpenAI client
 // and /metrics. The binary comes from $DSV4_BINARY (set by ctest).
 import { spawn, execFileSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import OpenAI from 'openai';
 
 export const binary = () => {
@@ -32,6 +33,7 @@ export async function startServer(args = [], { timeoutMs = 60_000 } = {}) {
   });
   return {
     url,
+    pid: child.pid,
     stderr: () => stderr,
     // SIGTERM, then the exit status (SIGKILL after `ms`).
     async stop(ms = 30_000) {
@@ -46,6 +48,12 @@ export async function startServer(args = [], { timeoutMs = 60_000 } = {}) {
 
 export function client(url, options = {}) {
   return new OpenAI({ baseURL: `${url}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 120_000, ...options });
+}
+
+// Resident memory of a process in bytes (VmRSS in /proc/PID/status).
+export function rssBytes(pid) {
+  const m = readFileSync(`/proc/${pid}/status`, 'utf8').match(/^VmRSS:\s+(\d+) kB/m);
+  return Number(m[1]) * 1024;
 }
 
 // First sample of each metric name in the Prometheus text.
