@@ -275,13 +275,13 @@ void Session::reply(Reply r) {
     return;
   }
   phase_ = Phase::Replying;
-  st_.ctx.http.count(route_name_, r.status);
+  sse_ = r.stream && is_sse(r.content_type);
+  if (!r.stream || sse_) st_.ctx.http.count(route_name_, r.status);  // a collected body: once it is complete
   if (!r.stream) {
     stop_watch();
     return write_complete(std::move(r), !keep_alive());
   }
   stream_ = std::move(r.stream);
-  sse_ = is_sse(r.content_type);
   reply_status_ = r.status;
   reply_type_ = r.content_type;
   doc_.clear();
@@ -361,9 +361,10 @@ void Session::pull() {
     doc_ += out;
     if (!more) {
       Reply r;
-      r.status = reply_status_;
+      r.status = stream_->final_status() ? stream_->final_status() : reply_status_;
       r.content_type = reply_type_;
       r.body = std::move(doc_);
+      st_.ctx.http.count(route_name_, r.status);
       end_stream();
       stop_watch();
       return write_complete(std::move(r), !keep_alive());

@@ -97,6 +97,23 @@ inline std::string read_all(int fd, std::chrono::milliseconds limit) {
   return raw;
 }
 
+// Reads from `fd` until a whole response has arrived (status 0 if the peer closes or `limit` passes).
+inline HttpReply read_reply(int fd, std::chrono::milliseconds limit) {
+  std::string raw;
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  HttpReply r;
+  while (r.status == 0 && std::chrono::steady_clock::now() < deadline) {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, 20) <= 0) continue;
+    char buf[16384];
+    const ssize_t n = recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    raw.append(buf, size_t(n));
+    r = parse_reply(raw);
+  }
+  return r;
+}
+
 inline bool send_all(int fd, const std::string& data) {
   for (size_t at = 0; at < data.size();) {
     const ssize_t n = ::send(fd, data.data() + at, data.size() - at, MSG_NOSIGNAL);

@@ -47,18 +47,7 @@ HttpReply send_while_reading(int port, const std::string& head, const std::funct
       std::this_thread::sleep_for(5ms);
     }
   });
-  std::string raw;
-  const auto deadline = std::chrono::steady_clock::now() + 60s;
-  HttpReply r;
-  while (r.status == 0 && std::chrono::steady_clock::now() < deadline) {
-    pollfd p{fd, POLLIN, 0};
-    if (poll(&p, 1, 20) <= 0) continue;
-    char buf[16384];
-    const ssize_t n = recv(fd, buf, sizeof buf, 0);
-    if (n <= 0) break;
-    raw.append(buf, size_t(n));
-    r = parse_reply(raw);
-  }
+  const HttpReply r = read_reply(fd, 60s);
   done = true;
   shutdown(fd, SHUT_RDWR);
   sender.join();
@@ -72,19 +61,7 @@ HttpReply raw_request(int port, const std::string& request, std::chrono::millise
   const int fd = connect_loopback(port);
   if (fd < 0) return {};
   HttpReply r;
-  if (send_all(fd, request)) {
-    std::string raw;
-    const auto deadline = std::chrono::steady_clock::now() + limit;
-    while (r.status == 0 && std::chrono::steady_clock::now() < deadline) {
-      pollfd p{fd, POLLIN, 0};
-      if (poll(&p, 1, 20) <= 0) continue;
-      char buf[16384];
-      const ssize_t n = recv(fd, buf, sizeof buf, 0);
-      if (n <= 0) break;
-      raw.append(buf, size_t(n));
-      r = parse_reply(raw);
-    }
-  }
+  if (send_all(fd, request)) r = read_reply(fd, limit);
   close(fd);
   return r;
 }
