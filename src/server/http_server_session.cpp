@@ -391,11 +391,13 @@ void Session::write_chunk(std::string data, bool last) {
     if (self->closed_) return;
     if (ec) return self->close_now();  // a write that stalled past --body-timeout, or the client left
     if (!last) return self->pull();
-    self->end_stream();
     self->stop_watch();
     if (self->keep_alive()) return self->read_next();
     self->linger_close();
   });
+  // The stream is over for /metrics once its last bytes are handed to the socket (Asio writes them at
+  // once when the socket has room): a client that read them may ask /metrics right away.
+  if (last) end_stream();
 }
 
 void Session::end_stream() {
