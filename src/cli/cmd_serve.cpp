@@ -148,7 +148,7 @@ void register_serve(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   c->add_option("--allowed-origins", a->http.allowed_origins,
-                "Origins (scheme://host[:port], or *) whose web pages may call the API (CORS; default none)")
+                "Origins (scheme://host[:port], or *) whose web pages may call the API (CORS; default: the server's own only)")
       ->delimiter(',');
   c->add_option("--allowed-hosts", a->http.allowed_hosts,
                 "Host header names accepted on a loopback bind besides localhost, 127.x.x.x, [::1]")
