@@ -224,6 +224,9 @@ void Session::on_head(beast::error_code ec) {
   if (route_->needs_key && st_.ctx.draining)
     return fail(ApiError(503, "the server is shutting down", "", "shutting_down"), keep);
   if (parser_->is_done()) return dispatch();
+  // A chunked body's size is unknown: room for the largest allowed (address space, not memory, until
+  // written) spares the copies of a growing string, whose old buffers would double the peak.
+  if (parser_->chunked()) parser_->get().body().reserve(std::min<size_t>(o.max_body_bytes, size_t(64) << 20));
 
   if (beast::iequals(req[http::field::expect], "100-continue")) {
     auto cont = std::make_shared<std::string>("HTTP/1.1 100 Continue\r\n\r\n");
