@@ -1,4 +1,4 @@
-// A stream is not a thread: with 1,024 streams open (8 generating, the rest queued) and 256
+// A stream is not a thread: with 1,024 streams open (4 generating, the rest queued) and 256
 // connections trickling a header byte a second, /health and /metrics still answer quickly (p99 under
 // 100 ms, measured here over loopback), and everything is released afterwards.
 #include <gtest/gtest.h>
@@ -31,7 +31,7 @@ TEST(HttpLoad, HealthAnswersWhileThousandsOfStreamsAndSlowConnectionsAreOpen) {
   }
   if (rl.rlim_cur < kStreams + kSlow + 256) GTEST_SKIP() << "open-file limit " << rl.rlim_cur << " is too low";
   const auto t_start = std::chrono::steady_clock::now();
-  ServeProcess s({"--max-num-seqs", "8", "--max-queue", "2048", "--max-model-len", "512", "--header-timeout", "120"});
+  ServeProcess s({"--max-num-seqs", "4", "--max-queue", "2048", "--max-model-len", "512", "--header-timeout", "120"});
 
   std::vector<int> streams, slow;
   const std::string body = R"({"prompt": "ROMEO:", "max_tokens": 400, "stream": true})";
