@@ -26,7 +26,7 @@ namespace dsv4::cli {
 namespace {
 
 struct ServeArgs {
-  std::string model, numerics = "official", served_name, device = "auto";
+  std::string model, numerics = "official", served_name, device = "auto", kernels;
   server::HttpOptions http;
   EngineOptions engine;
   double shutdown_timeout = 10;
@@ -60,7 +60,8 @@ void serve(ServeArgs& a) {
   // prefill calls of the engine's chunk.
   const std::unique_ptr<StepModel> model =
       load_step_model(a.model, cuda, a.numerics, a.engine.max_num_seqs, a.engine.max_context,
-                      std::min(a.engine.prefill_chunk, a.engine.max_step_tokens), terminal_load_progress(a.model));
+                      std::min(a.engine.prefill_chunk, a.engine.max_step_tokens), terminal_load_progress(a.model),
+                      a.kernels);
   Engine engine(*model, tok, a.engine);
   server::ServerContext ctx(engine, tok, a.served_name.empty() ? model_name_of(a.model) : a.served_name);
   ctx.webui = !a.no_webui;
@@ -157,7 +158,7 @@ void register_serve(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   c->add_flag("--no-webui", a->no_webui, "Do not serve the chat page at /");
-  add_device_option(*c, a->device);
+  add_device_option(*c, a->device, a->kernels);
   c->callback([a] { serve(*a); });
 }
 

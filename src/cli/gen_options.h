@@ -31,6 +31,7 @@ struct GenOptions {
   std::string effort;  // "", "high", "max"
   bool stats = false;
   std::string device = "auto";  // --device cpu | cuda | auto (cli/device.h)
+  std::string kernels = "fast";  // --kernels fast | exact (cli/device.h)
 
   void add_to(CLI::App& c);  // registers -m, -n, --temp, ... on a subcommand
   SamplingParams sampling() const;
