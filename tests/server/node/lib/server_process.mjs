@@ -1,6 +1,7 @@
 // Starts the real `dsv4 serve --port 0` for a test file and stops it; reads /metrics. The binary comes from
 // $DSV4_BINARY (set by ctest). No npm packages: the browser tests (tests/server/browser) use it too.
 import { spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 
 export const binary = () => {
   const bin = process.env.DSV4_BINARY;
@@ -31,6 +32,7 @@ export async function startServer(args = [], { timeoutMs = 60_000 } = {}) {
   });
   return {
     url,
+    pid: child.pid,
     stderr: () => stderr,
     // SIGTERM, then the exit status (SIGKILL after `ms`).
     async stop(ms = 30_000) {
@@ -41,6 +43,12 @@ export async function startServer(args = [], { timeoutMs = 60_000 } = {}) {
       return code;
     },
   };
+}
+
+// Resident memory of a process in bytes (VmRSS in /proc/PID/status).
+export function rssBytes(pid) {
+  const m = readFileSync(`/proc/${pid}/status`, 'utf8').match(/^VmRSS:\s+(\d+) kB/m);
+  return Number(m[1]) * 1024;
 }
 
 // First sample of each metric name in the Prometheus text.
