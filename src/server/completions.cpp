@@ -44,33 +44,37 @@ class CompletionFormatter : public EventFormatter {
       case EngineEvent::Kind::Finished: {
         text_ += e.text;
         const char* reason = finish_reason_name(e.finish);
+        const Json usage = usage_json(e.prompt_tokens, e.completion_tokens);
         Json last = object(stream_ ? e.text : text_, reason);
-        last["usage"] = usage_json(e.prompt_tokens, e.completion_tokens);
-        if (!stream_) return dump_json(last);
+        if (!stream_) {
+          last["usage"] = usage;
+          return dump_json(last);
+        }
         std::string out = sse_event(last);
-        if (include_usage_) {
+        if (include_usage_) {  // OpenAI's rule: the usage once, in a last chunk with empty choices
           Json u = object("", nullptr);
           u["choices"] = Json::array();
-          u["usage"] = last["usage"];
+          u["usage"] = usage;
           out += sse_event(u);
         }
         return out + kSseDone;
       }
-      case EngineEvent::Kind::Failed: break;
+      case EngineEvent::Kind::Failed: break;  // answered by the reply (generation_reply.h)
     }
-    const Json err = error_json(ApiError(500, "generation failed: " + e.text));
-    return stream_ ? sse_event(err) + kSseDone : dump_json(err);
+    return "";
   }
 
  private:
   Json object(const std::string& text, Json finish_reason) {
     Json choice = {{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", finish_reason}};
     if (logprobs_ && !lp_.empty()) choice["logprobs"] = lp_.take();
-    return {{"id", id_},
-            {"object", "text_completion"},
-            {"created", created_},
-            {"model", model_},
-            {"choices", Json::array({std::move(choice)})}};
+    Json o = {{"id", id_},
+              {"object", "text_completion"},
+              {"created", created_},
+              {"model", model_},
+              {"choices", Json::array({std::move(choice)})}};
+    if (stream_ && include_usage_) o["usage"] = nullptr;  // every chunk but the usage one
+    return o;
   }
 
   const Tokenizer& tok_;

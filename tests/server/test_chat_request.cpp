@@ -133,6 +133,73 @@ TEST(ChatRequest, MalformedFieldsAreNamed) {
             (P{400, "chat_template_kwargs.thinking"}));
 }
 
+// Nested arrays: `levels` deep.
+std::string nested(int levels) { return std::string(size_t(levels), '[') + std::string(size_t(levels), ']'); }
+
+// The 400 for a body given as text (parsed as the route does), with its param and message.
+struct TextError {
+  int status = 200;
+  std::string param, message;
+};
+TextError text_error(const std::string& body) {
+  TextError t;
+  try {
+    render_chat_prompt(parse_body(body));
+  } catch (const ApiError& e) {
+    t = {e.status, e.param, e.what()};
+  }
+  return t;
+}
+
+TEST(ChatRequest, DeepNestingIsRefusedWhereverItIs) {
+  const std::string user = R"("messages": [{"role": "user", "content": "x"}])";
+  const std::string tool_calls_head =
+      R"({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "tool_calls": [{"type": "function",)"
+      R"( "function": {"name": "f", "arguments": )";
+  struct Case {
+    std::string name, body, param;
+  };
+  const std::vector<Case> cases = {
+      {"top level", "{\"x\": " + nested(100000) + ", \"y\": 1}", "x[0][0][0][0][0]"},
+      {"a bare array", nested(90000), ""},
+      {"tools", "{" + user + R"(, "tools": [{"type": "function", "function": {"name": "f", "parameters": {"a": )" +
+                    nested(35000) + "}}}]}",
+       "tools[0].function.parameters.a[0]"},
+      {"response_format", "{" + user + R"(, "response_format": {"type": "json_schema", "json_schema": )" +
+                              nested(35000) + "}}",
+       "response_format.json_schema[0][0][0][0]"},
+      {"chat_template_kwargs", "{" + user + R"(, "chat_template_kwargs": {"k": )" + nested(200) + "}}",
+       "chat_template_kwargs.k[0][0][0][0]"},
+      // JSON inside a string, which the encoder parses again: the param is the string field.
+      {"tool-call arguments (a string)", tool_calls_head + "\"{\\\"a\\\": " + nested(35000) + "}\"}}]}]}",
+       "messages[1].tool_calls[0].function.arguments"},
+      {"tool-call arguments (an object)", tool_calls_head + "{\"a\": " + nested(35000) + "}}}]}]}",
+       "messages[1].tool_calls[0].function.arguments"},  // (the path is cut at 6 parts)
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const TextError e = text_error(c.body);
+    EXPECT_EQ(e.status, 400);
+    EXPECT_EQ(e.param, c.param);
+    EXPECT_NE(e.message.find("deeper than 64 levels"), std::string::npos) << e.message;
+    EXPECT_EQ(e.message.find('\n'), std::string::npos) << e.message;
+    EXPECT_LT(e.message.size(), 300u);
+  }
+  // Just inside the limit everything works: 64 levels in all (the body is level 1).
+  const std::string ok = "{" + user + R"(, "response_format": {"type": "json_schema", "json_schema": )" + nested(62) + "}}";
+  EXPECT_EQ(text_error(ok).status, 200) << text_error(ok).message;
+  EXPECT_EQ(text_error("{" + user + R"(, "response_format": {"type": "json_schema", "json_schema": )" + nested(63) + "}}")
+                .param,
+            "response_format.json_schema[0][0][0][0]");
+  // Arguments at the limit of their own (a string is parsed as a document of its own).
+  const std::string args_ok = tool_calls_head + "\"{\\\"a\\\": " + nested(63) + "}\"}}]}]}";
+  EXPECT_EQ(text_error(args_ok).status, 200) << text_error(args_ok).message;
+  // Malformed JSON is still a plain 400 with a short message.
+  const TextError bad = text_error("{\"messages\": [\"" + std::string(100000, 'a') + '\x01' + "\"]}");
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_LT(bad.message.size(), 300u) << bad.message;
+}
+
 class ChatRequestWithEngine : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {

@@ -1,0 +1,176 @@
+// The real `dsv4 serve` over loopback against hostile and unlucky requests: JSON nested 100,000 deep
+// (the body, tools, response_format, tool-call arguments) is a 400 naming the field and the server
+// keeps serving; SIGTERM during 24 concurrent non-stream requests answers each with a complete 200
+// completion or a 503 error, never a 200 carrying an error.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <thread>
+
+#include "server/serve_process.h"
+
+namespace dsv4::test {
+namespace {
+
+using Json = nlohmann::ordered_json;
+using namespace std::chrono_literals;
+
+struct Answer {
+  int status = 0;  // 0: no answer
+  std::string head, body;
+  Json json;
+};
+
+// De-chunks a Transfer-Encoding: chunked body ("" when malformed).
+std::string dechunk(const std::string& s) {
+  std::string out;
+  size_t at = 0;
+  while (at < s.size()) {
+    const size_t eol = s.find("\r\n", at);
+    if (eol == std::string::npos) return "";
+    const size_t n = std::strtoul(s.c_str() + at, nullptr, 16);
+    if (n == 0) return out;
+    out += s.substr(eol + 2, n);
+    at = eol + 2 + n + 2;
+  }
+  return "";
+}
+
+// One request on its own connection ("Connection: close"), read to the end; bounded by `limit`.
+Answer request(int port, const std::string& method, const std::string& path, const std::string& body = "",
+               std::chrono::seconds limit = 60s) {
+  Answer a;
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(uint16_t(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    close(fd);
+    return a;
+  }
+  const std::string req = method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n" +
+                          "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+                          "\r\n\r\n" + body;
+  for (size_t sent = 0; sent < req.size();) {
+    const ssize_t n = ::send(fd, req.data() + sent, req.size() - sent, MSG_NOSIGNAL);
+    if (n <= 0) break;
+    sent += size_t(n);
+  }
+  std::string in;
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, 50) <= 0) continue;
+    char buf[65536];
+    const ssize_t n = recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    in.append(buf, size_t(n));
+  }
+  close(fd);
+  const size_t end = in.find("\r\n\r\n");
+  if (in.rfind("HTTP/1.1 ", 0) != 0 || end == std::string::npos) return a;
+  a.status = std::atoi(in.c_str() + 9);
+  a.head = in.substr(0, end);
+  a.body = in.substr(end + 4);
+  std::string lower = a.head;
+  for (char& c : lower) c = char(std::tolower(static_cast<unsigned char>(c)));
+  if (lower.find("transfer-encoding: chunked") != std::string::npos) a.body = dechunk(a.body);
+  a.json = Json::parse(a.body, nullptr, false);
+  return a;
+}
+
+std::string nested(int levels) { return std::string(size_t(levels), '[') + std::string(size_t(levels), ']'); }
+
+TEST(ServeRequests, DeepNestingIsA400AndTheServerKeepsServing) {
+  ServeProcess s({"--numerics", "reference"});
+  const std::string user = R"("messages": [{"role": "user", "content": "x"}])";
+  struct Case {
+    const char* name;
+    const char* path;
+    std::string body, param;
+  };
+  const std::vector<Case> cases = {
+      {"completions, top level", "/v1/completions", "{\"x\":" + nested(100000) + ",\"y\":1}", "x[0][0][0][0][0]"},
+      {"chat, top level", "/v1/chat/completions", nested(90000), ""},
+      {"tools", "/v1/chat/completions",
+       "{" + user + R"(, "tools": [{"type": "function", "function": {"name": "f", "parameters": )" + nested(35000) +
+           "}}]}",
+       "tools[0].function.parameters[0][0]"},
+      {"response_format", "/v1/chat/completions",
+       "{" + user + R"(, "response_format": {"type": "json_schema", "json_schema": )" + nested(35000) + "}}",
+       "response_format.json_schema[0][0][0][0]"},
+      {"tool-call arguments", "/v1/chat/completions",
+       R"({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "tool_calls": [{"type": "function",)"
+       R"( "function": {"name": "f", "arguments": "{\"a\": )" + nested(35000) + "}\"}}]}]}",
+       "messages[1].tool_calls[0].function.arguments"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const Answer a = request(s.port(), "POST", c.path, c.body);
+    ASSERT_EQ(a.status, 400) << a.head << "\n" << s.log();
+    ASSERT_TRUE(a.json.is_object()) << a.body;
+    const Json& e = a.json["error"];
+    EXPECT_EQ(e["type"], "invalid_request_error");
+    if (c.param.empty()) {
+      EXPECT_TRUE(e["param"].is_null()) << a.body;
+    } else {
+      EXPECT_EQ(e["param"], c.param) << a.body;
+    }
+    EXPECT_NE(e["message"].get<std::string>().find("deeper than 64 levels"), std::string::npos) << a.body;
+    EXPECT_EQ(request(s.port(), "GET", "/health").status, 200);
+  }
+  const Answer ok = request(s.port(), "POST", "/v1/chat/completions", "{" + user + R"(, "max_tokens": 3})");
+  EXPECT_EQ(ok.status, 200) << ok.body;
+  EXPECT_EQ(ok.json["usage"]["completion_tokens"], 3);
+  EXPECT_EQ(s.stop(), 0) << s.log();
+}
+
+TEST(ServeRequests, SigtermDuringNonStreamRequestsNeverAnswers200WithAnError) {
+  // 4 run at once and may finish for 1 s; the ones waiting in the queue are failed at once.
+  ServeProcess s({"--numerics", "reference", "--max-num-seqs", "4", "--shutdown-timeout", "1"});
+  constexpr int kClients = 24;
+  std::vector<Answer> answers(kClients);
+  std::vector<std::thread> clients;
+  auto submitted = [&] { return metric(request(s.port(), "GET", "/metrics").body, "dsv4_requests_submitted_total"); };
+  for (int i = 0; i < kClients; ++i) {
+    // In this order: 2 short ones (they finish), 4 that run past the grace period, 18 that wait.
+    const std::string max_tokens = std::to_string(i < 2 ? 8 : 4000);
+    const bool chat = i % 3 != 0;
+    const std::string body =
+        chat ? R"({"messages": [{"role": "user", "content": "Hi"}], "ignore_eos": true, "max_tokens": )" + max_tokens + "}"
+             : R"({"prompt": "ROMEO:", "ignore_eos": true, "max_tokens": )" + max_tokens + "}";
+    clients.emplace_back([&, i, chat, body] {
+      answers[size_t(i)] = request(s.port(), "POST", chat ? "/v1/chat/completions" : "/v1/completions", body);
+    });
+    const auto deadline = std::chrono::steady_clock::now() + 30s;
+    while (submitted() < i + 1 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(5ms);
+  }
+  EXPECT_EQ(s.stop(SIGTERM), 0) << s.log();
+  for (std::thread& t : clients) t.join();
+  int completed = 0, refused = 0;
+  for (int i = 0; i < kClients; ++i) {
+    SCOPED_TRACE(i);
+    const Answer& a = answers[size_t(i)];
+    ASSERT_TRUE(a.json.is_object()) << a.status << " " << a.head << "\n" << a.body;
+    if (a.status == 200) {
+      EXPECT_FALSE(a.json.contains("error")) << a.body;
+      EXPECT_TRUE(a.json.contains("choices") && a.json["choices"].size() == 1) << a.body;
+      EXPECT_TRUE(a.json.contains("usage") && a.json["usage"]["completion_tokens"].is_number()) << a.body;
+      ++completed;
+    } else {
+      EXPECT_EQ(a.status, 503) << a.body;
+      ASSERT_TRUE(a.json.contains("error")) << a.body;
+      EXPECT_EQ(a.json["error"]["code"], "shutting_down") << a.body;
+      EXPECT_FALSE(a.json.contains("choices"));
+      ++refused;
+    }
+  }
+  // Both outcomes happened: short running ones finished, the queued ones were failed.
+  EXPECT_GT(completed, 0);
+  EXPECT_GT(refused, 0);
+}
+
+}  // namespace
+}  // namespace dsv4::test
