@@ -144,7 +144,7 @@ std::unique_ptr<EventFormatter> chat_formatter(const Tokenizer& tok, ChatReplyOp
 }
 
 Reply handle_chat_completions(ServerContext& ctx, const ApiRequest& req) {
-  ChatRequest c = parse_chat_request(parse_body(req.body), ctx);
+  ChatRequest c = parse_chat_request(parse_body(req.body), ctx.parsing());
   ChatReplyOptions o;
   o.model = ctx.model_name;
   o.mode = c.mode;

@@ -178,13 +178,13 @@ std::string render_chat_prompt(const Json& body) {
   }
 }
 
-ChatRequest parse_chat_request(const Json& body, const ServerContext& ctx) {
+ChatRequest parse_chat_request(const Json& body, const ParseContext& pc) {
   Fields f(body);
   ChatRequest r;
-  r.gen = parse_generation_params(f, ctx, Endpoint::Chat);
+  r.gen = parse_generation_params(f, pc, Endpoint::Chat);
   r.mode = chat_encode_options(f).thinking_mode;
   r.prompt = render_chat_prompt(body);
-  r.gen.req.prompt = ctx.tok.encode(r.prompt);
+  r.gen.req.prompt = pc.tok.encode(r.prompt);
   return r;
 }
 

@@ -10,23 +10,6 @@
 namespace dsv4::server {
 namespace {
 
-// "prompt": a string, token ids, or a one-element array of either.
-std::vector<int32_t> prompt_ids(const Fields& f, const Tokenizer& tok) {
-  const Json* p = f.get("prompt");
-  if (!p) f.invalid("prompt", "required");
-  if (p->is_array() && p->size() == 1 && ((*p)[0].is_string() || (*p)[0].is_array())) p = &(*p)[0];
-  if (p->is_string()) return tok.encode(p->get<std::string>());
-  if (!p->is_array()) f.invalid("prompt", cat("expected a string or an array of token ids, got ", p->type_name()));
-  std::vector<int32_t> ids;
-  for (const Json& v : *p) {
-    if (v.is_string() || v.is_array()) f.invalid("prompt", "only one prompt per request is supported");
-    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX)
-      f.invalid("prompt", "expected token ids (non-negative integers)");
-    ids.push_back(int32_t(v.get<int64_t>()));
-  }
-  return ids;
-}
-
 class CompletionFormatter : public EventFormatter {
  public:
   CompletionFormatter(const Tokenizer& tok, std::string model, bool stream, bool include_usage, bool logprobs)
@@ -89,13 +72,7 @@ class CompletionFormatter : public EventFormatter {
 }  // namespace
 
 Reply handle_completions(ServerContext& ctx, const ApiRequest& req) {
-  const Json body = parse_body(req.body);
-  Fields f(body);
-  GenerationParams g = parse_generation_params(f, ctx, Endpoint::Completions);
-  if (f.boolean("echo").value_or(false)) f.invalid("echo", "echo is not supported");
-  if (auto s = f.string("suffix"); s && !s->empty()) f.invalid("suffix", "suffix is not supported");
-  if (auto b = f.integer("best_of", 1, 128); b && *b != 1) f.invalid("best_of", "only best_of = 1 is supported");
-  g.req.prompt = prompt_ids(f, ctx.tok);
+  GenerationParams g = parse_completion_request(parse_body(req.body), ctx.parsing());
   const bool logprobs = g.req.top_logprobs >= 0;
   auto fmt = std::make_unique<CompletionFormatter>(ctx.tok, ctx.model_name, g.stream, g.include_usage, logprobs);
   return generation_reply(ctx, std::move(g.req), std::move(fmt), g.stream, "prompt");

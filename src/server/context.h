@@ -7,6 +7,7 @@
 
 #include "runtime/engine.h"
 #include "server/metrics.h"
+#include "server/parse_context.h"
 #include "tokenizer/tokenizer.h"
 
 namespace dsv4::server {
@@ -20,6 +21,8 @@ struct ServerContext {
   int64_t created;         // unix time the server started (for /v1/models)
   std::atomic<bool> draining{false};  // shutting down: new requests are refused with 503
   HttpCounters http;
+
+  ParseContext parsing() const { return {tok, model_name, engine.max_context()}; }
 };
 
 }  // namespace dsv4::server

@@ -200,40 +200,25 @@ TEST(ChatRequest, DeepNestingIsRefusedWhereverItIs) {
   EXPECT_LT(bad.message.size(), 300u) << bad.message;
 }
 
-class ChatRequestWithEngine : public ::testing::Test {
+// The parsers need the tokenizer, the model's id and the context length (no engine).
+class ChatRequestWithTokenizer : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    const std::string dir = test::bundled_model_dir();
-    model_ = Model::load(dir, Numerics::Reference).release();
-    tok_ = new Tokenizer(Tokenizer::load(dir));
-    engine_ = new Engine(*model_, *tok_);
-    ctx_ = new ServerContext(*engine_, *tok_, "tiny-shakespeare");
-  }
-  static void TearDownTestSuite() {
-    delete ctx_;
-    delete engine_;
-    delete model_;
-    delete tok_;
-  }
+  static void SetUpTestSuite() { tok_ = new Tokenizer(Tokenizer::load(test::bundled_model_dir())); }
+  static void TearDownTestSuite() { delete tok_; }
+  static ParseContext pc() { return {*tok_, "tiny-shakespeare", 65536}; }
   static std::pair<int, std::string> error_of(const char* body) {
     try {
-      parse_chat_request(Json::parse(body), *ctx_);
+      parse_chat_request(Json::parse(body), pc());
     } catch (const ApiError& e) {
       return {e.status, e.param};
     }
     return {200, ""};
   }
-  static Model* model_;
   static Tokenizer* tok_;
-  static Engine* engine_;
-  static ServerContext* ctx_;
 };
-Model* ChatRequestWithEngine::model_ = nullptr;
-Tokenizer* ChatRequestWithEngine::tok_ = nullptr;
-Engine* ChatRequestWithEngine::engine_ = nullptr;
-ServerContext* ChatRequestWithEngine::ctx_ = nullptr;
+Tokenizer* ChatRequestWithTokenizer::tok_ = nullptr;
 
-TEST_F(ChatRequestWithEngine, SamplingFields) {
+TEST_F(ChatRequestWithTokenizer, SamplingFields) {
   using P = std::pair<int, std::string>;
   const std::string m = R"("messages": [{"role": "user", "content": "x"}])";
   auto err = [&](const std::string& extra) { return error_of(("{" + m + ", " + extra + "}").c_str()); };
@@ -254,7 +239,7 @@ TEST_F(ChatRequestWithEngine, SamplingFields) {
   ChatRequest r = parse_chat_request(Json::parse(R"({"model": "tiny-shakespeare", )" + m +
                                                  R"(, "max_completion_tokens": 7, "temperature": 0, "seed": 5,
                                                   "stop": "xy", "logprobs": true, "top_logprobs": 3, "top_k": 4})"),
-                                     *ctx_);
+                                     pc());
   EXPECT_EQ(r.gen.req.stop.max_tokens, 7);
   EXPECT_EQ(r.gen.req.sampling.temperature, 0.0f);
   EXPECT_EQ(r.gen.req.sampling.seed, 5u);

@@ -1,7 +1,8 @@
 // The real `dsv4 serve` over loopback against hostile and unlucky requests: JSON nested 100,000 deep
 // (the body, tools, response_format, tool-call arguments) is a 400 naming the field and the server
-// keeps serving; SIGTERM during 24 concurrent non-stream requests answers each with a complete 200
-// completion or a 503 error, never a 200 carrying an error.
+// keeps serving; --max-tokens-limit is the default and the cap of generated tokens; SIGTERM during 24
+// concurrent non-stream requests answers each with a complete 200 completion or a 503 error, never a
+// 200 carrying an error.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -124,6 +125,29 @@ TEST(ServeRequests, DeepNestingIsA400AndTheServerKeepsServing) {
   const Answer ok = request(s.port(), "POST", "/v1/chat/completions", "{" + user + R"(, "max_tokens": 3})");
   EXPECT_EQ(ok.status, 200) << ok.body;
   EXPECT_EQ(ok.json["usage"]["completion_tokens"], 3);
+  EXPECT_EQ(s.stop(), 0) << s.log();
+}
+
+TEST(ServeRequests, MaxTokensLimitIsTheDefaultAndTheCap) {
+  ServeProcess s({"--numerics", "reference", "--max-tokens-limit", "7"});
+  const std::string chat = R"({"messages": [{"role": "user", "content": "Hi"}], "ignore_eos": true)";
+  for (const std::string& extra : {std::string(), std::string(R"(, "max_tokens": 500)")}) {  // none given; more asked
+    SCOPED_TRACE(extra);
+    const Answer a = request(s.port(), "POST", "/v1/chat/completions", chat + extra + "}");
+    ASSERT_EQ(a.status, 200) << a.body;
+    EXPECT_EQ(a.json["usage"]["completion_tokens"], 7);
+    EXPECT_EQ(a.json["choices"][0]["finish_reason"], "length");
+  }
+  const Answer fewer = request(s.port(), "POST", "/v1/chat/completions", chat + R"(, "max_tokens": 3})");
+  EXPECT_EQ(fewer.json["usage"]["completion_tokens"], 3) << fewer.body;
+  // Completions keep OpenAI's default of 16, cut at the cap too.
+  const Answer c = request(s.port(), "POST", "/v1/completions", R"({"prompt": "ROMEO:", "ignore_eos": true})");
+  EXPECT_EQ(c.json["usage"]["completion_tokens"], 7) << c.body;
+  // Past the context is still a 400, before any cap.
+  const Answer too_long =
+      request(s.port(), "POST", "/v1/chat/completions", chat + R"(, "max_tokens": 65536})");
+  EXPECT_EQ(too_long.status, 400) << too_long.body;
+  EXPECT_EQ(too_long.json["error"]["code"], "context_length_exceeded");
   EXPECT_EQ(s.stop(), 0) << s.log();
 }
 
