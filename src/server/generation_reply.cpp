@@ -21,7 +21,7 @@ class GenerationReply : public ReplyStream {
     for (const EngineEvent& e : ch_->wait(wait)) {
       if (e.kind == EngineEvent::Kind::Failed) {
         const ApiError err = generation_error(e);
-        if (stream_) {  // its head (200) went out with the first chunk
+        if (stream_) {  // its head (200) went out with the first chunk: the end tells why
           out += sse_event(error_json(err)) + kSseDone;
         } else {  // a whole body has had nothing yet (formatters write it at Finished)
           status_ = err.status;
@@ -36,14 +36,14 @@ class GenerationReply : public ReplyStream {
   }
 
   void cancel() override { ch_->cancel(); }
-  int status() const override { return status_; }
+  int final_status() const override { return status_; }
 
  private:
   std::shared_ptr<RequestChannel> ch_;
   std::unique_ptr<EventFormatter> fmt_;
   bool stream_;
   bool started_ = false, finished_ = false;
-  int status_ = 200;
+  int status_ = 0;  // 0: Reply::status (200); a failed whole body's 5xx
 };
 
 }  // namespace

@@ -27,7 +27,7 @@ ApiError generation_error(const EngineEvent& failed);
 // Submits `req` (a RequestRejected becomes an ApiError about `prompt_param`) and returns its reply:
 // text/event-stream when `stream`, else application/json. A Failed event ends the body with
 // generation_error(): in a stream as an error event then "data: [DONE]"; otherwise the body is that
-// error alone and the reply's status() is its status.
+// error alone and the stream's final_status() is its status (reply.h).
 Reply generation_reply(ServerContext& ctx, GenerationRequest req, std::unique_ptr<EventFormatter> fmt, bool stream,
                        const std::string& prompt_param);
 

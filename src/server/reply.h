@@ -28,24 +28,17 @@ class ReplyStream {
   virtual bool next(std::string& out, std::chrono::milliseconds wait) = 0;
   // The client went away, or the body will not be sent: stop the work behind it. Idempotent.
   virtual void cancel() = 0;
-  // The status of a body sent whole, final once next() returned false (a generation that failed is
-  // a 5xx). A text/event-stream body's stays 200: its head went out first.
-  virtual int status() const { return 200; }
+  // A body that is not text/event-stream is collected whole before the head is sent; this status,
+  // asked once next() returned false, replaces Reply::status when not 0 (a generation that failed
+  // answers its real 5xx without blocking a thread while it runs).
+  virtual int final_status() const { return 0; }
 };
 
-// How the HTTP layer sends a streamed reply:
-// - text/event-stream: at once with status 200, each piece as it comes; a failure is told in the
-//   stream (an error event, then "data: [DONE]").
-// - any other type (a non-streamed completion): whole. The layer pulls next() to the end (checking
-//   meanwhile that the client is still there, else cancel()), then answers status() with the body,
-//   so that a failed generation answers its 5xx and never a 200 with an error body.
 struct Reply {
-  int status = 200;  // of a complete body; a streamed one's is stream->status()
+  int status = 200;
   std::string content_type = "application/json";
   std::string body;                     // a complete body, or
   std::shared_ptr<ReplyStream> stream;  // a body produced piece by piece
-
-  bool sent_whole() const { return !stream || content_type != "text/event-stream"; }
 
   static Reply json(const Json& j, int status = 200);
 };

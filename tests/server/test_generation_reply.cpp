@@ -31,7 +31,7 @@ Pulled pull(const Reply& r, std::chrono::seconds limit = 60s) {
       ADD_FAILURE() << "the reply did not end within " << limit.count() << " s";
       break;
     }
-  p.status = r.stream->status();
+  if (r.stream->final_status() != 0) p.status = r.stream->final_status();
   return p;
 }
 

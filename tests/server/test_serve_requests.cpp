@@ -9,6 +9,7 @@
 #include <atomic>
 #include <thread>
 
+#include "server/http_client.h"
 #include "server/serve_process.h"
 
 namespace dsv4::test {
@@ -19,67 +20,13 @@ using namespace std::chrono_literals;
 
 struct Answer {
   int status = 0;  // 0: no answer
-  std::string head, body;
+  std::string body;
   Json json;
 };
 
-// De-chunks a Transfer-Encoding: chunked body ("" when malformed).
-std::string dechunk(const std::string& s) {
-  std::string out;
-  size_t at = 0;
-  while (at < s.size()) {
-    const size_t eol = s.find("\r\n", at);
-    if (eol == std::string::npos) return "";
-    const size_t n = std::strtoul(s.c_str() + at, nullptr, 16);
-    if (n == 0) return out;
-    out += s.substr(eol + 2, n);
-    at = eol + 2 + n + 2;
-  }
-  return "";
-}
-
-// One request on its own connection ("Connection: close"), read to the end; bounded by `limit`.
-Answer request(int port, const std::string& method, const std::string& path, const std::string& body = "",
-               std::chrono::seconds limit = 60s) {
-  Answer a;
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(uint16_t(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    close(fd);
-    return a;
-  }
-  const std::string req = method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n" +
-                          "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
-                          "\r\n\r\n" + body;
-  for (size_t sent = 0; sent < req.size();) {
-    const ssize_t n = ::send(fd, req.data() + sent, req.size() - sent, MSG_NOSIGNAL);
-    if (n <= 0) break;
-    sent += size_t(n);
-  }
-  std::string in;
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < deadline) {
-    pollfd p{fd, POLLIN, 0};
-    if (poll(&p, 1, 50) <= 0) continue;
-    char buf[65536];
-    const ssize_t n = recv(fd, buf, sizeof buf, 0);
-    if (n <= 0) break;
-    in.append(buf, size_t(n));
-  }
-  close(fd);
-  const size_t end = in.find("\r\n\r\n");
-  if (in.rfind("HTTP/1.1 ", 0) != 0 || end == std::string::npos) return a;
-  a.status = std::atoi(in.c_str() + 9);
-  a.head = in.substr(0, end);
-  a.body = in.substr(end + 4);
-  std::string lower = a.head;
-  for (char& c : lower) c = char(std::tolower(static_cast<unsigned char>(c)));
-  if (lower.find("transfer-encoding: chunked") != std::string::npos) a.body = dechunk(a.body);
-  a.json = Json::parse(a.body, nullptr, false);
-  return a;
+Answer request(int port, const std::string& method, const std::string& path, const std::string& body = "") {
+  const HttpReply r = http_request(port, method, path, body);
+  return {r.status, r.body, Json::parse(r.body, nullptr, false)};
 }
 
 std::string nested(int levels) { return std::string(size_t(levels), '[') + std::string(size_t(levels), ']'); }
@@ -110,7 +57,7 @@ TEST(ServeRequests, DeepNestingIsA400AndTheServerKeepsServing) {
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
     const Answer a = request(s.port(), "POST", c.path, c.body);
-    ASSERT_EQ(a.status, 400) << a.head << "\n" << s.log();
+    ASSERT_EQ(a.status, 400) << a.body << "\n" << s.log();
     ASSERT_TRUE(a.json.is_object()) << a.body;
     const Json& e = a.json["error"];
     EXPECT_EQ(e["type"], "invalid_request_error");
@@ -177,7 +124,7 @@ TEST(ServeRequests, SigtermDuringNonStreamRequestsNeverAnswers200WithAnError) {
   for (int i = 0; i < kClients; ++i) {
     SCOPED_TRACE(i);
     const Answer& a = answers[size_t(i)];
-    ASSERT_TRUE(a.json.is_object()) << a.status << " " << a.head << "\n" << a.body;
+    ASSERT_TRUE(a.json.is_object()) << a.status << "\n" << a.body;
     if (a.status == 200) {
       EXPECT_FALSE(a.json.contains("error")) << a.body;
       EXPECT_TRUE(a.json.contains("choices") && a.json["choices"].size() == 1) << a.body;
