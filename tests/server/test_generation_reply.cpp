@@ -9,7 +9,7 @@
 
 #include "server/generation_reply.h"
 #include "server/routes.h"
-#include "support/test_paths.h"
+#include "support/bundled_model.h"
 
 namespace dsv4::server {
 namespace {
@@ -53,22 +53,7 @@ std::vector<Json> sse_events(const std::string& body) {
   return out;
 }
 
-class GenerationReplyTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    const std::string dir = test::bundled_model_dir();
-    model_ = Model::load(dir, Numerics::Reference).release();
-    tok_ = new Tokenizer(Tokenizer::load(dir));
-  }
-  static void TearDownTestSuite() {
-    delete model_;
-    delete tok_;
-  }
-  static Model* model_;
-  static Tokenizer* tok_;
-};
-Model* GenerationReplyTest::model_ = nullptr;
-Tokenizer* GenerationReplyTest::tok_ = nullptr;
+using GenerationReplyTest = test::BundledModelTest;
 
 const std::string kChat = R"("messages": [{"role": "user", "content": "Hello"}], "temperature": 0)";
 const std::string kCompletion = R"("prompt": "ROMEO:", "temperature": 0)";
