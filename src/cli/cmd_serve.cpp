@@ -28,7 +28,7 @@ namespace {
 struct ServeArgs {
   std::string model, numerics = "official", served_name, device = "auto", kernels;
   server::HttpOptions http;
-  EngineOptions engine;
+  EngineOptions engine{.max_tokens_limit = 8192};  // no request generates for hours unasked
   double shutdown_timeout = 10;
   bool no_webui = false;
 };
@@ -123,6 +123,11 @@ void register_serve(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   c->add_option("--max-model-len", a->engine.max_context, "Context length (default: the model's)")
       ->check(CLI::PositiveNumber);
+  c->add_option("--max-tokens-limit", a->engine.max_tokens_limit,
+                "Tokens a request may generate: the default when it gives no max_tokens, and the cap when it "
+                "asks for more (0: the context)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   c->add_option("--cache-tokens", a->engine.cache_tokens,
                 "Cache pool size in tokens (default: max-num-seqs full contexts)")
       ->check(CLI::PositiveNumber);

@@ -7,6 +7,7 @@
 
 #include "runtime/engine.h"
 #include "server/metrics.h"
+#include "server/parse_context.h"
 #include "tokenizer/tokenizer.h"
 
 namespace dsv4::server {
@@ -21,6 +22,8 @@ struct ServerContext {
   std::atomic<bool> draining{false};  // shutting down: new requests are refused with 503
   bool webui = true;                  // serve the chat page at / (off: dsv4 serve --no-webui)
   HttpCounters http;
+
+  ParseContext parsing() const { return {tok, model_name, engine.max_context()}; }
 };
 
 }  // namespace dsv4::server
