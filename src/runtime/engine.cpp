@@ -314,8 +314,7 @@ void Engine::run_step(uint64_t step) {
       }
     } catch (const std::exception& e) {
       for (Sequence* s : batch_seqs) {
-        s->ch->push(failed(e.what()));
-        s->done = true;
+        conclude(*s, failed(e.what()));
       }
       batch_seqs.clear();
     }
@@ -328,8 +327,7 @@ void Engine::run_step(uint64_t step) {
         else
           sample(s, out.logits.row(int64_t(b)));
       } catch (const std::exception& e) {
-        s.ch->push(failed(e.what()));
-        s.done = true;
+        conclude(s, failed(e.what()));
       }
     }
   }
@@ -352,8 +350,7 @@ void Engine::run_step(uint64_t step) {
       s.prefilled = item->end;
       if (last) sample(s, logits.ptr());
     } catch (const std::exception& e) {
-      s.ch->push(failed(e.what()));
-      s.done = true;
+      conclude(s, failed(e.what()));
     }
   }
   {
@@ -427,8 +424,19 @@ void Engine::finish(Sequence& s, FinishReason why, int32_t stop_id) {
     ++(why == FinishReason::Stop ? stats_.finished_stop : stats_.finished_length);
     stats_.request_latency.observe(seconds(Clock::now() - s.arrived));
   }
-  s.ch->push(std::move(ev));
+  conclude(s, std::move(ev));
+}
+
+void Engine::conclude(Sequence& s, EngineEvent ev) {
+  pool_.release(s.pages);
+  s.pages = 0;
   s.done = true;
+  {
+    std::lock_guard<std::mutex> ls(stats_mu_);
+    --stats_.running;
+    stats_.cache_pages_used = pool_.used_pages();
+  }
+  s.ch->push(std::move(ev));
 }
 
 void Engine::fail_all(std::deque<Pending>& queued) {

@@ -104,6 +104,10 @@ class Engine {
   void sample(Sequence& s, const float* logits);  // host: the request's Sampler draws
   void take(Sequence& s, int32_t id, EngineEvent ev);  // the next id (sampled anywhere) to the request
   void finish(Sequence& s, FinishReason why, int32_t stop_id);
+  // A running sequence's last event (finished or failed). Its pages and its place in the running gauge
+  // are given back before the event goes out: a client that has its reply and reads /metrics at once
+  // sees the sequence gone. The slot itself is freed when the step retires the sequence.
+  void conclude(Sequence& s, EngineEvent ev);
   void fail_all(std::deque<Pending>& queued);  // at shutdown: every request still there
   void update_gauges(int64_t queued);
 

@@ -149,6 +149,19 @@ TEST_F(EngineTest, ResultsDoNotDependOnTheBatch) {
   EXPECT_GT(s.batch_size.count() - s.batch_size.counts()[0], 0u) << "no step ran more than one sequence";
 }
 
+// The gauges are updated before the final event goes out: a client that has its reply and reads the
+// metrics at once sees its sequence gone (the Node suite read running == 1 right after a reply).
+TEST_F(EngineTest, GaugesAreCurrentWhenTheReplyArrives) {
+  Engine engine(*model_, *tok_);
+  for (int i = 0; i < 20; ++i) {
+    Outcome o = collect(*engine.submit(request("ROMEO:\n", 1 + i % 4)));
+    ASSERT_FALSE(o.failed) << o.error;
+    const EngineStats s = engine.stats();
+    EXPECT_EQ(s.running, 0) << "request " << i;
+    EXPECT_EQ(s.cache_pages_used, 0) << "request " << i;
+  }
+}
+
 TEST_F(EngineTest, CancelFreesTheSequence) {
   Engine engine(*model_, *tok_);
   auto ch = engine.submit(request("ROMEO:\n", 0));  // up to the context: runs until cancelled
