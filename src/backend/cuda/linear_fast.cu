@@ -121,8 +121,19 @@ __global__ void __launch_bounds__(kThreads) fast_gemv_fp8_kernel(const __grid_co
     xs0[j] = p.x_scales + pr.xs_offset + int64_t(min(j * 8 + 2 * t, last)) * p.xs_row_stride;
     xs1[j] = p.x_scales + pr.xs_offset + int64_t(min(j * 8 + 2 * t + 1, last)) * p.xs_row_stride;
   }
-  float acc[NT][4] = {};
   const int nb = p.in / 128;
+  // Launched with launch_pdl: the weights of this warp's first batch stream into L2 while the kernel
+  // before (the activations' quantization) finishes; nothing else is read before the wait.
+  allow_dependents();
+  if (t == 0)
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (warp + u * W < nb) {
+        prefetch_l2(wa + int64_t(warp + u * W) * 128);
+        prefetch_l2(wb + int64_t(warp + u * W) * 128);
+      }
+  grid_dependency_wait();
+  float acc[NT][4] = {};
   for (int b0 = warp; b0 < nb; b0 += U * W) {
     uint4 wv[U][4], xv[U][NT][2];
 #pragma unroll
@@ -186,8 +197,17 @@ __global__ void __launch_bounds__(kThreads) fast_gemv_bf16_kernel(const __grid_c
   const bf16* xr[NT];
 #pragma unroll
   for (int j = 0; j < NT; ++j) xr[j] = p.x + pr.x_offset + int64_t(min(j * 8 + g, last)) * p.x_stride + t * 8;
-  float acc[NT][4] = {};
   const int np = p.in / 32;
+  allow_dependents();  // as in the FP8 kernel: this warp's first weight lines into L2, then the wait
+  if (t == 0)
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (warp + u * W < np) {
+        prefetch_l2(wa + int64_t(warp + u * W) * 32);
+        prefetch_l2(wb + int64_t(warp + u * W) * 32);
+      }
+  grid_dependency_wait();
+  float acc[NT][4] = {};
   for (int k0 = warp; k0 < np; k0 += U * W) {
     uint4 wv[U][2], xv[U][NT];
 #pragma unroll
@@ -230,17 +250,17 @@ int warps_for(int ksteps, int U) {
 template <int NT>
 void launch(const DeviceContext& ctx, const Args& a, bool fp8, int blocks) {
   const int threads = blocks >= 2 * ctx.sm_count() ? 256 : 32 * kMaxWarps;
+  // Programmatic dependent launches (kernel_util.cuh): the kernel waits for its predecessor itself.
   if (fp8 && a.p.in / 128 <= 16) {
     constexpr int U = NT <= 2 ? 4 : 2;
-    fast_gemv_fp8_kernel<NT, U, 256><<<blocks, 32 * warps_for(a.p.in / 128, U), 0, ctx.stream()>>>(a);
+    launch_pdl(ctx, fast_gemv_fp8_kernel<NT, U, 256>, dim3(blocks), dim3(32 * warps_for(a.p.in / 128, U)), a);
   } else if (fp8) {
     constexpr int U = NT <= 2 ? 2 : 1;
-    fast_gemv_fp8_kernel<NT, U, 32 * kMaxWarps><<<blocks, threads, 0, ctx.stream()>>>(a);
+    launch_pdl(ctx, fast_gemv_fp8_kernel<NT, U, 32 * kMaxWarps>, dim3(blocks), dim3(threads), a);
   } else {
     constexpr int U = NT <= 2 ? 4 : 2;
-    fast_gemv_bf16_kernel<NT, U, 32 * kMaxWarps><<<blocks, threads, 0, ctx.stream()>>>(a);
+    launch_pdl(ctx, fast_gemv_bf16_kernel<NT, U, 32 * kMaxWarps>, dim3(blocks), dim3(threads), a);
   }
-  DSV4_CUDA_CHECK_LAUNCH();
 }
 
 bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15) == 0; }
