@@ -142,6 +142,21 @@ void run_linear(const DeviceContext& ctx, AttentionWorkspace& ws, const DevLinea
   mm.run_fp8(ctx, ws.codes.get(), ws.scales.get(), w.w8, y);
 }
 
+// run_linear of two FP8 weights on the same x (wq_a and wkv) in the fast tier's fast_gemv range: one
+// quantization of x and, where fast_gemv takes both, one launch. False (nothing run) elsewhere.
+bool run_linear_pair(const DeviceContext& ctx, AttentionWorkspace& ws, const DevLinear& a, const DevLinear& b,
+                     const bf16* x, int64_t T, bf16* ya, bf16* yb) {
+  if (ctx.kernels() != KernelTier::Fast || T > kFastGemvMaxTokens || !a.fp8 || !b.fp8 || a.in != b.in) return false;
+  const int64_t nb = (a.in + 127) / 128;
+  act_quant_rows(ctx, x, T, a.in, ws.codes.get(), ws.scales.get(), nb, 1);
+  const SharedInputOutput outs[2] = {{&a.w8, ya}, {&b.w8, yb}};
+  if (!linear_fp8_shared_input(ctx, ws.codes.get(), ws.scales.get(), nb, 1, outs, 2, T)) {
+    linear_fp8(ctx, ws.codes.get(), ws.scales.get(), nb, 1, a.w8, T, ya);
+    linear_fp8(ctx, ws.codes.get(), ws.scales.get(), nb, 1, b.w8, T, yb);
+  }
+  return true;
+}
+
 void run_rope(const DeviceContext& ctx, bf16* x, const AttentionBatch& b, const float* inv_freq, int64_t heads,
               int64_t head_dim, int64_t rope_dim, bool inverse) {
   RopeParams p;
@@ -171,12 +186,26 @@ void run_compressor(const DeviceContext& ctx, const ModelConfig& cfg, AttentionW
   lp.in = int(cfg.hidden_size);
   lp.out = width;
   if (b.tokens > kExactLinearMaxTokens) lp.plan = &ws.plan(ctx, GemmKind::Bf16F32Out, width, lp.in, b.tokens);
-  lp.w = w.wkv.get();
-  lp.y = ws.ca.get();
-  linear_f32(ctx, lp);
-  lp.w = w.wgate.get();
-  lp.y = ws.cg.get();
-  linear_f32(ctx, lp);
+  // wkv and wgate read the same x: one fast_gemv launch where the fast tier takes both.
+  ExactLinearParams e[2];
+  for (int i = 0; i < 2; ++i) {
+    e[i].x = x;
+    e[i].x_stride = lp.x_stride;
+    e[i].w16 = i == 0 ? w.wkv.get() : w.wgate.get();
+    e[i].y_f32 = i == 0 ? ws.ca.get() : ws.cg.get();
+    e[i].y_stride = width;
+    e[i].tokens = b.tokens;
+    e[i].out = width;
+    e[i].in = lp.in;
+  }
+  if (b.tokens > kFastGemvMaxTokens || !linear_shared_input(ctx, e, 2)) {
+    lp.w = w.wkv.get();
+    lp.y = ws.ca.get();
+    linear_f32(ctx, lp);
+    lp.w = w.wgate.get();
+    lp.y = ws.cg.get();
+    linear_f32(ctx, lp);
+  }
 
   CompressorPoolParams pp;
   pp.a = ws.ca.get();
@@ -291,8 +320,10 @@ void attention_forward(const DeviceContext& ctx, const ModelConfig& cfg, const D
   if (b.run_len <= 0 || T % b.run_len != 0) fail("attention_forward: ", T, " tokens in runs of ", b.run_len);
   if (!b.positions || !b.slots || !x || !out) fail("attention_forward: null pointer");
 
-  // Q: wq_a, q_norm, wq_b, per-head norm, RoPE.
-  run_linear(ctx, ws, w.wq_a, x, T, ws.cq.get());
+  // Q: wq_a, q_norm, wq_b, per-head norm, RoPE (wkv with wq_a where run_linear_pair takes them).
+  bf16* kv_chunk = st.kv.get() + st.chunk_base() * d;
+  const bool kv_done = run_linear_pair(ctx, ws, w.wq_a, w.wkv, x, T, ws.cq.get(), kv_chunk);
+  if (!kv_done) run_linear(ctx, ws, w.wq_a, x, T, ws.cq.get());
   rms_norm_rows(ctx, ws.cq.get(), w.q_norm.get(), T, cfg.q_lora_rank, eps);
   run_linear(ctx, ws, w.wq_b, ws.cq.get(), T, ws.q.get());
   HeadNormParams hn;
@@ -306,8 +337,7 @@ void attention_forward(const DeviceContext& ctx, const ModelConfig& cfg, const D
   run_rope(ctx, ws.q.get(), b, w.inv_freq.get(), H, d, rd, false);
 
   // KV of this call's tokens into the chunk rows: wkv, kv_norm, RoPE, FP8 snap of the non-rope dims.
-  bf16* kv_chunk = st.kv.get() + st.chunk_base() * d;
-  run_linear(ctx, ws, w.wkv, x, T, kv_chunk);
+  if (!kv_done) run_linear(ctx, ws, w.wkv, x, T, kv_chunk);
   rms_norm_rows(ctx, kv_chunk, w.kv_norm.get(), T, d, eps);
   run_rope(ctx, kv_chunk, b, w.inv_freq.get(), 1, d, rd, false);
   KvSnapParams ks;

@@ -374,8 +374,11 @@ void moe_forward(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace&
       plans->up->run_fp8(ctx, ws.xq.get(), ws.xs.get(), w.shared_w1, ws.sg.get());
       plans->up->run_fp8(ctx, ws.xq.get(), ws.xs.get(), w.shared_w3, ws.su.get());
     } else {
-      linear_fp8(ctx, ws.xq.get(), ws.xs.get(), 1, P, w.shared_w1, T, ws.sg.get());
-      linear_fp8(ctx, ws.xq.get(), ws.xs.get(), 1, P, w.shared_w3, T, ws.su.get());
+      const SharedInputOutput outs[2] = {{&w.shared_w1, ws.sg.get()}, {&w.shared_w3, ws.su.get()}};
+      if (!linear_fp8_shared_input(ctx, ws.xq.get(), ws.xs.get(), 1, P, outs, 2, T)) {  // else one launch each
+        linear_fp8(ctx, ws.xq.get(), ws.xs.get(), 1, P, w.shared_w1, T, ws.sg.get());
+        linear_fp8(ctx, ws.xq.get(), ws.xs.get(), 1, P, w.shared_w3, T, ws.su.get());
+      }
     }
     SwigluParams ss;
     ss.g = ws.sg.get();

@@ -3,7 +3,8 @@
 // rows that are no multiple of 16, block-major activation scales, several projections of one input in
 // one launch, bf16 x bf16 with fp32 and bf16 outputs, the group mode; the same bits on a second run; and
 // the tier's choice (cuda::linear): exact_linear's bits in the exact tier and wherever fast_gemv does not
-// apply.
+// apply; grouped calls above fast_gemv's range in token slices; several linears of one input in one
+// launch (linear_shared_input).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -139,7 +140,8 @@ void check_bf16(int64_t out, int64_t in, int64_t T, int groups, uint64_t seed) {
   e.tokens = T;
   e.out = int(out);
   e.in = int(gin);
-  ASSERT_TRUE(fast_gemv_supports(e));
+  // Above kFastGemvMaxTokens linear() runs the groups in token slices of fast_gemv.
+  ASSERT_EQ(fast_gemv_supports(e), T <= kFastGemvMaxTokens);
   linear(ctx, e);
   ctx.synchronize();
   std::vector<float> ref(size_t(T * groups * out));
@@ -161,6 +163,86 @@ TEST(CudaLinearFast, Bf16AndGroups) {
   for (int64_t T : {1, 7, 8, 13, 16, 24, 32}) check_bf16(520, 1024, T, 1, 200 + uint64_t(T));
   check_bf16(4000, 4096, 2, 1, 3);   // head-like rows: many tiles, 8 warps per CTA
   check_bf16(1024, 4096, 5, 8, 4);   // wo_a-like: 8 groups of 512 inputs
+  check_bf16(136, 2048, 33, 8, 5);   // groups above fast_gemv's range: slices of 32 + 1 tokens
+  check_bf16(264, 4096, 100, 8, 6);  // 3 full slices and one of 4
+}
+
+// linear_shared_input: FP8 (wq_a + wkv-like, block-major scales too) and bf16 (the compressor's wkv +
+// wgate) projections of one input in one launch, each against cpu::matmul; nothing runs (false) in the
+// exact tier or for calls that do not share their input.
+void check_shared_input(bool fp8, const std::vector<int64_t>& outs, int64_t in, int64_t T, bool block_major,
+                        uint64_t seed) {
+  DeviceContext ctx;
+  ctx.set_kernels(KernelTier::Fast);
+  Rng rng(seed);
+  const size_t n = outs.size();
+  Fp8Input xq;
+  std::vector<float> x16;
+  DeviceBuffer<uint16_t> dx;
+  if (fp8) xq = fp8_input(ctx, rng, T, in, block_major);
+  else {
+    x16 = rng.bf16_normal(size_t(T * in));
+    dx = upload_bf16(x16);
+  }
+  std::vector<HostFp8> hw;
+  std::vector<Fp8Weight> w8;
+  std::vector<std::vector<float>> w16;
+  std::vector<DeviceBuffer<uint16_t>> dw16;
+  std::vector<Guarded<float>> y;
+  std::vector<ExactLinearParams> e(n);
+  for (size_t i = 0; i < n; ++i) {
+    y.emplace_back(size_t(T * outs[i]));
+    if (fp8) {
+      hw.push_back(make_fp8(rng, outs[i], in));
+      w8.push_back(upload_fp8_weight(hw.back().wv(), hw.back().sv()));
+    } else {
+      w16.push_back(rng.bf16_normal(size_t(outs[i] * in), 0.05f));
+      dw16.push_back(upload_bf16(w16.back()));
+    }
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (fp8) {
+      e[i] = fp8_linear_params(xq.codes.get(), xq.scales.get(), xq.row_stride, xq.block_stride, w8[i], T, nullptr);
+    } else {
+      e[i].x = reinterpret_cast<const bf16*>(dx.get());
+      e[i].x_stride = in;
+      e[i].w16 = reinterpret_cast<const bf16*>(dw16[i].get());
+      e[i].y_stride = outs[i];
+      e[i].tokens = T;
+      e[i].out = int(outs[i]);
+      e[i].in = int(in);
+    }
+    e[i].y_f32 = y[i].get();
+  }
+  const std::string what = std::string(fp8 ? "fp8" : "bf16") + " shared input T=" + std::to_string(T);
+  ctx.set_kernels(KernelTier::Exact);
+  EXPECT_FALSE(linear_shared_input(ctx, e.data(), int(n))) << what << ": the exact tier runs no fast_gemv";
+  ctx.set_kernels(KernelTier::Fast);
+  ExactLinearParams other = e.back();
+  other.x_stride = e[0].x_stride * 2;  // another input
+  std::vector<ExactLinearParams> mixed = e;
+  mixed.back() = other;
+  EXPECT_FALSE(linear_shared_input(ctx, mixed.data(), int(n))) << what << ": inputs differ";
+  ASSERT_TRUE(linear_shared_input(ctx, e.data(), int(n))) << what;
+  ctx.synchronize();
+  for (size_t i = 0; i < n; ++i) {
+    std::vector<float> ref(size_t(T * outs[i]));
+    if (fp8) {
+      std::vector<float> wd = hw[i].dequantized();
+      cpu::matmul(xq.xq.data(), T, in, wd.data(), outs[i], ref.data());
+    } else {
+      cpu::matmul(x16.data(), T, in, w16[i].data(), outs[i], ref.data());
+    }
+    const std::string wi = what + " proj " + std::to_string(i);
+    EXPECT_TRUE(compare(wi, y[i].download(wi), ref, fp8 ? Tol::GemmFp8 : Tol::GemmBf16).ok);
+  }
+}
+
+TEST(CudaLinearFast, SharedInput) {
+  DSV4_REQUIRE_HOPPER();
+  check_shared_input(true, {1024, 512}, 4096, 1, false, 11);  // wq_a + wkv at one token
+  check_shared_input(true, {256, 256}, 1024, 9, true, 12);    // shared w1 + w3, block-major scales
+  check_shared_input(false, {64, 64}, 512, 3, false, 13);     // compressor wkv + wgate, fp32 out
 }
 
 // The tier's choice: the exact tier, and the calls fast_gemv does not take, give exact_linear's bits.

@@ -23,6 +23,7 @@ __device__ __forceinline__ uint32_t pow2_scale_byte(float amax, float inv_max) {
 // One warp per (row, block); each lane holds EPL = block / 32 consecutive elements.
 template <int EPL>
 __global__ void act_quant_fp8_kernel(ActQuantParams p, int blocks_per_row, int64_t total_warps) {
+  allow_dependents();  // a fast_gemv after this kernel may start streaming its weights
   const int64_t warp = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   if (warp >= total_warps) return;
   const int lane = threadIdx.x & 31;

@@ -77,6 +77,7 @@ __device__ __forceinline__ void mma_e4m3(uint32_t a0, uint32_t a1, uint32_t a2, 
 // no transpose; otherwise the checkpoint layout and the quad transpose.
 template <int kWarps, int kUnroll, bool kTiled>
 __global__ void __launch_bounds__(kWarps * 32) fp4_gemv_kernel(Fp4GemvParams p) {
+  allow_dependents();  // a fast_gemv after this kernel may start streaming its weights
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int sel = blockIdx.y;

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <algorithm>
 #include <limits>
+#include <utility>
 
 #include <cuda_bf16.h>
 
@@ -30,6 +31,30 @@ void allow_max_dynamic_smem(const DeviceContext& ctx, Kernel kernel) {
   DSV4_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
   const int cap = int(ctx.max_smem_per_block()) - int(attr.sharedSizeBytes);
   DSV4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, cap));
+}
+
+// Programmatic dependent launch (Hopper; docs/cuda.md "Kernel tiers"). A kernel started by launch_pdl
+// may begin while the stream's previous kernel still runs: it may only read constant data (weights)
+// before grid_dependency_wait(), which returns once the previous kernels have completed and their
+// writes are visible. allow_dependents() lets the stream's next kernel, if it was launched that way,
+// start its prologue now (a hint: it changes no ordering of memory). Both are no-ops otherwise.
+__device__ __forceinline__ void grid_dependency_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void allow_dependents() { asm volatile("griddepcontrol.launch_dependents;"); }
+__device__ __forceinline__ void prefetch_l2(const void* ptr) { asm volatile("prefetch.global.L2 [%0];" ::"l"(ptr)); }
+
+template <typename... Params, typename... Args>
+void launch_pdl(const DeviceContext& ctx, void (*kernel)(Params...), dim3 grid, dim3 block, Args&&... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = ctx.stream();
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  DSV4_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
 }
 
 __device__ __forceinline__ float warp_sum(float v) {

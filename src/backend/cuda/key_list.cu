@@ -37,6 +37,7 @@ __global__ void key_list_kernel(KeyListParams p) {
 
 // One thread per (token, 8-element piece).
 __global__ void ring_write_kernel(RingWriteParams p, int pieces, int64_t total) {
+  allow_dependents();  // a fast_gemv after this kernel may start streaming its weights
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= total) return;
   const int64_t t = idx / pieces;

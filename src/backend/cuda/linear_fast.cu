@@ -2,6 +2,8 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
+#include <algorithm>
+
 #include "backend/cuda/check.h"
 #include "backend/cuda/kernel_util.cuh"
 #include "backend/cuda/linear_fast.h"
@@ -119,8 +121,19 @@ __global__ void __launch_bounds__(kThreads) fast_gemv_fp8_kernel(const __grid_co
     xs0[j] = p.x_scales + pr.xs_offset + int64_t(min(j * 8 + 2 * t, last)) * p.xs_row_stride;
     xs1[j] = p.x_scales + pr.xs_offset + int64_t(min(j * 8 + 2 * t + 1, last)) * p.xs_row_stride;
   }
-  float acc[NT][4] = {};
   const int nb = p.in / 128;
+  // Launched with launch_pdl: the weights of this warp's first batch stream into L2 while the kernel
+  // before (the activations' quantization) finishes; nothing else is read before the wait.
+  allow_dependents();
+  if (t == 0)
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (warp + u * W < nb) {
+        prefetch_l2(wa + int64_t(warp + u * W) * 128);
+        prefetch_l2(wb + int64_t(warp + u * W) * 128);
+      }
+  grid_dependency_wait();
+  float acc[NT][4] = {};
   for (int b0 = warp; b0 < nb; b0 += U * W) {
     uint4 wv[U][4], xv[U][NT][2];
 #pragma unroll
@@ -184,8 +197,17 @@ __global__ void __launch_bounds__(kThreads) fast_gemv_bf16_kernel(const __grid_c
   const bf16* xr[NT];
 #pragma unroll
   for (int j = 0; j < NT; ++j) xr[j] = p.x + pr.x_offset + int64_t(min(j * 8 + g, last)) * p.x_stride + t * 8;
-  float acc[NT][4] = {};
   const int np = p.in / 32;
+  allow_dependents();  // as in the FP8 kernel: this warp's first weight lines into L2, then the wait
+  if (t == 0)
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (warp + u * W < np) {
+        prefetch_l2(wa + int64_t(warp + u * W) * 32);
+        prefetch_l2(wb + int64_t(warp + u * W) * 32);
+      }
+  grid_dependency_wait();
+  float acc[NT][4] = {};
   for (int k0 = warp; k0 < np; k0 += U * W) {
     uint4 wv[U][2], xv[U][NT];
 #pragma unroll
@@ -228,17 +250,17 @@ int warps_for(int ksteps, int U) {
 template <int NT>
 void launch(const DeviceContext& ctx, const Args& a, bool fp8, int blocks) {
   const int threads = blocks >= 2 * ctx.sm_count() ? 256 : 32 * kMaxWarps;
+  // Programmatic dependent launches (kernel_util.cuh): the kernel waits for its predecessor itself.
   if (fp8 && a.p.in / 128 <= 16) {
     constexpr int U = NT <= 2 ? 4 : 2;
-    fast_gemv_fp8_kernel<NT, U, 256><<<blocks, 32 * warps_for(a.p.in / 128, U), 0, ctx.stream()>>>(a);
+    launch_pdl(ctx, fast_gemv_fp8_kernel<NT, U, 256>, dim3(blocks), dim3(32 * warps_for(a.p.in / 128, U)), a);
   } else if (fp8) {
     constexpr int U = NT <= 2 ? 2 : 1;
-    fast_gemv_fp8_kernel<NT, U, 32 * kMaxWarps><<<blocks, threads, 0, ctx.stream()>>>(a);
+    launch_pdl(ctx, fast_gemv_fp8_kernel<NT, U, 32 * kMaxWarps>, dim3(blocks), dim3(threads), a);
   } else {
     constexpr int U = NT <= 2 ? 4 : 2;
-    fast_gemv_bf16_kernel<NT, U, 32 * kMaxWarps><<<blocks, threads, 0, ctx.stream()>>>(a);
+    launch_pdl(ctx, fast_gemv_bf16_kernel<NT, U, 32 * kMaxWarps>, dim3(blocks), dim3(threads), a);
   }
-  DSV4_CUDA_CHECK_LAUNCH();
 }
 
 bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15) == 0; }
@@ -289,7 +311,10 @@ bool fast_gemv_supports(const ExactLinearParams& e) {
   return fp8 ? e.in % 128 == 0 : e.in % 32 == 0;
 }
 
-void fast_gemv(const DeviceContext& ctx, const ExactLinearParams& e) {
+namespace {
+
+// The input fields of a fast_gemv launch for an exact_linear call (fast_gemv_supports(e) must hold).
+FastGemvParams input_of(const ExactLinearParams& e) {
   FastGemvParams p;
   p.x_codes = e.w8 ? e.x_codes : nullptr;
   p.x_scales = e.x_scales;
@@ -299,34 +324,94 @@ void fast_gemv(const DeviceContext& ctx, const ExactLinearParams& e) {
   p.x_stride = e.x_stride;
   p.tokens = e.tokens;
   p.in = e.in;
-  p.nproj = e.groups;
-  for (int g = 0; g < e.groups; ++g) {
-    FastProjection& pr = p.proj[g];
-    if (e.w8) {
-      pr.w8 = e.w8 + g * e.w_expert_stride;
-      pr.w_scales = e.w_scales + g * e.ws_expert_stride;
-      pr.w_scale_ld = e.w_scale_ld;
-    } else {
-      pr.w16 = e.w16 + g * e.w_expert_stride;
-    }
-    pr.x_offset = g * e.x_group_stride;
-    pr.xs_offset = g * e.xs_group_stride;
-    pr.y = e.y ? e.y + g * e.y_group_stride : nullptr;
-    pr.y_f32 = e.y_f32 ? e.y_f32 + g * e.y_group_stride : nullptr;
-    pr.y_stride = e.y_stride;
-    pr.out = e.out;
+  return p;
+}
+
+// Group g of an exact_linear call as a fast_gemv projection.
+FastProjection projection_of(const ExactLinearParams& e, int g) {
+  FastProjection pr;
+  if (e.w8) {
+    pr.w8 = e.w8 + g * e.w_expert_stride;
+    pr.w_scales = e.w_scales + g * e.ws_expert_stride;
+    pr.w_scale_ld = e.w_scale_ld;
+  } else {
+    pr.w16 = e.w16 + g * e.w_expert_stride;
   }
+  pr.x_offset = g * e.x_group_stride;
+  pr.xs_offset = g * e.xs_group_stride;
+  pr.y = e.y ? e.y + g * e.y_group_stride : nullptr;
+  pr.y_f32 = e.y_f32 ? e.y_f32 + g * e.y_group_stride : nullptr;
+  pr.y_stride = e.y_stride;
+  pr.out = e.out;
+  return pr;
+}
+
+// Tokens [t0, t0 + n) of an exact_linear call.
+ExactLinearParams token_slice(const ExactLinearParams& e, int64_t t0, int64_t n) {
+  ExactLinearParams c = e;
+  c.tokens = n;
+  if (c.x) c.x += t0 * e.x_stride;
+  if (c.x_codes) c.x_codes += t0 * e.x_stride;
+  if (c.x_scales) c.x_scales += t0 * e.xs_row_stride;
+  if (c.y) c.y += t0 * e.y_stride;
+  if (c.y_f32) c.y_f32 += t0 * e.y_stride;
+  return c;
+}
+
+}  // namespace
+
+void fast_gemv(const DeviceContext& ctx, const ExactLinearParams& e) {
+  FastGemvParams p = input_of(e);
+  p.nproj = e.groups;
+  for (int g = 0; g < e.groups; ++g) p.proj[g] = projection_of(e, g);
   fast_gemv(ctx, p);
 }
 
 void linear(const DeviceContext& ctx, const ExactLinearParams& e) {
-  if (ctx.kernels() == KernelTier::Fast && fast_gemv_supports(e)) return fast_gemv(ctx, e);
+  if (ctx.kernels() == KernelTier::Fast) {
+    if (fast_gemv_supports(e)) return fast_gemv(ctx, e);
+    // Grouped calls (wo_a) above fast_gemv's range have no GEMM plan: fast_gemv in slices of
+    // kFastGemvMaxTokens tokens (H200: wo_a at 128 tokens took 410 us in exact_linear).
+    if (e.groups > 1 && e.tokens > kFastGemvMaxTokens &&
+        fast_gemv_supports(token_slice(e, 0, kFastGemvMaxTokens))) {
+      for (int64_t t0 = 0; t0 < e.tokens; t0 += kFastGemvMaxTokens)
+        fast_gemv(ctx, token_slice(e, t0, std::min(kFastGemvMaxTokens, e.tokens - t0)));
+      return;
+    }
+  }
   exact_linear(ctx, e);
 }
 
 void linear_fp8(const DeviceContext& ctx, const uint8_t* codes, const float* scales, int64_t xs_row_stride,
                 int64_t xs_block_stride, const Fp8Weight& w, int64_t tokens, bf16* y) {
   linear(ctx, fp8_linear_params(codes, scales, xs_row_stride, xs_block_stride, w, tokens, y));
+}
+
+bool linear_shared_input(const DeviceContext& ctx, const ExactLinearParams* calls, int n) {
+  if (ctx.kernels() != KernelTier::Fast || n < 1 || n > kFastMaxProjections) return false;
+  const ExactLinearParams& a = calls[0];
+  for (int i = 0; i < n; ++i) {
+    const ExactLinearParams& e = calls[i];
+    if (!fast_gemv_supports(e) || e.groups != 1 || e.x != a.x || e.x_codes != a.x_codes || e.x_scales != a.x_scales ||
+        e.in != a.in || e.tokens != a.tokens || e.x_stride != a.x_stride || e.xs_row_stride != a.xs_row_stride ||
+        e.xs_block_stride != a.xs_block_stride || (e.w8 != nullptr) != (a.w8 != nullptr))
+      return false;
+  }
+  FastGemvParams p = input_of(a);
+  p.nproj = n;
+  for (int i = 0; i < n; ++i) p.proj[i] = projection_of(calls[i], 0);
+  fast_gemv(ctx, p);
+  return true;
+}
+
+bool linear_fp8_shared_input(const DeviceContext& ctx, const uint8_t* codes, const float* scales,
+                             int64_t xs_row_stride, int64_t xs_block_stride, const SharedInputOutput* outs, int n,
+                             int64_t tokens) {
+  if (n < 1 || n > kFastMaxProjections) return false;
+  ExactLinearParams e[kFastMaxProjections];
+  for (int i = 0; i < n; ++i)
+    e[i] = fp8_linear_params(codes, scales, xs_row_stride, xs_block_stride, *outs[i].w, tokens, outs[i].y);
+  return linear_shared_input(ctx, e, n);
 }
 
 }  // namespace dsv4::cuda

@@ -71,11 +71,27 @@ bool fast_gemv_supports(const ExactLinearParams& e);
 void fast_gemv(const DeviceContext& ctx, const ExactLinearParams& e);
 
 // THE choice of a linear's implementation by the context's tier (DeviceContext::kernels()): the fast
-// tier takes fast_gemv where it applies, everything else (and the whole exact tier) runs exact_linear,
-// bit-identical to the CPU.
+// tier takes fast_gemv where it applies (grouped calls above kFastGemvMaxTokens in token slices of that
+// size), everything else (and the whole exact tier) runs exact_linear, bit-identical to the CPU.
 void linear(const DeviceContext& ctx, const ExactLinearParams& e);
 // The FP8 case of linear() (the signature of exact_linear_fp8).
 void linear_fp8(const DeviceContext& ctx, const uint8_t* codes, const float* scales, int64_t xs_row_stride,
                 int64_t xs_block_stride, const Fp8Weight& w, int64_t tokens, bf16* y);
+
+// Linears of one input (the same x or FP8 codes and scales, `in` and tokens; one group each) as one
+// fast_gemv launch, where the fast tier takes every one of them: returns true. Returns false, having run
+// nothing, in the exact tier or where fast_gemv does not apply (the caller runs one linear() each).
+bool linear_shared_input(const DeviceContext& ctx, const ExactLinearParams* calls, int n);
+
+// One output of linear_fp8_shared_input: y [tokens, w->out] bf16 = x . w^T.
+struct SharedInputOutput {
+  const Fp8Weight* w = nullptr;
+  bf16* y = nullptr;
+};
+// The FP8 case of linear_shared_input (wq_a with wkv, the shared expert's w1 with w3; linear_fp8's
+// arguments).
+bool linear_fp8_shared_input(const DeviceContext& ctx, const uint8_t* codes, const float* scales,
+                             int64_t xs_row_stride, int64_t xs_block_stride, const SharedInputOutput* outs, int n,
+                             int64_t tokens);
 
 }  // namespace dsv4::cuda

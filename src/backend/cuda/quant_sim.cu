@@ -47,6 +47,7 @@ __global__ void __launch_bounds__(kHeadNormWarps * 32) head_norm_kernel(HeadNorm
 
 // One warp per (row, 64-block): two elements per lane.
 __global__ void kv_snap_kernel(KvSnapParams p, int blocks, int64_t total_warps) {
+  allow_dependents();  // a fast_gemv after this kernel may start streaming its weights
   const int64_t warp = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   if (warp >= total_warps) return;
   const int lane = threadIdx.x & 31;

@@ -15,6 +15,7 @@ constexpr int kMaxThreads = 256;
 // Two passes over the row: the second re-reads from L1/L2, which is cheaper than holding a row of
 // unknown length in registers.
 __global__ void rms_norm_kernel(RmsNormParams p) {
+  allow_dependents();  // a fast_gemv after this kernel may start streaming its weights
   const int64_t row = blockIdx.x;
   const bf16* x = p.x + row * p.x_stride;
   bf16* y = p.y + row * p.y_stride;
