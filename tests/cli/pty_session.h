@@ -14,12 +14,15 @@ namespace dsv4::test {
 
 class PtySession {
  public:
-  // `command` runs under /bin/sh -c with `env` ("A=1 B=2 ...") prepended.
+  // `command` (one program and its arguments, shell-quoted) runs under /bin/sh -c "exec command".
   explicit PtySession(const std::string& command) {
     pid_ = forkpty(&fd_, nullptr, nullptr, nullptr);
     if (pid_ == 0) {
       setenv("TERM", "xterm", 1);
-      execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+      // exec: the command itself is the terminal's foreground process, so that a Ctrl-C reaches only
+      // it (a shell waiting for it would die of the SIGINT the command handles).
+      const std::string line = "exec " + command;
+      execl("/bin/sh", "sh", "-c", line.c_str(), static_cast<char*>(nullptr));
       _exit(127);
     }
   }
@@ -66,7 +69,8 @@ class PtySession {
   }
   const std::string& output() const { return out_; }
 
-  // The exit status once the process ends (reading its output meanwhile), -1 after `seconds`.
+  // The exit status once the process ends (128 + N for signal N; reading its output meanwhile), -1
+  // after `seconds`.
   int wait(double seconds = 60) {
     const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
     while (std::chrono::steady_clock::now() < end) {
@@ -75,7 +79,7 @@ class PtySession {
         exited_ = true;
         while (read_some(50)) {
         }
-        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);  // as a shell reports it
       }
       read_some(50);
     }
