@@ -34,7 +34,7 @@ CLI::Validator int_in(int64_t lo, int64_t hi) {
         if (s.empty() || *end != '\0' || errno == ERANGE || v < lo || v > hi) return "expected " + want + got(s);
         return "";
       },
-      want);
+      hi == INT64_MAX ? ">= " + std::to_string(lo) : std::to_string(lo) + ".." + std::to_string(hi));
 }
 
 CLI::Validator number_in(double lo, double hi) {
@@ -48,7 +48,7 @@ CLI::Validator number_in(double lo, double hi) {
         if (s.empty() || *end != '\0' || !std::isfinite(v) || v < lo || v > hi) return "expected " + want + got(s);
         return "";
       },
-      want);
+      want.substr(std::string("a number from ").size()));
 }
 
 CLI::Validator one_of(std::initializer_list<const char*> values) {
