@@ -54,7 +54,7 @@ void run_template(const TemplateArgs& a) {
 void register_template(CLI::App& app) {
   auto a = std::make_shared<TemplateArgs>();
   CLI::App* c = app.add_subcommand("template", "Render messages into the exact DeepSeek-V4 prompt");
-  auto* model = c->add_option("-m,--model", a->model, "Model directory with tokenizer.json, for --ids (default: the bundled model)")
+  c->add_option("-m,--model", a->model, "Model directory with tokenizer.json, for --ids (default: the bundled model)")
                     ->check(existing_dir());
   c->add_option("--messages", a->messages, "JSON file of messages ('-' for stdin)")->required();
   auto* th = c->add_flag("--thinking", a->thinking, "Thinking mode (the prompt ends with <think>)");
@@ -65,7 +65,6 @@ void register_template(CLI::App& app) {
   c->add_flag("--no-bos", a->no_bos, "Do not start with the BOS text");
   auto* ids = c->add_flag("--ids", a->ids, "Print token ids instead of the text");
   c->add_flag("--json", a->json, "With --ids: print a JSON array")->needs(ids);
-  model->needs(ids);
   c->callback([a] { run_template(*a); });
 }
 

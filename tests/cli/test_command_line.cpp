@@ -122,6 +122,9 @@ TEST(CommandLine, MissingModelDirectory) {
       {"run -m /nonexistent/model", "dsv4: error: --model: no such directory '/nonexistent/model'"},
       {"chat -m /nonexistent/model", "dsv4: error: --model: no such directory '/nonexistent/model'"},
       {"tokenize -m /nonexistent/model --text hi", "dsv4: error: --model: no such directory '/nonexistent/model'"},
+      {"serve -m /nonexistent/model", "dsv4: error: --model: no such directory '/nonexistent/model'"},
+      {"logits -m /nonexistent/model --tokens t.json --out o.safetensors",
+       "dsv4: error: --model: no such directory '/nonexistent/model'"},
       {"inspect /nonexistent/model", "dsv4: error: dir: no such directory '/nonexistent/model'"},
       {"run -m /etc/hostname", "dsv4: error: --model: expected a model directory, '/etc/hostname' is a file"},
   });
