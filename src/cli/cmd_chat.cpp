@@ -126,6 +126,7 @@ bool command(Conversation& c, const std::string& line) {
 }
 
 void turn(const Loaded& l, Conversation& c, const std::string& text, const GenOptions& o, Sampler& sampler) {
+  InterruptScope::clear();  // a Ctrl-C from before this message is not meant for its reply
   c.messages.push_back({{"role", "user"}, {"content", text}});
   try {
     NoEchoScope no_echo;  // keys typed during the reply wait for the next prompt

@@ -37,6 +37,7 @@ class ChatTerminal : public ::testing::Test {
 
 constexpr const char* kPrompt = "> ";
 constexpr const char* kPasteOff = "\033[?2004l";  // printed as the line editor hands the line over
+constexpr const char* kPasteOn = "\033[?2004h";   // printed before each prompt
 
 TEST_F(ChatTerminal, CtrlCPasteHistoryAndSave) {
   test::PtySession s(chat("--temp 0 -n 1000"));
@@ -127,6 +128,25 @@ TEST_F(ChatTerminal, LoadSaveRoundTripSystemHelpAndHistoryAcrossSessions) {
   s.send("\033[A");
   EXPECT_TRUE(s.expect("/save " + path("sys.json"))) << s.output();
   s.send("\025/exit\r");  // Ctrl-U clears the recalled line
+  EXPECT_EQ(s.wait(), 0) << s.output();
+}
+
+// Ctrl-C at the prompt abandons the line (the session goes on); keys typed during a reply are not
+// echoed into it but wait, already typed, at the next prompt.
+TEST_F(ChatTerminal, CtrlCAtThePromptAndTypeAhead) {
+  test::PtySession s(chat("--temp 0 -n 200"));
+  ASSERT_TRUE(s.expect(kPrompt)) << s.output();
+  s.send("half typed\003");
+  ASSERT_TRUE(s.expect("(Ctrl-D or /exit quits)")) << s.output();
+  ASSERT_TRUE(s.expect(kPrompt)) << s.output();
+  s.send("hi\r");
+  ASSERT_TRUE(s.expect(kPasteOff)) << s.output();
+  s.send("typed ahead");
+  const std::string at_prompt = std::string(kPasteOn) + "> typed ahead";
+  ASSERT_TRUE(s.expect(at_prompt, 120)) << s.output();
+  // Its first appearance is at the prompt: nothing of it was echoed into the reply.
+  EXPECT_EQ(s.output().find("typed ahead"), s.output().find(at_prompt) + std::string(kPasteOn).size() + 2) << s.output();
+  s.send("\025/exit\r");
   EXPECT_EQ(s.wait(), 0) << s.output();
 }
 
