@@ -28,6 +28,7 @@ struct ServeArgs {
   server::HttpOptions http;
   EngineOptions engine;
   double shutdown_timeout = 10;
+  bool no_webui = false;
 };
 
 std::string model_name_of(const std::string& dir) {
@@ -54,6 +55,7 @@ void serve(ServeArgs& a) {
                       std::min(a.engine.prefill_chunk, a.engine.max_step_tokens), terminal_load_progress(a.model));
   Engine engine(*model, tok, a.engine);
   server::ServerContext ctx(engine, tok, a.served_name.empty() ? model_name_of(a.model) : a.served_name);
+  ctx.webui = !a.no_webui;
   server::HttpServer http(ctx, a.http);
   const int port = http.bind();
   std::thread accept_thread([&] { http.run(); });
@@ -112,6 +114,7 @@ void register_serve(CLI::App& app) {
   c->add_option("--shutdown-timeout", a->shutdown_timeout, "Seconds running requests may finish after Ctrl-C")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  c->add_flag("--no-webui", a->no_webui, "Do not serve the chat page at /");
   add_device_option(*c, a->device);
   c->callback([a] { serve(*a); });
 }

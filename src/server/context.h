@@ -19,6 +19,7 @@ struct ServerContext {
   std::string model_name;  // the id clients pass as "model"
   int64_t created;         // unix time the server started (for /v1/models)
   std::atomic<bool> draining{false};  // shutting down: new requests are refused with 503
+  bool webui = true;                  // serve the chat page at / (off: dsv4 serve --no-webui)
   HttpCounters http;
 };
 
