@@ -84,8 +84,10 @@ void print_generation_notices(const CliGeneration& g, const GenOptions& o) {
 void print_verbose_header(const Loaded& l, const GenOptions& o) {
   if (!o.verbose) return;
   const ModelConfig& c = l.model->config();
-  std::fprintf(stderr, "model %s: %lld layers, hidden %lld, vocab %lld | %s numerics | context %lld\n", o.model.c_str(),
-               (long long)c.num_layers, (long long)c.hidden_size, (long long)c.vocab_size, o.numerics.c_str(),
+  // Only the GPU model samples on the device: that tells the two backends apart.
+  std::fprintf(stderr, "model %s: %lld layers, hidden %lld, vocab %lld | %s, %s numerics | context %lld\n",
+               o.model.c_str(), (long long)c.num_layers, (long long)c.hidden_size, (long long)c.vocab_size,
+               l.model->samples_on_device() ? "cuda" : "cpu", o.numerics.c_str(),
                (long long)std::min(o.ctx_size > 0 ? o.ctx_size : c.max_position_embeddings, l.model->max_context()));
 }
 

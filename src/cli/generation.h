@@ -26,7 +26,7 @@ CliGeneration generate_text(const Loaded& l, const std::vector<int32_t>& prompt,
 // The context notice on stderr (unless -q): "(stopped: the context of N tokens is full; ...)".
 void print_generation_notices(const CliGeneration& g, const GenOptions& o);
 
-// -v: "model DIR: N layers, vocab V | device cpu, official numerics | context C" on stderr.
+// -v: "model DIR: N layers, hidden D, vocab V | cpu, official numerics | context C" on stderr.
 void print_verbose_header(const Loaded& l, const GenOptions& o);
 
 }  // namespace dsv4::cli
