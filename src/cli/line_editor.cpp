@@ -44,7 +44,8 @@ LineEditor::LineEditor(const std::string& history_file) : file_(history_file) {
   el_set(el_, EL_PROMPT, &LineEditor::prompt_of);
   el_set(el_, EL_HIST, ::history, hist_);
   el_set(el_, EL_GETCFN, &LineEditor::read_char);
-  el_set(el_, EL_ADDFN, "dsv4-paste", "Insert a bracketed paste as it is", &LineEditor::paste);
+  // The wide form keeps our (static) strings; the narrow one copies them and never frees the copies.
+  el_wset(el_, EL_ADDFN, L"dsv4-paste", L"Insert a bracketed paste as it is", &LineEditor::paste);
   el_set(el_, EL_BIND, kPasteStart, "dsv4-paste", nullptr);
   el_source(el_, nullptr);  // the user's ~/.editrc
 }
