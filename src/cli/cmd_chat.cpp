@@ -129,7 +129,6 @@ void turn(const Loaded& l, Conversation& c, const std::string& text, const GenOp
   InterruptScope::clear();  // a Ctrl-C from before this message is not meant for its reply
   c.messages.push_back({{"role", "user"}, {"content", text}});
   try {
-    NoEchoScope no_echo;  // keys typed during the reply wait for the next prompt
     ChatTurn t = run_chat_turn(l, c.messages, o, sampler);
     c.messages.push_back(t.message);
     if (t.gen.interrupted && !o.quiet) std::fputs("(reply stopped)\n", stderr);
@@ -156,6 +155,7 @@ void chat(GenOptions& o) {
   if (!o.file.empty()) turn(l, c, read_input_file(o.file), o, sampler);
   while (true) {
     LineEditor::Input in = input.next();
+    NoEchoScope no_echo;  // keys typed during a reply (or a command) wait for the next prompt
     if (in.status == LineEditor::Status::End) break;
     if (in.status == LineEditor::Status::Interrupted) {
       std::fputs("\n(Ctrl-D or /exit quits)\n", stdout);

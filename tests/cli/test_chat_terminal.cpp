@@ -72,6 +72,7 @@ TEST_F(ChatTerminal, CtrlCPasteHistoryAndSave) {
   ASSERT_TRUE(s.expect("/save " + path("a.json"))) << s.output();
   s.send("\r");
   ASSERT_TRUE(s.expect("(saved 6 messages to " + path("a.json") + ")")) << s.output();
+  ASSERT_TRUE(s.expect(kPrompt)) << s.output();
   s.send("/exit\r");
   EXPECT_EQ(s.wait(), 0) << s.output();
 
@@ -103,16 +104,22 @@ TEST_F(ChatTerminal, LoadSaveRoundTripSystemHelpAndHistoryAcrossSessions) {
     ASSERT_TRUE(s.expect(kPrompt)) << s.output();
     s.send("/load " + path("in.json") + "\r");
     ASSERT_TRUE(s.expect("(loaded 3 messages from " + path("in.json") + ")")) << s.output();
+    ASSERT_TRUE(s.expect(kPrompt)) << s.output();  // keys sent before the prompt meet a cooked terminal
     s.send("/save " + path("out.json") + "\r");
     ASSERT_TRUE(s.expect("(saved 3 messages")) << s.output();
+    ASSERT_TRUE(s.expect(kPrompt)) << s.output();
     s.send("/help\r");  // answered by dsv4, not sent to the model
     ASSERT_TRUE(s.expect("/system TEXT")) << s.output();
+    ASSERT_TRUE(s.expect(kPrompt)) << s.output();
     s.send("/system Speak in verse.\r");
     ASSERT_TRUE(s.expect("(system message set)")) << s.output();
+    ASSERT_TRUE(s.expect(kPrompt)) << s.output();
     s.send("/save " + path("sys.json") + "\r");
     ASSERT_TRUE(s.expect("(saved 3 messages")) << s.output();
+    ASSERT_TRUE(s.expect(kPrompt)) << s.output();
     s.send("/nonsense\r");
     ASSERT_TRUE(s.expect("dsv4: error: unknown command /nonsense (/help lists them)")) << s.output();
+    ASSERT_TRUE(s.expect(kPrompt)) << s.output();
     s.send("\004");  // Ctrl-D on an empty line quits
     EXPECT_EQ(s.wait(), 0) << s.output();
   }
@@ -141,6 +148,7 @@ TEST_F(ChatTerminal, CtrlCAtThePromptAndTypeAhead) {
   ASSERT_TRUE(s.expect(kPrompt)) << s.output();
   s.send("hi\r");
   ASSERT_TRUE(s.expect(kPasteOff)) << s.output();
+  ASSERT_TRUE(s.expect("\n", 30)) << s.output();  // the reply streams
   s.send("typed ahead");
   const std::string at_prompt = std::string(kPasteOn) + "> typed ahead";
   ASSERT_TRUE(s.expect(at_prompt, 120)) << s.output();
