@@ -1,5 +1,7 @@
 #include "cli/cli_io.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -29,6 +31,11 @@ void print_ids(const std::vector<int32_t>& ids, bool json) {
   }
   out += json ? "]\n" : "\n";
   std::fwrite(out.data(), 1, out.size(), stdout);
+}
+
+void write_text(const std::string& text) {
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  if (isatty(STDOUT_FILENO) && (text.empty() || text.back() != '\n')) std::fputs("\n", stdout);
 }
 
 }  // namespace dsv4::cli

@@ -14,6 +14,7 @@
 
 #include "cli/bench_cost.h"
 #include "cli/commands.h"
+#include "cli/device.h"
 #include "cli/gen_options.h"
 #include "core/error.h"
 #include "io/config.h"
@@ -256,11 +257,10 @@ void register_bench(CLI::App& app) {
       ->capture_default_str();
   c->add_option("--json", a->json, "Also write the results as JSON to FILE");
   c->callback([a] {
+    require_cuda("bench");
 #if DSV4_HAVE_CUDA
     if (a->preset.empty() && a->model.empty()) a->model = default_model_dir();
     run_bench(*a);
-#else
-    fail("dsv4 bench: this dsv4 was built without CUDA");
 #endif
   });
 }

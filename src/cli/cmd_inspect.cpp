@@ -6,6 +6,7 @@
 #include <map>
 
 #include "cli/commands.h"
+#include "cli/flags.h"
 #include "core/error.h"
 #include "io/config.h"
 #include "io/safetensors.h"
@@ -177,7 +178,8 @@ void register_inspect(CLI::App& app) {
   auto dir = std::make_shared<std::string>(default_model_dir());
   auto list = std::make_shared<bool>(false);
   CLI::App* c = app.add_subcommand("inspect", "Summarize a checkpoint: config, tensors, formats, memory, problems");
-  c->add_option("dir", *dir, "Model directory (default: the bundled model)")->capture_default_str();
+  auto* pos = c->add_option("dir", *dir, "Model directory (default: the bundled model)")->check(existing_dir());
+  c->add_option("-m,--model", *dir, "Model directory (the same as DIR)")->check(existing_dir())->excludes(pos);
   c->add_flag("--tensors", *list, "List every tensor with dtype and shape");
   c->callback([dir, list] {
     int rc = run_inspect(*dir, *list);

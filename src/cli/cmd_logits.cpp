@@ -11,6 +11,7 @@
 #include "cli/cli_io.h"
 #include "cli/commands.h"
 #include "cli/device.h"
+#include "cli/flags.h"
 #include "cli/gen_options.h"
 #include "core/error.h"
 #include "io/safetensors.h"
@@ -116,14 +117,17 @@ void register_logits(CLI::App& app) {
   auto a = std::make_shared<LogitsArgs>();
   a->model = default_model_dir();
   CLI::App* c = app.add_subcommand("logits", "Write the logits of every input position to a safetensors file");
-  c->add_option("-m,--model", a->model, "Model directory (config.json + *.safetensors)")->capture_default_str();
+  c->add_option("-m,--model", a->model, "Model directory (config.json + *.safetensors)")
+      ->capture_default_str()
+      ->check(existing_dir());
   c->add_option("--tokens", a->tokens, "JSON array of token ids, or a safetensors file with tensor input_ids")
       ->required();
   c->add_option("--schedule", a->schedule, "full | decode:P (prefill P, then one per step) | chunks:A,B,...")
       ->capture_default_str();
   c->add_option("--numerics", a->numerics,
                 "official (DeepSeek's quantization-aware numerics) | reference (float32, matches transformers)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(one_of({"official", "reference"}));
   c->add_flag("--mtp", a->mtp,
               "Also run the MTP block (mtp.0) and write 'mtp_logits' [n_tokens-1, vocab]: row t predicts token t+2");
   add_device_option(*c, a->device, a->kernels);

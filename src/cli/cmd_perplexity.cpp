@@ -8,6 +8,7 @@
 
 #include "cli/cli_io.h"
 #include "cli/commands.h"
+#include "cli/flags.h"
 #include "cli/gen_options.h"
 #include "core/error.h"
 #include "io/config.h"
@@ -16,7 +17,7 @@ namespace dsv4::cli {
 namespace {
 
 struct PplArgs {
-  GenOptions gen;
+  ModelOptions gen;
   std::string file;
   int64_t window = 1024, stride = 0, limit = 0;
   bool json = false;
@@ -26,14 +27,16 @@ void perplexity(const PplArgs& a) {
   const std::string text = read_input_file(a.file);
   const int64_t W = std::min<int64_t>(a.window, load_config(a.gen.model).max_position_embeddings);
   const int64_t S = a.stride > 0 ? a.stride : W;
-  if (W < 2) fail("--window must be >= 2");
   if (S > W) fail("--stride (", S, ") must not exceed --window (", W, ")");
   Loaded l = load_model_and_tokenizer(a.gen, "perplexity", W);  // on cuda: one slot of W positions
+  if (a.gen.verbose)
+    std::fprintf(stderr, "model %s: %lld layers | %s numerics | window %lld, stride %lld\n", a.gen.model.c_str(),
+                 (long long)l.model->config().num_layers, a.gen.numerics.c_str(), (long long)W, (long long)S);
   std::vector<int32_t> ids = l.tok.encode(text);
   if (a.limit > 0 && int64_t(ids.size()) > a.limit) ids.resize(size_t(a.limit));
   if (ids.size() < 2) fail(a.file, ": needs at least 2 tokens, has ", ids.size());
   const int64_t n = int64_t(ids.size()), V = l.model->config().vocab_size;
-  const bool tty = isatty(STDERR_FILENO) != 0;
+  const bool tty = isatty(STDERR_FILENO) != 0 && !a.gen.quiet;
 
   double nll = 0;
   int64_t scored = 0, next_target = 1;  // first position whose token has not been scored yet
@@ -74,10 +77,11 @@ void register_perplexity(CLI::App& app) {
   auto a = std::make_shared<PplArgs>();
   CLI::App* c = app.add_subcommand("perplexity", "Mean NLL and perplexity of a text file");
   a->gen.add_to(*c);
-  c->add_option("-f,--file", a->file, "Text file")->required();
-  c->add_option("--window", a->window, "Tokens per forward window")->capture_default_str()->check(CLI::Range(1, 1 << 30));
-  c->add_option("--stride", a->stride, "Tokens between window starts (default: the window, no overlap)");
-  c->add_option("--limit", a->limit, "Score only the first N tokens of the file");
+  c->add_option("-f,--file", a->file, "Text file ('-': stdin)")->required();
+  c->add_option("--window", a->window, "Tokens per forward window")->capture_default_str()->check(int_in(2, 1 << 30));
+  c->add_option("--stride", a->stride, "Tokens between window starts (default: the window, no overlap)")
+      ->check(int_in(1, 1 << 30));
+  c->add_option("--limit", a->limit, "Score only the first N tokens of the file")->check(int_in(2));
   c->add_flag("--json", a->json, "Print the result as JSON");
   c->callback([a] { perplexity(*a); });
 }

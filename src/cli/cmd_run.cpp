@@ -7,9 +7,11 @@
 #include <iterator>
 
 #include "cli/chat_turn.h"
+#include "cli/cli_io.h"
 #include "cli/commands.h"
 #include "cli/device.h"
 #include "cli/gen_options.h"
+#include "cli/generation.h"
 #include "core/error.h"
 
 namespace dsv4::cli {
@@ -22,42 +24,45 @@ struct RunArgs {
 };
 
 void run(RunArgs& a) {
-  // --raw is the default for the bundled (base) model, --chat for a model given with -m.
-  const bool chat_mode = a.chat || (!a.raw && a.gen.model_given);
-  if (a.prompt.empty() && !isatty(STDIN_FILENO))
+  // --raw is the default for the bundled (base) model, --chat for a model given with -m or when a
+  // chat-only option (--system, --thinking, --effort) asks for it.
+  const bool chat_mode = a.chat || (!a.raw && (a.gen.model_given || a.gen.chat_options_given()));
+  if (!a.gen.file.empty())
+    a.prompt = read_input_file(a.gen.file);
+  else if (a.prompt.empty() && !isatty(STDIN_FILENO))
     a.prompt.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
   if (a.prompt.empty()) a.prompt = chat_mode ? "Write a short poem about the sea." : "ROMEO:\n";
 
-  auto print_piece = [](const std::string& piece) {
-    std::fputs(piece.c_str(), stdout);
-    std::fflush(stdout);
-  };
-  if (!chat_mode && use_cuda(a.gen.device, "run")) {
-    if (a.gen.numerics != "official") fail("--device cuda runs official numerics only (use --device cpu)");
-    const Tokenizer tok = Tokenizer::load(a.gen.model);
-    const std::vector<int32_t> prompt = tok.encode(a.prompt);
-    // A context of the prompt + the tokens to generate; tokens sampled on the GPU (step_model.h).
-    auto model = load_step_model(a.gen.model, true, a.gen.numerics, 1, int64_t(prompt.size()) + a.gen.max_tokens + 1,
-                                 256, terminal_load_progress(a.gen.model), a.gen.kernels);
-    Sampler sampler(a.gen.sampling());
-    auto r = generate(*model, tok, prompt, sampler, a.gen.stops(tok), -1, print_piece);
-    std::fputs("\n", stdout);
-    if (a.gen.stats) print_stats(r.stats);
-    return;
-  }
-  Loaded l = load_model_and_tokenizer(a.gen, "run");  // --chat: on cuda too
+  use_cuda(a.gen.device, "run");  // a wrong --device fails before anything loads
+  Tokenizer tok = Tokenizer::load(a.gen.model);
+  const std::vector<int32_t> raw_prompt = chat_mode ? std::vector<int32_t>{} : tok.encode(a.prompt);
+  // On cuda the state is allocated for the whole context: a raw prompt needs prompt + tokens to generate.
+  const int64_t max_ctx = a.gen.ctx_size > 0 ? a.gen.ctx_size
+                          : chat_mode        ? 0
+                                             : int64_t(raw_prompt.size()) + a.gen.max_tokens + 1;
+  const Loaded l{load_model(a.gen, "run", max_ctx), std::move(tok)};
+  print_verbose_header(l, a.gen);
   Sampler sampler(a.gen.sampling());
-  GenerationStats stats;
+  CliGeneration g;
   if (chat_mode) {
     nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+    if (!a.gen.system.empty()) messages.push_back({{"role", "system"}, {"content", a.gen.system}});
     messages.push_back({{"role", "user"}, {"content", a.prompt}});
-    stats = run_chat_turn(l, messages, a.gen, sampler, stdout_is_terminal()).gen.stats;
+    g = run_chat_turn(l, messages, a.gen, sampler).gen;
   } else {
-    auto r = generate(*l.model, l.tok, l.tok.encode(a.prompt), sampler, a.gen.stops(l.tok), -1, print_piece);
-    std::fputs("\n", stdout);
-    stats = r.stats;
+    const bool stream = !a.gen.json;
+    g = generate_text(l, raw_prompt, sampler, a.gen, [stream](const std::string& piece) {
+      if (!stream) return;
+      std::fputs(piece.c_str(), stdout);
+      std::fflush(stdout);
+    });
+    if (stream)
+      std::fputs("\n", stdout);
+    else
+      print_json_result(g.result.text, "", g);
   }
-  if (a.gen.stats) print_stats(stats);
+  print_generation_notices(g, a.gen);
+  if (a.gen.stats) print_stats(g.result.stats);
 }
 
 }  // namespace
@@ -65,13 +70,16 @@ void run(RunArgs& a) {
 void register_run(CLI::App& app) {
   auto a = std::make_shared<RunArgs>();
   CLI::App* c = app.add_subcommand("run", "Generate text from a prompt, streamed as it is produced");
-  c->add_option("prompt", a->prompt, "The prompt (default: stdin when piped, else a short built-in prompt)");
+  auto* prompt = c->add_option("prompt", a->prompt, "The prompt (default: -f FILE, stdin when piped, else a short built-in prompt)");
   a->gen.add_to(*c);
+  c->get_option("--file")->excludes(prompt);
   auto* raw = c->add_flag("--raw", a->raw, "Feed the prompt as plain text, print only the continuation "
                                             "(default for the bundled base model)");
   c->add_flag("--chat", a->chat, "Apply the DeepSeek-V4 chat encoding; print reasoning apart from the answer "
-                                 "(default with -m)")
+                                 "(default with -m, --system, --thinking)")
       ->excludes(raw);
+  for (const char* chat_only : {"--system", "--thinking", "--no-thinking", "--effort"})
+    raw->excludes(c->get_option(chat_only));
   c->callback([a] { run(*a); });
 }
 

@@ -17,6 +17,7 @@
 
 #include "cli/commands.h"
 #include "cli/device.h"
+#include "cli/flags.h"
 #include "cli/gen_options.h"
 #include "runtime/engine.h"
 #include "server/context.h"
@@ -102,7 +103,7 @@ void register_serve(CLI::App& app) {
   auto a = std::make_shared<ServeArgs>();
   CLI::App* c = app.add_subcommand("serve", "OpenAI-compatible HTTP server with continuous batching");
   a->model = default_model_dir();
-  c->add_option("-m,--model", a->model, "Model directory (default: the bundled tiny-shakespeare)");
+  c->add_option("-m,--model", a->model, "Model directory (default: the bundled tiny-shakespeare)")->check(existing_dir());
   c->add_option("--numerics", a->numerics, "official | reference")->capture_default_str();
   c->add_option("--host", a->http.host, "Address to listen on")->capture_default_str();
   c->add_option("--port", a->http.port, "Port (0: any free port)")->capture_default_str()->check(CLI::Range(0, 65535));

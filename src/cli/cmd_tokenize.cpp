@@ -1,6 +1,6 @@
 // dsv4 tokenize: text -> token ids (no BOS added) with the model's tokenizer.json, or ids -> text.
 //   dsv4 tokenize [-m DIR] --text S | --file F [--json]    ids separated by spaces, or a JSON array
-//   dsv4 tokenize [-m DIR] --decode 1,2,3                  the decoded bytes, exactly (no newline added)
+//   dsv4 tokenize [-m DIR] --decode 1,2,3                  the decoded bytes, exactly (a newline added on a terminal)
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -10,6 +10,7 @@
 
 #include "cli/cli_io.h"
 #include "cli/commands.h"
+#include "cli/flags.h"
 #include "core/error.h"
 #include "tokenizer/tokenizer.h"
 
@@ -53,8 +54,7 @@ struct TokenizeArgs {
 void run_tokenize(const TokenizeArgs& a, bool have_text) {
   Tokenizer tok = Tokenizer::load(a.model);
   if (!a.decode.empty()) {
-    std::string out = tok.decode(parse_id_list(a.decode));
-    std::fwrite(out.data(), 1, out.size(), stdout);
+    write_text(tok.decode(parse_id_list(a.decode)));
     return;
   }
   if (!have_text && a.file.empty()) fail("tokenize: give --text, --file or --decode");
@@ -66,13 +66,14 @@ void run_tokenize(const TokenizeArgs& a, bool have_text) {
 void register_tokenize(CLI::App& app) {
   auto a = std::make_shared<TokenizeArgs>();
   CLI::App* c = app.add_subcommand("tokenize", "Text to token ids (no BOS added), or ids back to text");
-  c->add_option("-m,--model", a->model, "Model directory with tokenizer.json (default: the bundled model)");
+  c->add_option("-m,--model", a->model, "Model directory with tokenizer.json (default: the bundled model)")
+      ->check(existing_dir());
   auto* text = c->add_option("--text", a->text, "Text to tokenize");
   auto* file = c->add_option("--file", a->file, "File to tokenize ('-' for stdin)");
   auto* dec = c->add_option("--decode", a->decode, "Token ids to decode, e.g. 1,2,3");
   text->excludes(file)->excludes(dec);
   file->excludes(dec);
-  c->add_flag("--json", a->json, "Print the ids as a JSON array");
+  c->add_flag("--json", a->json, "Print the ids as a JSON array")->excludes(dec);
   c->callback([a, text] { run_tokenize(*a, text->count() > 0); });
 }
 

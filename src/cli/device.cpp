@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "cli/flags.h"
 #include "core/error.h"
 #include "model/model.h"
 
@@ -18,11 +19,11 @@ namespace dsv4::cli {
 void add_device_option(CLI::App& c, std::string& device, std::string& kernels) {
   device = "auto";
   c.add_option("--device", device, "cpu | cuda | auto (cuda when built with CUDA and a Hopper GPU is present)")
-      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
+      ->check(one_of({"auto", "cpu", "cuda"}))
       ->capture_default_str();
   kernels = "fast";
   c.add_option("--kernels", kernels, "cuda: fast (tensor cores, free summation order) | exact (bit-identical to the CPU)")
-      ->check(CLI::IsMember({"fast", "exact"}))
+      ->check(one_of({"fast", "exact"}))
       ->capture_default_str();
 }
 
@@ -37,11 +38,8 @@ bool cuda_available() {
 bool use_cuda(const std::string& device, const char* command, bool supported) {
   if (device == "cpu") return false;
   if (device == "auto") return supported && cuda_available();
-#if !DSV4_HAVE_CUDA
-  fail("--device cuda: this dsv4 was built without CUDA");
-#endif
+  require_cuda(command);
   if (!supported) fail("dsv4 ", command, ": not yet on cuda (use --device cpu)");
-  if (!cuda_available()) fail("--device cuda: no Hopper (sm_90) GPU found");
   return true;
 }
 
@@ -54,6 +52,13 @@ cuda::KernelTier kernel_tier(const std::string& kernels) {
 
 }  // namespace
 #endif
+
+void require_cuda(const char* command) {
+#if !DSV4_HAVE_CUDA
+  fail("dsv4 ", command, ": this dsv4 was built without CUDA");
+#endif
+  if (!cuda_available()) fail("dsv4 ", command, ": no Hopper (sm_90) GPU found");
+}
 
 std::unique_ptr<StepModel> load_step_model(const std::string& dir, bool cuda, const std::string& numerics,
                                            int max_seqs, int64_t max_ctx, int64_t chunk,

@@ -26,6 +26,9 @@ void add_device_option(CLI::App& c, std::string& device, std::string& kernels);
 // True when `command` runs on the GPU. `supported`: whether that command has a CUDA path.
 bool use_cuda(const std::string& device, const char* command, bool supported = true);
 bool cuda_available();  // CUDA build and a Hopper device
+// The one error of every command that needs the GPU: "dsv4 COMMAND: this dsv4 was built without CUDA"
+// or "dsv4 COMMAND: no Hopper (sm_90) GPU found".
+void require_cuda(const char* command);
 
 // Positions per sequence of a CUDA model when the command does not say (the model's context capped
 // here: the GPU state is allocated for the whole context of every slot).

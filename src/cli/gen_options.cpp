@@ -5,40 +5,71 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <random>
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 #include "cli/commands.h"
 #include "cli/device.h"
+#include "cli/flags.h"
 #include "core/error.h"
 
 namespace dsv4::cli {
 
-void GenOptions::add_to(CLI::App& c) {
+void ModelOptions::add_to(CLI::App& c) {
   model = default_model_dir();
-  c.add_option("-m,--model", model, "Model directory (default: the bundled tiny-shakespeare)")
+  c.add_option("-m,--model", model, "Model directory (default: the bundled tiny-shakespeare, or $DSV4_MODEL_DIR)")
+      ->check(existing_dir())
       ->each([this](const std::string&) { model_given = true; });
-  c.add_option("-n,--max-tokens", max_tokens, "Generate at most N tokens")->capture_default_str()->check(CLI::Range(1, 1 << 30));
-  c.add_option("--temp,--temperature", temperature, "Sampling temperature; 0 = greedy")->capture_default_str();
-  c.add_option("--top-p", top_p, "Nucleus sampling: keep the smallest set with probability >= P")->capture_default_str();
-  c.add_option("--top-k", top_k, "Keep the K most likely tokens (0 = all)")->capture_default_str();
-  c.add_option("--min-p", min_p, "Keep tokens with p >= MIN_P * p(most likely)")->capture_default_str();
+  c.add_option("--numerics", numerics, "official (DeepSeek's quantization-aware numerics) | reference (float32)")
+      ->check(one_of({"official", "reference"}))
+      ->capture_default_str();
+  add_device_option(c, device, kernels);
+  c.add_option("--threads", threads, "CPU threads (default: $OMP_NUM_THREADS, else every core)")
+      ->check(int_in(1, 4096));
+  auto* q = c.add_flag("-q,--quiet", quiet, "No loading or prefill progress, no notices");
+  c.add_flag("-v,--verbose", verbose, "Also print the model, device and context before generating")->excludes(q);
+}
+
+void GenOptions::add_to(CLI::App& c) {
+  ModelOptions::add_to(c);
+  c.add_option("-n,--max-tokens", max_tokens, "Generate at most N tokens")->capture_default_str()->check(int_in(1, 1 << 30));
+  c.add_option("-c,--ctx-size", ctx_size, "Context in tokens: prompt + generated (default: the model's; cuda 4096)")
+      ->check(int_in(2));
+  c.add_option("--temp,--temperature", temperature, "Sampling temperature; 0 = greedy")
+      ->capture_default_str()
+      ->check(number_in(0, 100));
+  c.add_option("--top-p", top_p, "Nucleus sampling: keep the smallest set with probability >= P")
+      ->capture_default_str()
+      ->check(number_in(0, 1));
+  c.add_option("--top-k", top_k, "Keep the K most likely tokens (0 = all)")->capture_default_str()->check(int_in(0, INT32_MAX));
+  c.add_option("--min-p", min_p, "Keep tokens with p >= MIN_P * p(most likely)")->capture_default_str()->check(number_in(0, 1));
   c.add_option("--repeat-penalty", repeat_penalty, "Divide positive / multiply negative logits of seen tokens")
-      ->capture_default_str();
-  c.add_option("--presence-penalty", presence_penalty, "Subtract from the logits of seen tokens")->capture_default_str();
+      ->capture_default_str()
+      ->check(number_in(0.01, 100));
+  c.add_option("--presence-penalty", presence_penalty, "Subtract from the logits of seen tokens")
+      ->capture_default_str()
+      ->check(number_in(-2, 2));
   c.add_option("--frequency-penalty", frequency_penalty, "Subtract count x F from the logits of seen tokens")
-      ->capture_default_str();
-  c.add_option("--seed", seed, "Random seed (same seed, same output on one device; cpu and cuda draw differently); default: random");
+      ->capture_default_str()
+      ->check(number_in(-2, 2));
+  c.add_option("--seed", seed, "Random seed (same seed, same output on one device; cpu and cuda draw differently); default: random")
+      ->check(int_in(0));
   c.add_option("--stop", stop, "Stop before this text (repeatable)")
       ->allow_extra_args(false)  // `--stop X PROMPT`: PROMPT is not a second stop string
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  c.add_option("--numerics", numerics, "official (DeepSeek's quantization-aware numerics) | reference (float32)")
-      ->capture_default_str();
   auto* th = c.add_flag("--thinking", thinking, "Chat: let the model reason first (thinking mode)");
   c.add_flag("--no-thinking", no_thinking, "Chat: answer directly (chat mode; the default)")->excludes(th);
-  c.add_option("--effort", effort, "Chat, thinking mode: reasoning effort")->check(CLI::IsMember({"high", "max"}));
+  c.add_option("--effort", effort, "Chat, thinking mode: reasoning effort")->check(one_of({"high", "max"}))->needs(th);
+  c.add_option("--system", system, "Chat: the system message");
+  c.add_option("-f,--file", file, "Read the prompt from FILE ('-': stdin)");
   c.add_flag("--stats", stats, "Print time to first token and tokens/s on stderr");
-  add_device_option(c, device, kernels);
+  c.add_flag("--json", json, "Print the text and the stats as one JSON object (nothing streamed)");
+  c.add_flag("--no-color", no_color, "No dimmed reasoning or colours (also: NO_COLOR set in the environment)");
 }
 
 SamplingParams GenOptions::sampling() const {
@@ -62,13 +93,31 @@ StopConditions GenOptions::stops(const Tokenizer& tok) const {
   return s;
 }
 
+bool GenOptions::color() const {
+  const char* nc = std::getenv("NO_COLOR");  // https://no-color.org: set and not empty
+  return !no_color && !(nc && *nc) && stdout_is_terminal();
+}
+
 bool stdout_is_terminal() { return isatty(STDOUT_FILENO) != 0; }
 
-Loaded load_model_and_tokenizer(const GenOptions& o, const char* command, int64_t max_ctx) {
-  const bool cuda = use_cuda(o.device, command);
+void apply_threads(int threads) {
+#ifdef _OPENMP
+  if (threads > 0) omp_set_num_threads(threads);
+#else
+  (void)threads;
+#endif
+}
+
+Loaded load_model_and_tokenizer(const ModelOptions& o, const char* command, int64_t max_ctx) {
+  use_cuda(o.device, command);               // a wrong --device fails before anything loads
   Tokenizer tok = Tokenizer::load(o.model);  // before the weights: a missing tokenizer fails fast
-  return Loaded{load_step_model(o.model, cuda, o.numerics, 1, max_ctx, 256, terminal_load_progress(o.model), o.kernels),
-                std::move(tok)};
+  return Loaded{load_model(o, command, max_ctx), std::move(tok)};
+}
+
+std::unique_ptr<StepModel> load_model(const ModelOptions& o, const char* command, int64_t max_ctx) {
+  apply_threads(o.threads);
+  return load_step_model(o.model, use_cuda(o.device, command), o.numerics, 1, max_ctx, 256,
+                         o.quiet ? LoadProgress{} : terminal_load_progress(o.model), o.kernels);
 }
 
 LoadProgress terminal_load_progress(const std::string& what) {

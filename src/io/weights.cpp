@@ -1,6 +1,8 @@
 #include "io/weights.h"
 
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <set>
 
@@ -193,6 +195,43 @@ class Binder {
     problems_->push_back(msg);
   }
 
+  // Every entry of a hash layer's token -> expert table must name an expert: a corrupt table would
+  // otherwise fail at the first unlucky token, far from the file (or read out of bounds on the GPU).
+  void check_expert_ids(const std::string& name, const TensorView& v, int64_t experts) {
+    if (!v.data) return;
+    const TensorEntry* e = by_name_.at(name);
+    const int64_t n = v.numel(), k = v.shape.size() == 2 ? v.shape[1] : 1;
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t id = 0;
+      if (v.dtype == DType::I32) {
+        int32_t x;
+        std::memcpy(&x, v.data + 4 * i, 4);
+        id = x;
+      } else {
+        std::memcpy(&id, v.data + 8 * i, 8);
+      }
+      if (id < 0 || id >= experts) {
+        problem(e, cat("entry [", i / k, ", ", i % k, "] is ", id, ", expected an expert id 0..", experts - 1));
+        return;
+      }
+    }
+  }
+
+  // A tensor of a layer at or past `num_layers` (the config says fewer layers than the checkpoint holds).
+  const TensorEntry* beyond_layers(int64_t num_layers) const {
+    for (const auto& [name, e] : by_name_) {
+      if (name.rfind("layers.", 0) != 0) continue;
+      const int64_t layer = std::strtoll(name.c_str() + 7, nullptr, 10);
+      if (layer >= num_layers) return e;
+    }
+    return nullptr;
+  }
+  void report_layers_beyond(const ModelConfig& cfg) {
+    if (const TensorEntry* e = beyond_layers(cfg.num_layers))
+      report(cat(cfg.source, ": num_hidden_layers is ", cfg.num_layers, ", but ", e->file, " holds tensor '", e->name,
+                 "' of a later layer (the config and the checkpoint disagree)"));
+  }
+
   std::vector<std::string> unused() const {
     std::vector<std::string> out;
     for (const auto& [name, e] : by_name_)
@@ -275,8 +314,10 @@ BlockWeights bind_block(Binder& b, const ModelConfig& cfg, const LayerSpec& spec
   m.gate = b.linear(p + "ffn.gate", E, D);
   if (spec.route == RouteKind::TopK)
     m.bias = b.param(p + "ffn.gate.bias", {E}, {DType::F32, DType::BF16});
-  else
+  else {
     m.tid2eid = b.param(p + "ffn.gate.tid2eid", {cfg.vocab_size, cfg.experts_per_tok}, {DType::I32, DType::I64});
+    b.check_expert_ids(p + "ffn.gate.tid2eid", m.tid2eid, E);
+  }
   m.experts.resize(static_cast<size_t>(E));
   for (int64_t e = 0; e < E; ++e) {
     const std::string q = p + "ffn.experts." + std::to_string(e) + ".";
@@ -343,6 +384,7 @@ Weights bind_weights(const ModelConfig& cfg, const Checkpoint& ckpt, std::vector
   w.hc_head = bind_hc(b, "hc_head", n, n * D, 1);
   for (int64_t i = 0; i < cfg.num_layers; ++i)
     w.layers.push_back(bind_block(b, cfg, cfg.layers[size_t(i)], names::layer(int(i), "")));
+  b.report_layers_beyond(cfg);  // before MTP: a shorter config also shifts the MTP block's spec
 
   // MTP blocks: those present in the checkpoint (mtp.K.*), described by the config's tail entries.
   for (int k = 0; b.has(names::mtp(k, "e_proj.weight")); ++k) {

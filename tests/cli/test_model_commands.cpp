@@ -133,7 +133,7 @@ TEST(Logits, BadInputIsOneLineError) {
       {"--tokens " + (d / "big.json"), "token id 99999 is outside the vocabulary"},
       {"--tokens " + (d / "ok.json") + " --schedule decode:x", "'x' is not a positive integer"},
       {"--tokens " + (d / "ok.json") + " --schedule sometimes", "expected 'full', 'decode:P' or 'chunks:A,B,...'"},
-      {"--tokens " + (d / "ok.json") + " --numerics fast", "expected 'reference' or 'official'"},
+      {"--tokens " + (d / "ok.json") + " --numerics fast", "dsv4: error: --numerics: expected official | reference, got 'fast'"},
       {"--tokens " + (d / "ok.json") + " -m " + d.str(), "config.json"},
   };
   for (const auto& c : cases) {

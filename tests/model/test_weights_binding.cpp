@@ -3,7 +3,10 @@
 // file, the tensor and what was expected.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <functional>
 #include <map>
 #include <random>
@@ -114,6 +117,42 @@ TEST_F(EditedModel, WrongScaleShape) {
   std::string err = load_error(dir);
   EXPECT_NE(err.find("'layers.0.ffn.experts.3.w2.scale'"), std::string::npos) << err;
   EXPECT_NE(err.find("expected [256, 8]"), std::string::npos) << err;
+}
+
+// A hash layer's token -> expert table with an entry that names no expert fails at load, naming the
+// file, the tensor (so the layer) and the entry, not at the first token that happens to hit it.
+TEST_F(EditedModel, CorruptTid2eidNamesFileAndLayer) {
+  std::vector<int64_t> table;  // tiny-q's tables are I64 [512, 2]
+  auto dir = make("tiny-q", [&](auto& ts) {
+    for (auto& [name, v] : ts)
+      if (name == "layers.1.ffn.gate.tid2eid" && v.dtype == DType::I64) {
+        table.resize(size_t(v.numel()));
+        std::memcpy(table.data(), v.data, v.nbytes);
+        table[size_t(7 * v.shape[1] + 1)] = 1000;  // token 7, second choice
+        v.data = reinterpret_cast<const uint8_t*>(table.data());
+      }
+  });
+  ASSERT_FALSE(table.empty()) << "tiny-q has no tid2eid in layer 1";
+  const std::string err = load_error(dir);
+  EXPECT_EQ(err, dir + "/model.safetensors: tensor 'layers.1.ffn.gate.tid2eid': entry [7, 1] is 1000, expected an "
+                       "expert id 0..7") << err;
+}
+
+// A config that says fewer layers than the checkpoint holds is refused (it used to run on the first
+// layers only, silently).
+TEST_F(EditedModel, FewerConfigLayersThanTheCheckpoint) {
+  auto dir = make("tiny-q", [](auto&) {});
+  std::ifstream in(dir + "/config.json");
+  std::string cfg((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string was = "\"num_hidden_layers\": 4";
+  const size_t at = cfg.find(was);
+  ASSERT_NE(at, std::string::npos);
+  cfg.replace(at, was.size(), "\"num_hidden_layers\": 3");
+  std::ofstream(dir + "/config.json") << cfg;
+  const std::string err = load_error(dir);
+  EXPECT_EQ(err, dir + "/config.json: num_hidden_layers is 3, but " + dir +
+                     "/model.safetensors holds tensor 'layers.3.attn.attn_sink' of a later layer (the config and the "
+                     "checkpoint disagree)") << err;
 }
 
 // transformers-style and FP8-quantizer spellings load and give exactly the same logits.

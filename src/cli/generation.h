@@ -1,0 +1,32 @@
+// Generation for the terminal commands (run, chat): runtime/generate's loop over the loaded model, plus
+// what a person at a terminal needs — a prefill progress line, Ctrl-C stopping the reply
+// (cli/interrupt.h), the -c/--ctx-size cap and a notice when the context ends the text.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "cli/gen_options.h"
+
+namespace dsv4::cli {
+
+struct CliGeneration {
+  GenerationResult result;
+  bool interrupted = false;   // Ctrl-C stopped it (result holds the text until then)
+  bool context_full = false;  // the context limit, not -n, ended it
+  int64_t context = 0;        // positions the sequence could hold
+};
+
+// Prompt -> completion on l.model (sampled on the device when it can). Throws dsv4::Error when the
+// prompt does not fit the context.
+CliGeneration generate_text(const Loaded& l, const std::vector<int32_t>& prompt, Sampler& sampler, const GenOptions& o,
+                            const std::function<void(const std::string&)>& on_text);
+
+// The context notice on stderr (unless -q): "(stopped: the context of N tokens is full; ...)".
+void print_generation_notices(const CliGeneration& g, const GenOptions& o);
+
+// -v: "model DIR: N layers, hidden D, vocab V | cpu, official numerics | context C" on stderr.
+void print_verbose_header(const Loaded& l, const GenOptions& o);
+
+}  // namespace dsv4::cli

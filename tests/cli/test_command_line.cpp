@@ -1,0 +1,198 @@
+// The command line's contract (issue 20): every parse error is one line "dsv4: error: <what>" naming
+// the flag and what it expects, exit code 1; `dsv4` alone prints the help; flags that do not apply to a
+// command are refused; bench's no-GPU error is the one the other commands give; the context-limit
+// notice, the model-directory check, the newline on a terminal, prefill progress, inspect -m.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "cli/pty_session.h"
+#include "support/run_command.h"
+#include "support/test_paths.h"
+
+namespace dsv4 {
+namespace {
+
+using test::run_command;
+
+std::string bin() { return test::dsv4_binary(); }
+
+// stderr's first line and the exit code of `dsv4 ARGS` (stdout discarded, stdin empty).
+struct ErrorLine {
+  int exit_code;
+  std::string first_line;
+};
+ErrorLine error_of(const std::string& args) {
+  std::string cmd = bin();  // a subshell: run_command's own 2>&1 applies to it, not to dsv4
+  cmd += " " + args + " 2>&1 >/dev/null </dev/null";
+  auto r = run_command("(" + cmd + ")");
+  return {r.exit_code, r.output.substr(0, r.output.find('\n'))};
+}
+
+struct Case {
+  std::string args, line;
+};
+
+void expect_errors(const std::vector<Case>& cases) {
+  for (const auto& c : cases) {
+    const ErrorLine e = error_of(c.args);
+    EXPECT_EQ(e.exit_code, 1) << "dsv4 " << c.args;
+    EXPECT_EQ(e.first_line, c.line) << "dsv4 " << c.args;
+  }
+}
+
+// Item 1: CLI11's own texts and exit codes 104-114 are gone.
+TEST(CommandLine, ParseErrorsAreOneLineAndExitOne) {
+  expect_errors({
+      {"--bogus", "dsv4: error: unknown option '--bogus' (commands: run, chat, perplexity, serve, bench, inspect, "
+                  "logits, tokenize, template)"},
+      {"frobnicate", "dsv4: error: unknown command 'frobnicate' (commands: run, chat, perplexity, serve, bench, "
+                     "inspect, logits, tokenize, template)"},
+      {"run --bogus", "dsv4: error: dsv4 run: unknown option '--bogus' (dsv4 run --help lists the options)"},
+      {"run --temp abc", "dsv4: error: --temp: expected a number from 0 to 100, got 'abc'"},
+      {"run -n abc", "dsv4: error: --max-tokens: expected an integer from 1 to 1073741824, got 'abc'"},
+      {"run -n 0", "dsv4: error: --max-tokens: expected an integer from 1 to 1073741824, got '0'"},
+      {"run --stop", "dsv4: error: --stop: expects a value (TEXT)"},
+      {"run --top-p 1.5", "dsv4: error: --top-p: expected a number from 0 to 1, got '1.5'"},
+      {"run --device gpu", "dsv4: error: --device: expected auto | cpu | cuda, got 'gpu'"},
+      {"run --numerics fast", "dsv4: error: --numerics: expected official | reference, got 'fast'"},
+      {"chat --threads 0", "dsv4: error: --threads: expected an integer from 1 to 4096, got '0'"},
+      {"serve --port 70000", "dsv4: error: --port: Value 70000 not in range 0 to 65535"},
+      {"perplexity", "dsv4: error: dsv4 perplexity: --file is required"},
+  });
+}
+
+TEST(CommandLine, BareDsv4PrintsTheHelp) {
+  auto r = run_command(bin() + " </dev/null");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.substr(0, r.output.find('\n')), "dsv4 - a DeepSeek-V4 inference engine") << r.output;
+  for (const char* cmd : {"run", "chat", "perplexity", "serve", "bench", "inspect", "logits", "tokenize", "template"})
+    EXPECT_NE(r.output.find(std::string("\n  ") + cmd + " "), std::string::npos) << cmd << "\n" << r.output;
+}
+
+TEST(CommandLine, VersionNamesCommitAndCuda) {
+  auto r = run_command(bin() + " --version");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  // "dsv4 0.1.0 (git <describe>, CUDA on|off)"
+  EXPECT_TRUE(r.output.rfind("dsv4 ", 0) == 0) << r.output;
+  EXPECT_NE(r.output.find(" (git "), std::string::npos) << r.output;
+  EXPECT_TRUE(r.output.find(", CUDA on)\n") != std::string::npos || r.output.find(", CUDA off)\n") != std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("git unknown"), std::string::npos) << "built from a git checkout: " << r.output;
+}
+
+// Item 3: bench without a usable GPU says what the other commands say, not a CUDA call site.
+TEST(CommandLine, BenchWithoutGpuGivesTheCommonError) {
+  const bool cuda_build = run_command(bin() + " --version").output.find("CUDA on") != std::string::npos;
+  const ErrorLine run = error_of("run --device cuda -n 1");
+  if (cuda_build && run.exit_code == 0) GTEST_SKIP() << "a Hopper GPU is present: bench runs";
+  const std::string reason = cuda_build ? "no Hopper (sm_90) GPU found" : "this dsv4 was built without CUDA";
+  EXPECT_EQ(run.first_line, "dsv4: error: dsv4 run: " + reason);
+  const ErrorLine bench = error_of("bench --preset flash --dummy-weights --layers 1");
+  EXPECT_EQ(bench.exit_code, 1);
+  EXPECT_EQ(bench.first_line, "dsv4: error: dsv4 bench: " + reason);
+}
+
+// Item 4: nonsense is refused where it is parsed.
+TEST(CommandLine, FlagsThatDoNotApplyAreRefused) {
+  expect_errors({
+      {"perplexity -f x --temp 1", "dsv4: error: dsv4 perplexity: unknown option '--temp' (dsv4 perplexity --help "
+                                   "lists the options)"},
+      {"perplexity -f x --max-tokens 5", "dsv4: error: dsv4 perplexity: unknown option '--max-tokens' (dsv4 "
+                                         "perplexity --help lists the options)"},
+      {"perplexity -f x --limit -5", "dsv4: error: --limit: expected an integer >= 2, got '-5'"},
+      {"perplexity -f x --stride -1", "dsv4: error: --stride: expected an integer from 1 to 1073741824, got '-1'"},
+      {"perplexity -f x --window 1", "dsv4: error: --window: expected an integer from 2 to 1073741824, got '1'"},
+      {"run --effort high", "dsv4: error: dsv4 run: --effort requires --thinking"},
+      {"run --thinking --raw", "dsv4: error: --thinking cannot be used with --raw"},
+      {"run --system hi --raw", "dsv4: error: --system cannot be used with --raw"},
+      {"chat --raw", "dsv4: error: dsv4 chat: unknown option '--raw' (dsv4 chat --help lists the options)"},
+      {"tokenize --decode 1,2 --json", "dsv4: error: --decode cannot be used with --json"},
+      {"template --messages x --json", "dsv4: error: dsv4 template: --json requires --ids"},
+      {"run -f prompt.txt hello", "dsv4: error: prompt cannot be used with --file"},
+  });
+}
+
+// Item 5: a missing -m directory is named as such (not as a missing tokenizer.json).
+TEST(CommandLine, MissingModelDirectory) {
+  expect_errors({
+      {"run -m /nonexistent/model", "dsv4: error: --model: no such directory '/nonexistent/model'"},
+      {"chat -m /nonexistent/model", "dsv4: error: --model: no such directory '/nonexistent/model'"},
+      {"tokenize -m /nonexistent/model --text hi", "dsv4: error: --model: no such directory '/nonexistent/model'"},
+      {"serve -m /nonexistent/model", "dsv4: error: --model: no such directory '/nonexistent/model'"},
+      {"logits -m /nonexistent/model --tokens t.json --out o.safetensors",
+       "dsv4: error: --model: no such directory '/nonexistent/model'"},
+      {"inspect /nonexistent/model", "dsv4: error: dir: no such directory '/nonexistent/model'"},
+      {"run -m /etc/hostname", "dsv4: error: --model: expected a model directory, '/etc/hostname' is a file"},
+  });
+}
+
+TEST(CommandLine, InspectTakesDashM) {
+  auto r = run_command(bin() + " inspect -m " + test::source_dir() + "/models/tiny-shakespeare");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("checks      all passed"), std::string::npos) << r.output;
+}
+
+TEST(CommandLine, ContextLimitNotice) {
+  // An 8-token context: the prompt plus 6 tokens fill it long before -n 50.
+  auto r = run_command("printf 'ROMEO:' | " + bin() + " run --temp 0 -n 50 -c 8 --json 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const size_t nl = r.output.find('\n');
+  const auto j = nlohmann::json::parse(r.output.substr(0, nl));
+  EXPECT_EQ(j["context_full"], true) << r.output;
+  EXPECT_EQ(j["finish_reason"], "length") << r.output;
+  EXPECT_EQ(j["stats"]["prompt_tokens"].get<int>() + j["stats"]["generated_tokens"].get<int>(), 8) << r.output;
+  EXPECT_EQ(r.output.substr(nl + 1), "(stopped: the context of 8 tokens is full; -c/--ctx-size sets it)\n");
+  // -q: no notice.
+  auto q = run_command("(printf 'ROMEO:' | " + bin() + " run --temp 0 -n 50 -c 8 -q 2>&1 >/dev/null)");
+  EXPECT_EQ(q.output, "");
+  // A prompt that does not fit.
+  const ErrorLine e = error_of("run -c 4 'ROMEO: the longer prompt'");
+  EXPECT_EQ(e.exit_code, 1);
+  EXPECT_EQ(e.first_line.rfind("dsv4: error: the prompt has ", 0), 0u) << e.first_line;
+  EXPECT_NE(e.first_line.find("tokens; the context holds 4 (-c/--ctx-size"), std::string::npos) << e.first_line;
+}
+
+TEST(CommandLine, JsonIsOneObjectWithTextAndStats) {
+  auto greedy = run_command("printf 'ROMEO:\\n' | " + bin() + " run --temp 0 -n 20 2>/dev/null");
+  auto r = run_command("printf 'ROMEO:\\n' | " + bin() + " run --temp 0 -n 20 --json 2>/dev/null");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j["text"].get<std::string>() + "\n", greedy.output);
+  EXPECT_EQ(j["stats"]["generated_tokens"], 20);
+  EXPECT_GT(j["stats"]["decode_tok_s"].get<double>(), 0);
+}
+
+// On a terminal: template and tokenize --decode end with a newline (piped: the exact text only), and a
+// long prompt shows prefill progress.
+TEST(CommandLine, TerminalNewlineAndPrefillProgress) {
+  auto piped = run_command(bin() + " tokenize --decode 40,41,42 2>/dev/null");
+  ASSERT_EQ(piped.exit_code, 0);
+  ASSERT_FALSE(piped.output.empty());
+  ASSERT_NE(piped.output.back(), '\n');
+  {
+    test::PtySession s(bin() + " tokenize --decode 40,41,42");
+    ASSERT_EQ(s.wait(), 0);
+    EXPECT_EQ(s.output(), piped.output + "\r\n");  // the terminal shows "\n" as CR LF
+  }
+  const std::string msgs = (std::filesystem::temp_directory_path() / ("dsv4-msgs-" + std::to_string(std::random_device{}()) + ".json")).string();
+  std::ofstream(msgs) << R"([{"role": "user", "content": "hi"}])";
+  {
+    test::PtySession s(bin() + " template --messages " + msgs);
+    ASSERT_EQ(s.wait(), 0);
+    auto p = run_command(bin() + " template --messages " + msgs);
+    EXPECT_EQ(s.output(), p.output + "\r\n");
+  }
+  std::filesystem::remove(msgs);
+  std::string prompt;
+  for (int i = 0; i < 120; ++i) prompt += "ROMEO: ";  // > 256 tokens
+  test::PtySession s(bin() + " run --temp 0 -n 2 '" + prompt + "'");
+  EXPECT_TRUE(s.expect("prefill 256 / ", 60)) << s.output();
+  EXPECT_EQ(s.wait(), 0);
+}
+
+}  // namespace
+}  // namespace dsv4
