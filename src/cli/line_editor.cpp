@@ -2,7 +2,10 @@
 
 #include <histedit.h>
 #include <langinfo.h>
+#include <poll.h>
 #include <unistd.h>
+
+#include <csignal>
 
 #include <cerrno>
 #include <climits>
@@ -26,6 +29,28 @@ constexpr const char* kPasteEnd = "\033[201~";
 void use_utf8_ctype() {
   std::setlocale(LC_CTYPE, "");
   if (std::strcmp(nl_langinfo(CODESET), "UTF-8") != 0) std::setlocale(LC_CTYPE, "C.UTF-8");
+}
+
+// Waits until stdin has a byte; false when a Ctrl-C is (or becomes) pending. SIGINT stays blocked from
+// the check of the flag until ppoll unblocks it atomically: a Ctrl-C that arrives just before the wait
+// (typed while the prompt was being drawn, when the terminal was still in cooked mode and flushed the
+// line) cannot be lost in the gap and leave the read blocked.
+bool wait_for_input() {
+  sigset_t sigint, previous;
+  sigemptyset(&sigint);
+  sigaddset(&sigint, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &sigint, &previous);
+  bool ready = false;
+  while (!InterruptScope::pending()) {
+    pollfd p{STDIN_FILENO, POLLIN, 0};
+    const int r = ppoll(&p, 1, nullptr, &previous);
+    if (r > 0 || (r < 0 && errno != EINTR)) {  // readable, or an error the read will report
+      ready = true;
+      break;
+    }
+  }
+  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+  return ready;
 }
 
 }  // namespace
@@ -69,6 +94,10 @@ int LineEditor::read_char(editline* el, wchar_t* c) {
   auto* ed = static_cast<LineEditor*>(self);
   std::mbstate_t st{};
   while (true) {
+    if (!wait_for_input()) {
+      ed->interrupted_ = true;
+      return -1;
+    }
     char b;
     const ssize_t n = ::read(STDIN_FILENO, &b, 1);
     if (n == 0) return 0;
