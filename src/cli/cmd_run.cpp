@@ -39,14 +39,18 @@ void run(RunArgs& a) {
     // A context of the prompt + the tokens to generate; tokens sampled on the GPU (step_model.h).
     auto model = load_step_model(a.gen.model, true, a.gen.numerics, 1, int64_t(prompt.size()) + a.gen.max_tokens + 1,
                                  256, terminal_load_progress(a.gen.model));
-    Sampler sampler(a.gen.sampling());
+    SamplingParams sp = a.gen.sampling();
+    sp.grammar = a.gen.grammar(tok, model->config().vocab_size, false);
+    Sampler sampler(sp, a.gen.stops(tok).stop_ids);
     auto r = generate(*model, tok, prompt, sampler, a.gen.stops(tok), -1, print_piece);
     std::fputs("\n", stdout);
     if (a.gen.stats) print_stats(r.stats);
     return;
   }
   Loaded l = load_model_and_tokenizer(a.gen, "run");  // --chat: on cuda too
-  Sampler sampler(a.gen.sampling());
+  SamplingParams sp = a.gen.sampling();
+  sp.grammar = a.gen.grammar(l.tok, l.model->config().vocab_size, chat_mode && a.gen.thinking);
+  Sampler sampler(sp, a.gen.stops(l.tok).stop_ids);
   GenerationStats stats;
   if (chat_mode) {
     nlohmann::ordered_json messages = nlohmann::ordered_json::array();
@@ -67,6 +71,9 @@ void register_run(CLI::App& app) {
   CLI::App* c = app.add_subcommand("run", "Generate text from a prompt, streamed as it is produced");
   c->add_option("prompt", a->prompt, "The prompt (default: stdin when piped, else a short built-in prompt)");
   a->gen.add_to(*c);
+  auto* js = c->add_option("--json-schema", a->gen.json_schema,
+                           "Constrain the output to JSON valid under this schema (a file or inline JSON)");
+  c->add_flag("--json-object", a->gen.json_object, "Constrain the output to a JSON object")->excludes(js);
   auto* raw = c->add_flag("--raw", a->raw, "Feed the prompt as plain text, print only the continuation "
                                             "(default for the bundled base model)");
   c->add_flag("--chat", a->chat, "Apply the DeepSeek-V4 chat encoding; print reasoning apart from the answer "

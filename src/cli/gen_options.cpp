@@ -5,12 +5,15 @@
 
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <memory>
 #include <random>
 
 #include "cli/commands.h"
 #include "cli/device.h"
 #include "core/error.h"
+#include "grammar/grammar_cache.h"
 
 namespace dsv4::cli {
 
@@ -60,6 +63,36 @@ StopConditions GenOptions::stops(const Tokenizer& tok) const {
   s.stop_strings = stop;
   if (auto eos = tok.eos_id()) s.stop_ids.push_back(*eos);
   return s;
+}
+
+GrammarConstraint GenOptions::grammar(const Tokenizer& tok, int64_t vocab, bool chat_thinking) const {
+  GrammarConstraint g;
+  if (json_schema.empty() && !json_object) return g;
+  grammar::GrammarCache cache(tok, vocab, 1);
+  if (json_object) {
+    g.grammar = cache.json_object();
+  } else {
+    std::string text = json_schema;
+    if (std::ifstream f(json_schema); f && json_schema.find_first_of("{[") == std::string::npos) {
+      std::stringstream ss;
+      ss << f.rdbuf();
+      text = ss.str();
+    }
+    nlohmann::ordered_json schema;
+    try {
+      schema = nlohmann::ordered_json::parse(text);
+    } catch (const std::exception& e) {
+      fail("--json-schema: expected a schema file or JSON text: ", e.what());
+    }
+    try {
+      g.grammar = cache.json_schema(schema);
+    } catch (const grammar::UnsupportedSchema& e) {
+      fail("--json-schema: ", e.what());
+    }
+  }
+  if (chat_thinking)
+    if (auto id = tok.token_id("</think>")) g.start_after = *id;
+  return g;
 }
 
 bool stdout_is_terminal() { return isatty(STDOUT_FILENO) != 0; }
