@@ -65,12 +65,16 @@ std::string escape_pointer(const std::string& k) {
 
 SchemaCompiler::SchemaCompiler(Grammar& g, const json& root, SchemaOptions opt) : g_(g), root_(root), opt_(opt) {}
 
+// Whitespace between tokens: nothing, one space or tab, or one newline and up to max_indent spaces or
+// tabs (compact and pretty-printed JSON, but not the runs of blank lines a weak model drifts into).
 Seq SchemaCompiler::ws() {
   auto it = shared_.find("ws");
   if (it != shared_.end()) return it->second;
-  ByteSet w;
-  for (char c : {' ', '\t', '\n', '\r'}) w.set(uint8_t(c));
-  return shared_["ws"] = g_.alt({g_.repeat(Grammar::set(w), 0, opt_.max_whitespace)}, "ws");
+  ByteSet indent;
+  indent.set(' ');
+  indent.set('\t');
+  return shared_["ws"] = g_.alt({Seq{}, Grammar::set(indent), Grammar::lit("\n") + g_.repeat(Grammar::set(indent), 0, opt_.max_indent)},
+                                "ws");
 }
 
 Seq SchemaCompiler::json_char() {

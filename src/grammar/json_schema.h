@@ -6,8 +6,8 @@
 //   "#/definitions/.." or any JSON pointer into the document (recursion allowed), strings with
 //   minLength / maxLength, pattern (a regex subset, regex_grammar.h) or format (date, time,
 //   date-time, uuid, ipv4, email), numbers and integers (bounded digit counts), nested objects.
-// - Properties come in the schema's order; optional ones may be left out. Whitespace between tokens
-//   is limited to SchemaOptions::max_whitespace bytes.
+// - Properties come in the schema's order; optional ones may be left out. Between tokens: nothing, one space
+//   or tab, or a newline and up to SchemaOptions::max_indent spaces / tabs.
 // Anything else (minimum, multipleOf, patternProperties, not, if/then, uniqueItems, unknown
 // keywords...) throws UnsupportedSchema naming the keyword and where it is (a JSON pointer).
 #pragma once
@@ -27,7 +27,7 @@ class UnsupportedSchema : public Error {
 };
 
 struct SchemaOptions {
-  int max_whitespace = 12;  // bytes of whitespace allowed between two JSON tokens
+  int max_indent = 16;      // spaces / tabs after a newline between two JSON tokens
   int max_int_digits = 16;  // digits of an integer part
   int max_frac_digits = 16; // digits of a fraction
 };

@@ -1,6 +1,7 @@
 #include "server/chat_request.h"
 
 #include "core/error.h"
+#include "server/structured_output.h"
 
 namespace dsv4::server {
 namespace {
@@ -183,6 +184,7 @@ ChatRequest parse_chat_request(const Json& body, const ServerContext& ctx) {
   r.mode = chat_encode_options(f).thinking_mode;
   r.prompt = render_chat_prompt(body);
   r.gen.req.prompt = ctx.tok.encode(r.prompt);
+  r.gen.req.sampling.grammar = output_grammar(body, ctx, r.mode);
   return r;
 }
 

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include "grammar/grammar_cache.h"
 #include "runtime/engine.h"
 #include "server/metrics.h"
 #include "tokenizer/tokenizer.h"
@@ -20,6 +21,7 @@ struct ServerContext {
   int64_t created;         // unix time the server started (for /v1/models)
   std::atomic<bool> draining{false};  // shutting down: new requests are refused with 503
   HttpCounters http;
+  mutable grammar::GrammarCache grammars;  // structured output (server/structured_output.h)
 };
 
 }  // namespace dsv4::server
