@@ -73,7 +73,10 @@ void register_run(CLI::App& app) {
   a->gen.add_to(*c);
   auto* js = c->add_option("--json-schema", a->gen.json_schema,
                            "Constrain the output to JSON valid under this schema (a file or inline JSON)");
-  c->add_flag("--json-object", a->gen.json_object, "Constrain the output to a JSON object")->excludes(js);
+  auto* jo = c->add_flag("--json-object", a->gen.json_object, "Constrain the output to a JSON object")->excludes(js);
+  c->add_option("--grammar", a->gen.grammar_file, "Constrain the output to a grammar (a GBNF-like file)")
+      ->excludes(js)
+      ->excludes(jo);
   auto* raw = c->add_flag("--raw", a->raw, "Feed the prompt as plain text, print only the continuation "
                                             "(default for the bundled base model)");
   c->add_flag("--chat", a->chat, "Apply the DeepSeek-V4 chat encoding; print reasoning apart from the answer "

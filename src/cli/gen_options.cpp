@@ -13,6 +13,7 @@
 #include "cli/commands.h"
 #include "cli/device.h"
 #include "core/error.h"
+#include "grammar/gbnf.h"
 #include "grammar/grammar_cache.h"
 
 namespace dsv4::cli {
@@ -67,9 +68,15 @@ StopConditions GenOptions::stops(const Tokenizer& tok) const {
 
 GrammarConstraint GenOptions::grammar(const Tokenizer& tok, int64_t vocab, bool chat_thinking) const {
   GrammarConstraint g;
-  if (json_schema.empty() && !json_object) return g;
+  if (json_schema.empty() && !json_object && grammar_file.empty()) return g;
   grammar::GrammarCache cache(tok, vocab, 1);
-  if (json_object) {
+  if (!grammar_file.empty()) {
+    std::ifstream f(grammar_file, std::ios::binary);
+    if (!f) fail("--grammar: cannot read ", grammar_file);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    g.grammar = cache.get("gbnf", [&] { return grammar::parse_gbnf(ss.str(), grammar_file); });
+  } else if (json_object) {
     g.grammar = cache.json_object();
   } else {
     std::string text = json_schema;

@@ -33,11 +33,12 @@ struct GenOptions {
   std::string device = "auto";  // --device cpu | cuda | auto (cli/device.h)
   std::string json_schema;      // --json-schema FILE|JSON: constrained output (docs/structured-output.md)
   bool json_object = false;     // --json-object
+  std::string grammar_file;     // --grammar FILE (grammar/gbnf.h)
 
   void add_to(CLI::App& c);  // registers -m, -n, --temp, ... on a subcommand
   SamplingParams sampling() const;
   StopConditions stops(const Tokenizer& tok) const;  // adds the tokenizer's EOS as a stop id
-  // The --json-schema / --json-object constraint (none without them); `chat_thinking`: it starts
+  // The --json-schema / --json-object / --grammar constraint (none without them); `chat_thinking`: it starts
   // after </think>. Throws dsv4::Error naming the flag on a bad or unsupported schema.
   GrammarConstraint grammar(const Tokenizer& tok, int64_t vocab, bool chat_thinking) const;
 };

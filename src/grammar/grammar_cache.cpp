@@ -29,7 +29,11 @@ std::shared_ptr<const CompiledGrammar> GrammarCache::get(const std::string& key,
       return it->second.first;
     }
   }
-  auto cg = std::make_shared<const CompiledGrammar>(make(), vocabulary());  // outside the lock: may be slow
+  // Outside the lock: compiling, and the masks of the first state (warmed here, on the caller's thread,
+  // not on the engine's at the first step), may take a while.
+  auto cg = std::make_shared<const CompiledGrammar>(make(), vocabulary());
+  TokenMask first;
+  Matcher(cg, {}).fill_mask(first);
   std::lock_guard<std::mutex> lk(mu_);
   if (map_.count(key)) return map_[key].first;
   order_.push_front(key);

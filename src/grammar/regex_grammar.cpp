@@ -249,7 +249,7 @@ Seq ascii_class(const CharContext& cx, const ByteSet& set, bool any_non_ascii) {
   for (int c = 0; c < 0x80; ++c) {
     if (!set.test(size_t(c))) continue;
     if (cx.raw) {
-      if (c != '<') plain.set(size_t(c));  // '<' could open the closing tag
+      if (c != '<' || cx.allow_lt) plain.set(size_t(c));
     } else if (c >= 0x20 && c != 0x7F && c != '"' && c != '\\') {
       plain.set(size_t(c));
     } else {

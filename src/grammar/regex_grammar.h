@@ -16,7 +16,8 @@ namespace dsv4::grammar {
 struct CharContext {
   Grammar& g;
   Seq utf8_any;      // one non-ASCII UTF-8 character
-  bool raw = false;  // the text itself (DSML string values) instead of JSON escapes
+  bool raw = false;      // the text itself (DSML string values, GBNF) instead of JSON escapes
+  bool allow_lt = false;  // raw: whether classes may match '<' (not in DSML values: it opens the end tag)
 };
 
 // The JSON-string encoding of one ASCII character (escaped when it must be), or the byte itself (raw).

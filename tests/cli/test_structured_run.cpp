@@ -43,6 +43,30 @@ TEST(RunStructured, SchemaFromAFile) {
   std::filesystem::remove(file);
 }
 
+TEST(RunStructured, GrammarFile) {
+  const std::string file = (std::filesystem::temp_directory_path() / "dsv4-structured-run.gbnf").string();
+  std::ofstream(file) << "root ::= (\"yes\" | \"no\") (\", \" root)?\n";
+  auto r = test::run_command(test::dsv4_binary() + " run -n 50 --seed 6 --grammar " + file + " 'x'");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::string out = r.output;
+  while (!out.empty() && out.back() == '\n') out.pop_back();
+  ASSERT_FALSE(out.empty());
+  // yes/no words joined by ", " (possibly cut at -n)
+  for (size_t i = 0; i < out.size();) {
+    const std::string rest = out.substr(i);
+    if (rest.rfind("yes", 0) == 0) i += 3;
+    else if (rest.rfind("no", 0) == 0) i += 2;
+    else if (rest.rfind(", ", 0) == 0) i += 2;
+    else if (std::string("yes").rfind(rest, 0) == 0 || std::string(", ").rfind(rest, 0) == 0) break;  // cut by -n
+    else FAIL() << "not of the grammar: " << out;
+  }
+  std::ofstream(file) << "root ::= \"a\" missing\n";
+  r = test::run_command(test::dsv4_binary() + " run --grammar " + file + " 'x'");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("'missing'"), std::string::npos) << r.output;
+  std::filesystem::remove(file);
+}
+
 TEST(RunStructured, UnsupportedSchemaIsAnErrorNamingTheFlag) {
   auto r = test::run_command(test::dsv4_binary() + " run --json-schema '{\"type\":\"integer\",\"minimum\":1}' x");
   EXPECT_NE(r.exit_code, 0);

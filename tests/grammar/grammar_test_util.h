@@ -1,6 +1,7 @@
 // Shared pieces of the grammar tests: the bundled tokenizer's vocabulary, and whole-text checks.
 #pragma once
 #include <memory>
+#include <random>
 #include <string>
 
 #include "grammar/json_schema.h"
