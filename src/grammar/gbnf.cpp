@@ -101,30 +101,11 @@ class GbnfParser {
     }
   }
   Seq postfix(const Seq& a) {
-    if (i_ >= t_.size()) return a;
-    int64_t lo = 1, hi = 1;
-    const char c = t_[i_];
-    if (c == '*') lo = 0, hi = -1;
-    else if (c == '+') lo = 1, hi = -1;
-    else if (c == '?') lo = 0, hi = 1;
-    else if (c == '{') {
-      const size_t close = t_.find('}', i_);
-      if (close == std::string_view::npos) error("'{' without '}'");
-      const std::string body(t_.substr(i_ + 1, close - i_ - 1));
-      const size_t comma = body.find(',');
-      try {
-        lo = std::stoll(body.substr(0, comma));
-        hi = comma == std::string::npos ? lo : comma + 1 == body.size() ? -1 : std::stoll(body.substr(comma + 1));
-      } catch (const std::exception&) {
-        error("bad repetition {" + body + "}");
-      }
-      if (lo < 0 || (hi >= 0 && hi < lo) || hi > 10000 || lo > 10000) error("bad repetition {" + body + "}");
-      i_ = close;
-    } else {
-      return a;
-    }
-    ++i_;
-    return g_.repeat(g_.alt({a}, "group"), lo, hi);
+    const std::optional<Quantifier> q = parse_quantifier(t_, i_);
+    if (!q) return a;
+    if (!q->error.empty()) error("bad " + q->error);
+    i_ = q->end;
+    return g_.repeat(g_.alt({a}, "group"), q->min, q->max);
   }
   uint8_t escape() {
     if (i_ >= t_.size()) error("a '\\' at the end");

@@ -36,32 +36,33 @@ uint32_t Grammar::add_rule(std::string name, const std::vector<Seq>& alts) {
   return r;
 }
 
+namespace {
+
+Element element(Element::Kind kind, uint32_t rule, const ByteSet& bytes) {
+  Element e;
+  e.kind = kind;
+  e.rule = rule;
+  e.bytes = bytes;
+  return e;
+}
+
+}  // namespace
+
 Seq Grammar::lit(std::string_view bytes) {
   Seq s;
-  for (unsigned char c : bytes) {
-    Element e;
-    e.kind = Element::Kind::Bytes;
-    e.bytes.set(c);
-    s.items.push_back(e);
-  }
+  for (unsigned char c : bytes) s.items.push_back(element(Element::Kind::Bytes, 0, ByteSet().set(c)));
   return s;
 }
 
 Seq Grammar::set(const ByteSet& b) {
   Seq s;
-  Element e;
-  e.kind = Element::Kind::Bytes;
-  e.bytes = b;
-  s.items.push_back(e);
+  s.items.push_back(element(Element::Kind::Bytes, 0, b));
   return s;
 }
 
 Seq Grammar::ref(uint32_t rule) {
   Seq s;
-  Element e;
-  e.kind = Element::Kind::Ref;
-  e.rule = rule;
-  s.items.push_back(e);
+  s.items.push_back(element(Element::Kind::Ref, rule, {}));
   return s;
 }
 

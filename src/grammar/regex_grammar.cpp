@@ -69,32 +69,13 @@ class RegexParser {
   }
 
   Seq quantified(const Seq& a) {
-    if (!more()) return a;
-    int64_t lo = 1, hi = 1;
-    const char c = peek();
-    if (c == '*') lo = 0, hi = -1;
-    else if (c == '+') lo = 1, hi = -1;
-    else if (c == '?') lo = 0, hi = 1;
-    else if (c == '{') {
-      const size_t close = p_.find('}', i_);
-      if (close == std::string_view::npos) unsupported("'{' without '}'");
-      const std::string body(p_.substr(i_ + 1, close - i_ - 1));
-      long long a1 = 0, b1 = 0;
-      char comma = 0;
-      int n = std::sscanf(body.c_str(), "%lld%c%lld", &a1, &comma, &b1);
-      if (n == 1) hi = lo = a1;
-      else if (n == 2 && comma == ',') lo = a1, hi = -1;
-      else if (n == 3 && comma == ',') lo = a1, hi = b1;
-      else unsupported("quantifier {" + body + "}");
-      if (lo < 0 || (hi >= 0 && hi < lo) || lo > 1000 || hi > 1000) unsupported("quantifier {" + body + "}");
-      i_ = close;
-    } else {
-      return a;
-    }
-    ++i_;
+    const std::optional<Quantifier> q = parse_quantifier(p_, i_);
+    if (!q) return a;
+    if (!q->error.empty()) unsupported(q->error);
+    i_ = q->end;
     if (more() && peek() == '?') ++i_;  // lazy: same language
     if (more() && (peek() == '*' || peek() == '+' || peek() == '?' || peek() == '{')) unsupported("stacked quantifiers");
-    return cx_.g.repeat(a, lo, hi);
+    return cx_.g.repeat(a, q->min, q->max);
   }
 
   Seq atom() {
@@ -222,6 +203,35 @@ class RegexParser {
 };
 
 }  // namespace
+
+std::optional<Quantifier> parse_quantifier(std::string_view t, size_t i) {
+  if (i >= t.size()) return std::nullopt;
+  Quantifier q;
+  q.end = i + 1;
+  switch (t[i]) {
+    case '*': q.min = 0, q.max = -1; return q;
+    case '+': q.min = 1, q.max = -1; return q;
+    case '?': q.min = 0, q.max = 1; return q;
+    case '{': break;
+    default: return std::nullopt;
+  }
+  const size_t close = t.find('}', i);
+  if (close == std::string_view::npos) {
+    q.error = "'{' without '}'";
+    return q;
+  }
+  const std::string body(t.substr(i + 1, close - i - 1));
+  long long a = 0, b = 0;
+  char comma = 0;
+  const int n = std::sscanf(body.c_str(), "%lld%c%lld", &a, &comma, &b);
+  if (n == 1) q.min = q.max = a;
+  else if (n == 2 && comma == ',') q.min = a, q.max = -1;
+  else if (n == 3 && comma == ',') q.min = a, q.max = b;
+  else q.error = "repetition {" + body + "}";
+  if (q.min < 0 || (q.max >= 0 && q.max < q.min) || q.min > 10000 || q.max > 10000) q.error = "repetition {" + body + "}";
+  q.end = close + 1;
+  return q;
+}
 
 Seq ascii_char(uint8_t c, bool raw) {
   if (raw) return Grammar::lit(std::string(1, char(c)));

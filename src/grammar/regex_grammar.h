@@ -6,6 +6,8 @@
 // it (JSON Schema patterns are searches). Negated classes and '.' match every non-ASCII character;
 // class ranges are ASCII only. Backreferences, lookaround, \b and the like throw UnsupportedSchema.
 #pragma once
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -26,6 +28,15 @@ Seq ascii_char(uint8_t c, bool raw);
 Seq ascii_class(const CharContext& cx, const ByteSet& set, bool any_non_ascii);
 // One non-ASCII UTF-8 character (well-formed: no overlongs, no surrogates).
 Seq utf8_any_rule(Grammar& g);
+
+// A postfix quantifier at t[i] (* + ? {n} {n,} {n,m}), shared by the regex and GBNF parsers: nullopt
+// when there is none; `error` set when it is malformed or above 10000.
+struct Quantifier {
+  int64_t min = 1, max = 1;  // max -1: unbounded
+  size_t end = 0;            // the index after it
+  std::string error;
+};
+std::optional<Quantifier> parse_quantifier(std::string_view t, size_t i);
 
 Seq regex_grammar(const CharContext& cx, std::string_view pattern, const std::string& where);
 
