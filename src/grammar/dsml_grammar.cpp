@@ -22,8 +22,15 @@ Seq invoke(Grammar& g, const ToolSchema& t, const SchemaOptions& opt, const std:
   if (auto ap = params.find("additionalProperties"); ap != params.end() && !(ap->is_boolean() && !ap->get<bool>()))
     throw UnsupportedSchema(cat("unsupported JSON Schema feature at ", at, ": additionalProperties in tool parameters"));
   const json props = params.value("properties", json::object());
+  const json req = params.value("required", json::array());
+  if (!props.is_object() || !req.is_array())
+    throw UnsupportedSchema(cat("unsupported tool schema at ", at, ": properties must be an object, required an array"));
   std::set<std::string> required;
-  for (const auto& r : params.value("required", json::array())) required.insert(r.get<std::string>());
+  for (const auto& r : req) {
+    if (!r.is_string() || !props.contains(r.get<std::string>()))
+      throw UnsupportedSchema(cat("unsupported tool schema at ", at, ": required names a property not in properties"));
+    required.insert(r.get<std::string>());
+  }
   SchemaCompiler c(g, params, opt);
   std::vector<std::pair<bool, Seq>> members;
   for (const auto& [k, v] : props.items()) {

@@ -84,11 +84,13 @@ class GbnfParser {
   }
 
   std::vector<Seq> alternatives() {
+    if (++depth_ > 64) error("groups nested deeper than 64");
     std::vector<Seq> alts{sequence()};
     while (i_ < t_.size() && t_[i_] == '|') {
       ++i_;
       alts.push_back(sequence());
     }
+    --depth_;
     return alts;
   }
   Seq sequence() {
@@ -205,6 +207,7 @@ class GbnfParser {
   Grammar g_;
   CharContext cx_;
   size_t i_ = 0;
+  int depth_ = 0;  // nested groups
   std::map<std::string, uint32_t> rules_;
   std::map<std::string, bool> defined_;
 };

@@ -199,6 +199,13 @@ const json& SchemaCompiler::resolve(const std::string& ref, const std::string& p
 }
 
 Seq SchemaCompiler::value(const json& s, const std::string& path) {
+  // Nesting is bounded so that a hostile schema cannot exhaust the stack.
+  struct Depth {
+    int& d;
+    explicit Depth(int& x) : d(++x) {}
+    ~Depth() { --d; }
+  } depth(depth_);
+  if (depth_ > 64) unsupported(path, "nesting deeper than 64 schemas");
   if (s.is_boolean()) {
     if (!s.get<bool>()) unsupported(path, "the schema false (nothing can match it)");
     return any_value();

@@ -60,6 +60,7 @@ class SchemaCompiler {
   SchemaOptions opt_;
   std::map<std::string, uint32_t> refs_;  // $ref -> its rule
   std::map<std::string, Seq> shared_;     // named shared pieces (ws, string, any value...)
+  int depth_ = 0;                         // schemas being compiled, nested
 };
 
 // A whole document: ws value ws.

@@ -51,11 +51,13 @@ class RegexParser {
   char peek() const { return p_[i_]; }
 
   Seq alternation() {
+    if (++depth_ > 64) unsupported("groups nested deeper than 64");
     std::vector<Seq> alts{sequence()};
     while (more() && peek() == '|') {
       ++i_;
       alts.push_back(sequence());
     }
+    --depth_;
     return cx_.g.alt(alts, "regex_alt");
   }
 
@@ -200,6 +202,7 @@ class RegexParser {
   std::string_view p_;
   std::string where_;
   size_t i_ = 0;
+  int depth_ = 0;  // nested alternations (groups)
 };
 
 }  // namespace

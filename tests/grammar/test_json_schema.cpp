@@ -105,6 +105,12 @@ TEST(JsonSchema, UnsupportedFeaturesAreNamed) {
   EXPECT_NE(message({{"$ref", "#/$defs/missing"}}).find("points nowhere"), std::string::npos);
   EXPECT_NE(message(json::parse(R"({"properties":{"a":{"not":{}}}})")).find("/properties/a"), std::string::npos);
   EXPECT_NE(message({{"$ref", "#"}}).find("without consuming"), std::string::npos);
+  // Hostile nesting is refused, not a stack overflow.
+  json deep = {{"type", "integer"}};
+  for (int i = 0; i < 5000; ++i) deep = {{"type", "array"}, {"items", deep}};
+  EXPECT_NE(message(deep).find("nesting deeper than 64"), std::string::npos);
+  EXPECT_NE(message({{"type", "string"}, {"pattern", std::string(5000, '(') + std::string(5000, ')')}}).find("deeper than 64"),
+            std::string::npos);
 }
 
 }  // namespace
