@@ -60,7 +60,9 @@ TEST(Gbnf, SampledOutputsMatch) {
       ASSERT_TRUE(m.accept(id));
       if (id != eos) text += cg->vocab().bytes(id);
     }
-    if (m.ended()) EXPECT_TRUE(accepts(g, text)) << text;
+    if (m.ended()) {
+      EXPECT_TRUE(accepts(g, text)) << text;
+    }
   }
 }
 

@@ -41,7 +41,9 @@ void walk_and_compare(const grammar::Grammar& g, uint64_t seed, int steps) {
     ASSERT_FALSE(allowed.empty()) << "dead end at step " << step;
     const int32_t id = allowed[rng() % allowed.size()];
     ASSERT_TRUE(m.accept(id));
-    if (id != eos) ASSERT_TRUE(cg->grammar().advance_bytes(shadow, cg->vocab().bytes(id)));
+    if (id != eos) {
+      ASSERT_TRUE(cg->grammar().advance_bytes(shadow, cg->vocab().bytes(id)));
+    }
   }
 }
 

@@ -90,15 +90,21 @@ TEST_F(StructuredOutput, ForcedToolCallsAlwaysCallWithValidArguments) {
       ASSERT_EQ(r["status"], 200) << r.dump();
       const Json& choice = r["choices"][0];
       const bool single = tc.is_object() || !parallel;
-      if (single) ASSERT_EQ(choice["finish_reason"], "tool_calls") << r.dump();
+      if (single) {
+        ASSERT_EQ(choice["finish_reason"], "tool_calls") << r.dump();
+      }
       const Json& calls = choice["message"]["tool_calls"];
       ASSERT_TRUE(calls.is_array() && !calls.empty()) << r.dump();
-      if (single) EXPECT_EQ(calls.size(), 1u) << r.dump();
+      if (single) {
+        EXPECT_EQ(calls.size(), 1u) << r.dump();
+      }
       const size_t complete = choice["finish_reason"] == "tool_calls" ? calls.size() : calls.size() - 1;
       for (size_t i = 0; i < complete; ++i) {
         const Json& call = calls[i];
         const std::string name = call["function"]["name"];
-        if (tc.is_object()) EXPECT_EQ(name, "add");
+        if (tc.is_object()) {
+          EXPECT_EQ(name, "add");
+        }
         const Json schema = schema_of(name);
         ASSERT_FALSE(schema.is_null()) << name;
         Json args = Json::parse(call["function"]["arguments"].get<std::string>(), nullptr, false);
