@@ -26,7 +26,9 @@ std::shared_ptr<const Vocabulary> vocab() {
   static const auto v = [] {
     if (const char* dir = std::getenv("DSV4_TOKENIZER_DIR"); dir && *dir) {
       const auto tok = dsv4::Tokenizer::load(dir);
-      return Vocabulary::from_tokenizer(tok, {.vocab_size = kVocab});
+      VocabularyOptions o;
+      o.vocab_size = kVocab;
+      return Vocabulary::from_tokenizer(tok, o);
     }
     std::ifstream f(std::string(DSV4_SHARED_DIR) + "/data/tinyshakespeare.txt");
     std::stringstream ss;
