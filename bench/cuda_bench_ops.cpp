@@ -12,7 +12,9 @@
 // together exceed the 60 MB L2, a batch of launches captured in a CUDA graph, warm-up replays, then
 // the median over timed replays with CUDA events.
 //
-//   bench_cuda_ops [--json FILE] [--quick] [--sweep] [--fp4-only] [--exact-only] [--exact-sweep]
+//   bench_cuda_ops [--json FILE] [--quick] [--sweep] [--fp4-only] [--exact-only] [--exact-sweep] [--fast-only]
+// --fast-only: the fast tier's fast_gemv at 1-32 tokens beside exact_linear and cuBLASLt (FP8 at 16-64
+// tokens, the head's bf16 -> fp32 GEMM at 32-128).
 // --sweep adds the GEMV configuration sweep; --fp4-only skips the GEMMs (for profiling the GEMV);
 // --exact-only runs the exact_linear entries alone (after the bf16 GEMM that brings the clocks up);
 // --exact-sweep adds every exact kernel and register-tile configuration beside Auto.
@@ -33,6 +35,7 @@
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/linear_exact.h"
 #include "backend/cuda/linear_exact_reg.h"
+#include "backend/cuda/linear_fast.h"
 #include "cuda_bench_kernels.h"
 #include "cuda_graph_timer.h"
 
@@ -46,7 +49,7 @@ constexpr double kFp32PeakTflops = 67.0;   // H200 fp32 FMA (non-tensor) peak
 constexpr double kHbmTBs = 4.26;           // device-to-device copy, bytes read + written
 constexpr size_t kRotateBytes = size_t(320) << 20;  // weights cycled per graph: > 5x the L2
 
-bool g_quick = false, g_sweep = false, g_fp4_only = false, g_exact_only = false, g_exact_sweep = false;
+bool g_fast_only = false, g_quick = false, g_sweep = false, g_fp4_only = false, g_exact_only = false, g_exact_sweep = false;
 FILE* g_json = nullptr;
 
 // Median time of one call of `launch(i)` (i = 0..batch-1 inside a captured graph), in microseconds.
@@ -119,8 +122,9 @@ void bench_fp8(const DeviceContext& ctx, const char* name, int64_t out, int64_t 
 // exact_linear with an FP8 weight [out, in] and FP8 activations of T tokens (bf16: a bf16 weight and
 // activations with fp32 outputs, the head's linear_f32), weights rotated past L2. reg_config >= 0 picks
 // the register-tiled kernel's tile configuration.
+// fast: fast_gemv (the fast tier's kernel) on the same call instead.
 void bench_exact(const DeviceContext& ctx, const char* name, int64_t out, int64_t in, int64_t T, ExactLinearKernel kernel,
-                 bool bf16 = false, int reg_config = -1) {
+                 bool bf16 = false, int reg_config = -1, bool fast = false) {
   const size_t elem = bf16 ? 2 : 1, wbytes = size_t(out * in) * elem;
   const int copies = int(std::clamp<size_t>(kRotateBytes / wbytes, 1, 16));
   const int64_t ob = (out + 127) / 128, ld = (in + 127) / 128;
@@ -164,11 +168,13 @@ void bench_exact(const DeviceContext& ctx, const char* name, int64_t out, int64_
       q.w8 = wc.get() + size_t(c) * wbytes;
       q.w_scales = ws.get() + size_t(c) * size_t(ob * ld);
     }
-    exact_linear(ctx, q);
+    if (fast) fast_gemv(ctx, q);
+    else exact_linear(ctx, q);
   });
   const double bytes = double(wbytes) + (bf16 ? 0.0 : 4.0 * ob * ld) + double(T * in) * elem + (bf16 ? 0.0 : 4.0 * T * ld) +
                        (bf16 ? 4.0 : 2.0) * T * out;
-  const std::string what = kernel == ExactLinearKernel::Tiled  ? "exact_linear tiled"
+  const std::string what = fast ? "fast_gemv"
+                           : kernel == ExactLinearKernel::Tiled  ? "exact_linear tiled"
                            : kernel == ExactLinearKernel::Gemv ? "exact_linear gemv"
                            : kernel == ExactLinearKernel::Reg
                                ? std::string("exact_linear reg ") + (reg_config >= 0 ? detail::exact_reg_config_name(reg_config) : "auto")
@@ -176,6 +182,34 @@ void bench_exact(const DeviceContext& ctx, const char* name, int64_t out, int64_
   // FMA count vs the fp32 peak (67 TFLOP/s), the exact kernels' compute ceiling.
   report(what.c_str(), std::string(name) + " [" + std::to_string(out) + "," + std::to_string(in) + "] T=" + std::to_string(T), us,
          2.0 * double(T) * double(out) * double(in), bytes, kFp32PeakTflops);
+}
+
+// The fast tier's head above fast_gemv's range: cuBLASLt bf16 x bf16 -> fp32 [129280, 4096] x T.
+void bench_head_lt(const DeviceContext& ctx, int64_t T) {
+  const int64_t V = 129280, D = 4096;
+  DeviceBuffer<__nv_bfloat16> w(size_t(V * D)), x(size_t(T * D));
+  DeviceBuffer<float> y(size_t(T * V));
+  fill_random_bf16(ctx, w.get(), w.size(), 21, 0.02f);
+  fill_random_bf16(ctx, x.get(), x.size(), 22, 1.0f);
+  LtMatmul mm(ctx, GemmKind::Bf16F32Out, V, D, T);
+  const double us = time_us(ctx, 3, [&](int) { mm.run_bf16_f32(ctx, x.get(), w.get(), y.get()); });
+  report("head cublasLt f32", "[129280,4096] T=" + std::to_string(T), us, 2.0 * double(T) * V * D,
+         2.0 * double(V) * D + 2.0 * T * D + 4.0 * T * V, kBf16PeakTflops);
+}
+
+// The fast tier's FP8 linears (fast_gemv) beside the exact tier's Auto kernel and cuBLASLt, Flash shapes.
+void bench_fast(const DeviceContext& ctx) {
+  struct Shape { const char* name; int64_t out, in; };
+  const Shape shapes[] = {{"wq_a", 1024, 4096}, {"wq_b", 32768, 1024}, {"wo_b", 4096, 8192},
+                          {"shared w1", 2048, 4096}, {"shared w2", 4096, 2048}, {"head bf16", 129280, 4096}};
+  for (const Shape& s : shapes) {
+    const bool head = s.out > 100000;
+    for (int64_t T : {1, 2, 4, 8, 15, 16, 32}) bench_exact(ctx, s.name, s.out, s.in, T, ExactLinearKernel::Auto, head, -1, true);
+    for (int64_t T : {1, 8, 32, 128}) bench_exact(ctx, s.name, s.out, s.in, T, ExactLinearKernel::Auto, head);
+    if (!head)
+      for (int64_t m : {16, 32, 64, 128}) bench_fp8(ctx, s.name, s.out, s.in, m);
+  }
+  for (int64_t T : {32, 64, 128}) bench_head_lt(ctx, T);
 }
 
 // `selections` matrices [rows, K] per call, chosen round-robin from a pool larger than L2.
@@ -243,8 +277,9 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--fp4-only")) g_fp4_only = true;
     else if (!std::strcmp(argv[i], "--exact-only")) g_exact_only = true;
     else if (!std::strcmp(argv[i], "--exact-sweep")) g_exact_sweep = true;
+    else if (!std::strcmp(argv[i], "--fast-only")) g_fast_only = true;
     else {
-      std::fprintf(stderr, "usage: %s [--json FILE] [--quick] [--sweep] [--fp4-only] [--exact-only] [--exact-sweep]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--json FILE] [--quick] [--sweep] [--fp4-only] [--exact-only] [--exact-sweep] [--fast-only]\n", argv[0]);
       return 2;
     }
   }
@@ -258,6 +293,11 @@ int main(int argc, char** argv) {
     std::printf("device: %s, %d SMs; ceilings: FP8 %.0f TFLOP/s, bf16 %.0f TFLOP/s, HBM %.2f TB/s\n",
                 ctx.name().c_str(), ctx.sm_count(), kFp8PeakTflops, kBf16PeakTflops, kHbmTBs);
     bench_bf16(ctx, 8192);  // first: it also brings the clocks up
+    if (g_fast_only) {
+      bench_fast(ctx);
+      if (g_json) std::fclose(g_json);
+      return 0;
+    }
     struct Shape { const char* name; int64_t out, in; };
     const Shape exact_shapes[] = {{"wq_a", 1024, 4096}, {"wq_b", 32768, 1024}, {"wo_b", 4096, 8192}, {"shared w1", 2048, 4096},
                                   {"head bf16", 129280, 4096}};

@@ -1,24 +1,24 @@
 #!/usr/bin/env bash
 # Runs the libFuzzer targets for a while each, from a small seed corpus. Builds nothing.
-#   fuzz/run.sh BUILD_DIR [SECONDS_PER_TARGET=30]
+#   fuzz/run.sh BUILD_DIR [SECONDS_PER_TARGET=20]
 # BUILD_DIR is a tree configured with CC=clang CXX=clang++ -DDSV4_FUZZ=ON and built with
-# --target fuzz_safetensors fuzz_config. Crash inputs are written to $FUZZ_ARTIFACTS (default: the
-# current directory); the script exits non-zero when a target finds one.
+# --target fuzz_safetensors fuzz_config fuzz_requests. Crash inputs are written to $FUZZ_ARTIFACTS
+# (default: the current directory); the script exits non-zero when a target finds one.
 set -euo pipefail
 
 build=${1:?usage: fuzz/run.sh BUILD_DIR [SECONDS_PER_TARGET]}
-secs=${2:-30}
+secs=${2:-20}
 root=$(cd "$(dirname "$0")/.." && pwd)
 shared=${DSV4_SHARED:-$root/../shared}
 artifacts=${FUZZ_ARTIFACTS:-$PWD}
 
-for t in fuzz_safetensors fuzz_config; do
+for t in fuzz_safetensors fuzz_config fuzz_requests; do
   [[ -x "$build/fuzz/$t" ]] || { echo "missing $build/fuzz/$t (build it first)" >&2; exit 2; }
 done
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/dsv4_fuzz.XXXXXX")
 trap 'rm -rf "$work"' EXIT
-mkdir -p "$work/safetensors" "$work/config"
+mkdir -p "$work/safetensors" "$work/config" "$work/requests"
 
 # Config seeds: the bundled model (legacy form) and, when shared/ is there, the transformers form.
 cp "$root/models/tiny-shakespeare/config.json" "$work/config/legacy.json"
@@ -40,10 +40,16 @@ for f in "$root/models/tiny-shakespeare/model.safetensors" "$shared/fixtures/tin
   head -c $((8 + len + 64)) "$f" >"$work/safetensors/$(echo "$f" | md5sum | cut -c1-8).safetensors"
 done
 
+# Request seeds: valid chat and completions bodies (tools, tool calls, response_format, template
+# switches, sampling fields), and a dictionary of their keys.
+cp "$root/fuzz/requests/"*.json "$work/requests/"
+
 status=0
-for t in safetensors config; do
+for t in safetensors config requests; do
   echo "== fuzz_$t for ${secs}s"
-  "$build/fuzz/fuzz_$t" "$work/$t" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 \
+  dict=()
+  [[ -f "$root/fuzz/$t.dict" ]] && dict=(-dict="$root/fuzz/$t.dict")
+  "$build/fuzz/fuzz_$t" "$work/$t" "${dict[@]}" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 \
     -artifact_prefix="$artifacts/fuzz_$t-" -print_final_stats=1 || status=$?
 done
 exit $status

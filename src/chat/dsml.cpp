@@ -3,6 +3,7 @@
 #include "chat/py_json.h"
 #include "chat/templates.h"
 #include "core/error.h"
+#include "io/json_text.h"
 
 namespace dsv4::chat {
 
@@ -12,14 +13,18 @@ std::string encode_arguments_to_dsml(const ordered_json& arguments) {
   ordered_json args;
   bool parsed = false;
   if (arguments.is_string()) {
+    const std::string& text = arguments.get_ref<const std::string&>();
+    if (json_text::find_too_deep(text))
+      fail("tool call arguments: JSON nested deeper than ", json_text::kMaxJsonDepth, " levels of arrays and objects");
     try {
-      args = ordered_json::parse(arguments.get<std::string>());
+      args = ordered_json::parse(text);
       parsed = true;
     } catch (const ordered_json::exception&) {
     }
   }
   if (!parsed) args = ordered_json{{"arguments", arguments}};
-  if (!args.is_object()) fail("tool call arguments must be a JSON object, got ", arguments.get<std::string>());
+  if (!args.is_object())
+    fail("tool call arguments must be a JSON object, got ", json_text::printable(arguments.get<std::string>(), 80));
 
   std::string out;
   bool first = true;

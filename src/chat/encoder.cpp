@@ -7,6 +7,7 @@
 #include "chat/py_json.h"
 #include "chat/templates.h"
 #include "core/error.h"
+#include "io/json_text.h"
 
 namespace dsv4::chat {
 namespace {
@@ -343,6 +344,9 @@ ordered_json messages_from_document(const ordered_json& doc) {
 }
 
 ordered_json parse_json_document(std::string_view text, const std::string& what) {
+  if (auto deep = json_text::find_too_deep(text))
+    fail(what, ": JSON nested deeper than ", json_text::kMaxJsonDepth, " levels of arrays and objects (at ",
+         deep->path.empty() ? "the top" : deep->path, ")");
   try {
     return ordered_json::parse(text);
   } catch (const ordered_json::exception& e) {

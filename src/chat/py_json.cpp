@@ -79,8 +79,14 @@ std::string py_float_repr(double v) {
 
 namespace {
 
-void dump(std::string& out, const nlohmann::ordered_json& v) {
+// dump() recurses once per level; the parsers of untrusted text bound nesting far below this
+// (json_text::kMaxJsonDepth), so a value this deep was built by code, not read, and is refused
+// rather than allowed to overflow the stack.
+constexpr int kMaxDumpDepth = 1000;
+
+void dump(std::string& out, const nlohmann::ordered_json& v, int depth) {
   using T = nlohmann::ordered_json::value_t;
+  if (v.is_structured() && depth >= kMaxDumpDepth) fail("cannot serialize JSON nested deeper than ", kMaxDumpDepth, " levels");
   switch (v.type()) {
     case T::null: out += "null"; break;
     case T::boolean: out += v.get<bool>() ? "true" : "false"; break;
@@ -99,7 +105,7 @@ void dump(std::string& out, const nlohmann::ordered_json& v) {
       for (const auto& e : v) {
         if (!first) out += ", ";
         first = false;
-        dump(out, e);
+        dump(out, e, depth + 1);
       }
       out += ']';
       break;
@@ -113,7 +119,7 @@ void dump(std::string& out, const nlohmann::ordered_json& v) {
         out += '"';
         py_escape_append(out, k);
         out += "\": ";
-        dump(out, e);
+        dump(out, e, depth + 1);
       }
       out += '}';
       break;
@@ -126,7 +132,7 @@ void dump(std::string& out, const nlohmann::ordered_json& v) {
 
 std::string py_dumps(const nlohmann::ordered_json& value) {
   std::string out;
-  dump(out, value);
+  dump(out, value, 0);
   return out;
 }
 

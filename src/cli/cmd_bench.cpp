@@ -1,6 +1,8 @@
 // dsv4 bench: decode and prefill timings of the CUDA model (shared/docs/PERFORMANCE.md): decode time
 // per step and per layer at given batch sizes and context (CUDA graph replays, CUDA events, medians),
-// prefill tokens/s, achieved GB/s and TFLOP/s against the measured ceilings; table and JSON.
+// prefill tokens/s, achieved GB/s and TFLOP/s against the measured ceilings, each row's floor (the larger of
+// bytes over HBM bandwidth and FLOPs over the matrix peak) and its ratio to it; table and JSON. `--kernels
+// both` runs the fast and the exact tier one after the other (one model at a time) and prints the speedups.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -29,9 +31,10 @@ namespace {
 
 constexpr double kHbmGBs = 4260;      // measured device-to-device copy, PERFORMANCE.md
 constexpr double kFp8TFlops = 1410;   // measured FP8 dense peak
+constexpr double kBf16TFlops = 790;   // measured bf16 dense matrix rate (the head)
 
 struct BenchArgs {
-  std::string preset, model, json, moe_prefill = "grouped";
+  std::string preset, model, json, moe_prefill = "grouped", kernels = "fast";
   bool dummy = false;
   int64_t layers = 0, context = 0, chunk = 2048, iters = 30, warmup = 3;
   std::vector<int64_t> batches{1, 8, 32}, prefills{1024, 8192};
@@ -66,6 +69,12 @@ double time_ms(cuda::DeviceContext& ctx, int64_t warmup, int64_t reps, F&& fn) {
   return median(ms);
 }
 
+void write_json(const std::string& path, const nlohmann::ordered_json& j) {
+  std::ofstream f(path);
+  if (!f) fail("--json: cannot write ", path);
+  f << j.dump(2) << "\n";
+}
+
 void prefill(cuda::CudaModel& m, int slot, int64_t P, int64_t chunk, uint64_t seed) {
   std::vector<int32_t> ids;
   for (int64_t p = 0; p < P; p += chunk) {
@@ -76,7 +85,30 @@ void prefill(cuda::CudaModel& m, int slot, int64_t P, int64_t chunk, uint64_t se
   }
 }
 
+nlohmann::ordered_json run_tier(const BenchArgs& a, cuda::KernelTier tier);
+
 void run_bench(const BenchArgs& a) {
+  if (a.kernels != "both") {
+    const auto j = run_tier(a, a.kernels == "exact" ? cuda::KernelTier::Exact : cuda::KernelTier::Fast);
+    if (!a.json.empty()) write_json(a.json, j);
+    return;
+  }
+  nlohmann::ordered_json j;
+  j["fast"] = run_tier(a, cuda::KernelTier::Fast);
+  j["exact"] = run_tier(a, cuda::KernelTier::Exact);
+  std::printf("\nfast vs exact (exact time / fast time)\n%6s %10s %10s\n", "batch", "step", "layer");
+  const nlohmann::ordered_json f = j["fast"]["decode"], e = j["exact"]["decode"];  // copies: j grows below
+  for (size_t i = 0; i < f.size() && i < e.size(); ++i) {
+    const double step = e[i]["step_ms"].get<double>() / f[i]["step_ms"].get<double>();
+    const double layer = e[i]["layer_us"].get<double>() / f[i]["layer_us"].get<double>();
+    std::printf("%6lld %9.2fx %9.2fx\n", (long long)f[i]["batch"].get<int64_t>(), step, layer);
+    j["speedup"].push_back({{"batch", f[i]["batch"]}, {"step", step}, {"layer", layer}});
+  }
+  if (!a.json.empty()) write_json(a.json, j);
+}
+
+nlohmann::ordered_json run_tier(const BenchArgs& a, cuda::KernelTier tier) {
+  const char* tier_name = tier == cuda::KernelTier::Fast ? "fast" : "exact";
   ModelConfig cfg;
   if (!a.preset.empty()) {
     if (!a.dummy) fail("--preset needs --dummy-weights (a preset has no checkpoint)");
@@ -90,7 +122,9 @@ void run_bench(const BenchArgs& a) {
   cuda::CudaModelOptions o;
   o.max_seqs = maxB;
   o.max_ctx = std::max(maxP, a.context + 1) + 16;
-  o.max_tokens = std::max(std::min(a.chunk, std::max<int64_t>(maxP, 1)), maxB);
+  // Prefill and the context fill run in chunks of up to --chunk tokens.
+  o.max_tokens = std::max(std::min(a.chunk, std::max<int64_t>({maxP, a.context, 1})), maxB);
+  o.kernels = tier;
   o.grouped_moe_prefill = a.moe_prefill == "grouped";
   const std::string what = a.preset.empty() ? a.model : "preset " + a.preset;
   std::fprintf(stderr, "bench: %s, %lld layers, %s weights\n", what.c_str(), (long long)cfg.num_layers,
@@ -113,36 +147,49 @@ void run_bench(const BenchArgs& a) {
   j["model"] = what;
   j["layers"] = cfg.num_layers;
   j["moe_prefill"] = a.moe_prefill;
+  j["kernels"] = tier_name;
   j["weights_device_bytes"] = m.weights().device_bytes;
   j["free_bytes"] = free_b;
-  j["ceilings"] = {{"hbm_GBs", kHbmGBs}, {"fp8_TFLOPs", kFp8TFlops}};
+  j["ceilings"] = {{"hbm_GBs", kHbmGBs}, {"fp8_TFLOPs", kFp8TFlops}, {"bf16_TFLOPs", kBf16TFlops}};
   const double L = double(cfg.num_layers);
 
-  std::printf("dsv4 bench: %s, %lld layers, %s, weights %.2f GiB on device, %.1f GiB free\n", what.c_str(),
-              (long long)cfg.num_layers, ctx.name().c_str(), double(m.weights().device_bytes) / (1 << 30),
+  std::printf("dsv4 bench: %s, %lld layers, %s kernels, %s, weights %.2f GiB on device, %.1f GiB free\n",
+              what.c_str(), (long long)cfg.num_layers, tier_name, ctx.name().c_str(),
+              double(m.weights().device_bytes) / (1 << 30),
               double(free_b) / (1 << 30));
 
   // Prefill.
-  std::printf("\nprefill (chunks of %lld)\n%8s %10s %10s %9s %8s\n", (long long)std::min(a.chunk, o.max_tokens),
-              "tokens", "ms", "tok/s", "TFLOP/s", "of peak");
+  if (!a.prefills.empty())
+    std::printf("\nprefill (chunks of %lld)\n%8s %10s %10s %9s %8s %10s %6s\n", (long long)o.max_tokens, "tokens",
+                "ms", "tok/s", "TFLOP/s", "of peak", "floor ms", "x");
   for (int64_t P : a.prefills) {
+    if (P <= 0) continue;
     const double ms = time_ms(ctx, 1, 3, [&] { prefill(m, 0, P, o.max_tokens, a.seed); });
     const StepCost c = prefill_cost(cfg, P);
     const double tflops = c.flops / (ms * 1e-3) / 1e12;
-    std::printf("%8lld %10.2f %10.0f %9.1f %7.1f%%\n", (long long)P, ms, double(P) / (ms * 1e-3), tflops,
-                100 * tflops / kFp8TFlops);
+    const double floor_ms = std::max(c.flops / (kFp8TFlops * 1e12), c.bytes / (kHbmGBs * 1e9)) * 1e3;
+    std::printf("%8lld %10.2f %10.0f %9.1f %7.1f%% %10.2f %5.1fx\n", (long long)P, ms, double(P) / (ms * 1e-3), tflops,
+                100 * tflops / kFp8TFlops, floor_ms, ms / floor_ms);
     j["prefill"].push_back({{"tokens", P}, {"ms", ms}, {"tok_s", double(P) / (ms * 1e-3)}, {"tflops", tflops},
-                            {"of_fp8_peak", tflops / kFp8TFlops}, {"flops", c.flops}});
+                            {"of_fp8_peak", tflops / kFp8TFlops}, {"flops", c.flops}, {"floor_ms", floor_ms},
+                            {"ratio", ms / floor_ms}});
   }
 
-  // Context: every slot's state filled to `context` tokens.
-  if (a.context > 0)
-    for (int64_t s = 0; s < maxB; ++s) prefill(m, int(s), a.context, o.max_tokens, a.seed + uint64_t(s));
+  // Context: every slot's state filled to `context` tokens, by prefill chunks.
+  if (a.context > 0) {
+    const double ms = time_ms(ctx, 0, 1, [&] {
+      for (int64_t s = 0; s < maxB; ++s) prefill(m, int(s), a.context, o.max_tokens, a.seed + uint64_t(s));
+    });
+    std::printf("\ncontext fill: %lld slots x %lld tokens in chunks of %lld: %.2f s (%.0f tok/s)\n", (long long)maxB,
+                (long long)a.context, (long long)o.max_tokens, ms * 1e-3, double(maxB * a.context) / (ms * 1e-3));
+    j["context_fill"] = {{"slots", maxB}, {"tokens", a.context}, {"chunk", o.max_tokens}, {"ms", ms}};
+  }
   ctx.synchronize();
 
-  std::printf("\ndecode at context %lld (CUDA graph, median of %lld)\n%6s %10s %10s %10s %9s %8s %9s %10s\n",
-              (long long)a.context, (long long)a.iters, "batch", "step ms", "layer us", "head us", "GB/s", "of HBM",
-              "TFLOP/s", "tok/s");
+  std::printf("\ndecode at context %lld (CUDA graph, median of %lld; floors: bytes / HBM, FLOPs / peak)\n"
+              "%6s %10s %10s %9s %6s %10s %9s %6s %9s %8s %9s %10s\n",
+              (long long)a.context, (long long)a.iters, "batch", "step ms", "layer us", "floor us", "x", "head us",
+              "floor us", "x", "GB/s", "of HBM", "TFLOP/s", "tok/s");
   for (int64_t B : a.batches) {
     std::vector<int32_t> ids, slots, pos;
     for (int64_t b = 0; b < B; ++b) {
@@ -159,21 +206,25 @@ void run_bench(const BenchArgs& a) {
     double lbytes = 0;
     for (int64_t i = 0; i < cfg.num_layers; ++i) lbytes += layer_decode_cost(cfg, i, B, a.context).bytes;
     const double layer_gbs = lbytes / L / (layer_us * 1e-6) / 1e9;
-    std::printf("%6lld %10.3f %10.1f %10.1f %9.0f %7.1f%% %9.2f %10.0f\n", (long long)B, step, layer_us, head * 1e3,
-                gbs, 100 * gbs / kHbmGBs, tflops, double(B) / (step * 1e-3));
+    double lflops = 0;
+    for (int64_t i = 0; i < cfg.num_layers; ++i) lflops += layer_decode_cost(cfg, i, B, a.context).flops;
+    const double layer_floor = std::max(lbytes / L / (kHbmGBs * 1e9), lflops / L / (kFp8TFlops * 1e12)) * 1e6;
+    const double V = double(cfg.vocab_size), D = double(cfg.hidden_size);  // the head: bf16 [V, D]
+    const double head_floor = std::max(V * D * 2 / (kHbmGBs * 1e9), 2 * double(B) * V * D / (kBf16TFlops * 1e12)) * 1e6;
+    std::printf("%6lld %10.3f %10.1f %9.1f %5.1fx %10.1f %9.1f %5.1fx %9.0f %7.1f%% %9.2f %10.0f\n", (long long)B, step,
+                layer_us, layer_floor, layer_us / layer_floor, head * 1e3, head_floor, head * 1e3 / head_floor, gbs,
+                100 * gbs / kHbmGBs, tflops, double(B) / (step * 1e-3));
     j["decode"].push_back({{"batch", B}, {"context", a.context}, {"step_ms", step}, {"layer_us", layer_us},
                            {"embed_head_us", head * 1e3}, {"bytes", c.bytes}, {"GBs", gbs}, {"of_hbm", gbs / kHbmGBs},
                            {"layer_bytes", lbytes / L}, {"layer_GBs", layer_gbs},
-                           {"layer_floor_us", lbytes / L / (kHbmGBs * 1e9) * 1e6}, {"tflops", tflops},
+                           {"layer_floor_us", layer_floor}, {"layer_ratio", layer_us / layer_floor},
+                           {"head_floor_us", head_floor}, {"head_ratio", head * 1e3 / head_floor}, {"tflops", tflops},
                            {"tok_s", double(B) / (step * 1e-3)}});
   }
   std::printf("(bytes: checkpoint-format weights the step must read, expected distinct experts, KV rows; "
-              "ceilings %.0f GB/s, %.0f FP8 TFLOP/s)\n", kHbmGBs, kFp8TFlops);
-  if (!a.json.empty()) {
-    std::ofstream f(a.json);
-    if (!f) fail("--json: cannot write ", a.json);
-    f << j.dump(2) << "\n";
-  }
+              "ceilings %.0f GB/s, %.0f FP8 / %.0f bf16 TFLOP/s; head us: embedding + hc_head + norm + logits)\n",
+              kHbmGBs, kFp8TFlops, kBf16TFlops);
+  return j;
 }
 #endif
 
@@ -199,6 +250,9 @@ void register_bench(CLI::App& app) {
   c->add_option("--moe-prefill", a->moe_prefill,
                  "Routed experts of prefill chunks above 512 tokens: grouped (tensor cores) | gemv (per token)")
       ->check(CLI::IsMember({"grouped", "gemv"}))
+      ->capture_default_str();
+  c->add_option("--kernels", a->kernels, "fast | exact | both (one after the other, with the speedups)")
+      ->check(CLI::IsMember({"fast", "exact", "both"}))
       ->capture_default_str();
   c->add_option("--json", a->json, "Also write the results as JSON to FILE");
   c->callback([a] {

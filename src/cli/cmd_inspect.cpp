@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "io/config.h"
 #include "io/safetensors.h"
+#include "io/variant.h"
 #include "io/weights.h"
 
 namespace dsv4::cli {
@@ -59,6 +60,43 @@ void print_config(const ModelConfig& c) {
   std::printf("rope        main theta %g; compress theta %g%s\n", c.rope_main.theta, c.rope_compress.theta,
               c.rope_compress.yarn ? " + YaRN" : "");
   std::printf("mtp         %zu block(s) in config\n", c.mtp_layers.size());
+  if (c.dspark.present()) {
+    std::printf("dspark      block %lld, noise token %lld, markov rank %lld, target layers", (long long)c.dspark.block_size,
+                (long long)c.dspark.noise_token_id, (long long)c.dspark.markov_rank);
+    for (int64_t t : c.dspark.target_layer_ids) std::printf(" %lld", (long long)t);
+    std::printf("\n");
+  }
+  if (!c.expert_dtype.empty() || !c.moe_quant_algo.empty())
+    std::printf("quant       expert_dtype %s, moe_quant_algo %s (the loader reads each tensor's format)\n",
+                c.expert_dtype.empty() ? "-" : c.expert_dtype.c_str(), c.moe_quant_algo.empty() ? "-" : c.moe_quant_algo.c_str());
+}
+
+// Routed-expert format of each block, run-length grouped: "layers 0-5 nvfp4 1x16; mtp.0 fp4-e2m1 1x32".
+void print_expert_formats(const Weights& w) {
+  std::vector<std::pair<std::string, std::string>> rows;  // (block, format)
+  auto add = [&](const std::string& name, const BlockWeights& b) {
+    std::optional<WeightFormat> f = expert_format(b);
+    std::string fs = f ? weight_format_name(*f) : "mixed or missing";
+    if (f == WeightFormat::NVFP4) {
+      size_t shared = 0;
+      for (const auto& e : b.ffn.experts) shared += w13_share_global_scale(e);
+      fs += cat(", w1/w3 share weight_scale_2 in ", shared, "/", b.ffn.experts.size());
+    }
+    rows.emplace_back(name, fs);
+  };
+  for (size_t i = 0; i < w.layers.size(); ++i) add(cat("layer ", i), w.layers[i]);
+  for (size_t k = 0; k < w.mtp.size(); ++k) add(cat("mtp.", k, " (MTP)"), w.mtp[k].block);
+  for (size_t k = 0; k < w.dspark.size(); ++k) add(cat("mtp.", k, " (DSpark)"), w.dspark[k].block);
+  std::printf("experts\n");
+  for (size_t i = 0; i < rows.size();) {
+    size_t j = i;
+    while (j + 1 < rows.size() && rows[j + 1].second == rows[i].second && rows[j + 1].first.rfind("layer ", 0) == 0 &&
+           rows[i].first.rfind("layer ", 0) == 0)
+      ++j;
+    const std::string who = j == i ? rows[i].first : cat(rows[i].first, "-", rows[j].first.substr(6));
+    std::printf("  %-20s %s\n", who.c_str(), rows[i].second.c_str());
+    i = j + 1;
+  }
 }
 
 int run_inspect(const std::string& dir, bool list) {
@@ -109,13 +147,17 @@ int run_inspect(const std::string& dir, bool list) {
     count(w.head);
     for (const auto& b : w.layers) block(b);
     for (const auto& m : w.mtp) block(m.block), count(m.e_proj), count(m.h_proj);
+    for (const auto& d : w.dspark) block(d.block), count(d.main_proj);
     std::printf("linears\n");
     for (const auto& [f, v] : fmt)
       std::printf("  %-18s %6d  %s\n", weight_format_name(f), v.first, human_bytes(double(v.second)).c_str());
+    print_expert_formats(w);
     std::printf("mtp         %zu block(s) in checkpoint\n", w.mtp.size());
+    if (!w.dspark.empty()) std::printf("dspark      %zu stage(s) in checkpoint\n", w.dspark.size());
+    std::printf("variant     %s\n", variant_name(cfg, w).c_str());
     double f32_bytes = 0;  // the CPU backend decodes every weight to float32 (packed FP4: 2 per byte)
     for (const TensorEntry* e : ckpt->all())
-      f32_bytes += 4.0 * double(e->view.numel()) * (e->view.dtype == DType::I8 ? 2 : 1);
+      f32_bytes += 4.0 * double(e->view.numel()) * (e->view.dtype == DType::I8 || e->view.dtype == DType::U8 ? 2 : 1);
     std::printf("memory      weights as stored %s; CPU backend (float32) %s\n",
                 human_bytes(double(ckpt->total_bytes())).c_str(), human_bytes(f32_bytes).c_str());
     for (const auto& u : w.unused) problems.push_back("unexpected tensor '" + u + "' (not used by the model)");

@@ -51,7 +51,7 @@ std::vector<int32_t> read_tokens(const std::string& path) {
 }
 
 struct LogitsArgs {
-  std::string model, tokens, schedule = "full", numerics = "official", out, device = "auto";
+  std::string model, tokens, schedule = "full", numerics = "official", out, device = "auto", kernels;
   bool mtp = false;
 };
 
@@ -61,7 +61,7 @@ void run_logits(const LogitsArgs& a) {
     if (a.mtp) fail("dsv4 logits --mtp: not yet on cuda (use --device cpu)");
     if (a.numerics != "official") fail("--device cuda runs official numerics only (use --device cpu)");
     const int64_t n = int64_t(ids.size());
-    CudaSequence seq(a.model, n, 256, terminal_load_progress(a.model));
+    CudaSequence seq(a.model, n, 256, terminal_load_progress(a.model), a.kernels);
     const int64_t V = seq.config().vocab_size;
     Tensor logits({n, V});
     int64_t done = 0;
@@ -126,7 +126,7 @@ void register_logits(CLI::App& app) {
       ->capture_default_str();
   c->add_flag("--mtp", a->mtp,
               "Also run the MTP block (mtp.0) and write 'mtp_logits' [n_tokens-1, vocab]: row t predicts token t+2");
-  add_device_option(*c, a->device);
+  add_device_option(*c, a->device, a->kernels);
   c->add_option("--out", a->out, "Output safetensors file (tensor 'logits' float32 [n_tokens, vocab])")->required();
   c->callback([a] { run_logits(*a); });
 }

@@ -38,7 +38,7 @@ void run(RunArgs& a) {
     const std::vector<int32_t> prompt = tok.encode(a.prompt);
     // A context of the prompt + the tokens to generate; tokens sampled on the GPU (step_model.h).
     auto model = load_step_model(a.gen.model, true, a.gen.numerics, 1, int64_t(prompt.size()) + a.gen.max_tokens + 1,
-                                 256, terminal_load_progress(a.gen.model));
+                                 256, terminal_load_progress(a.gen.model), a.gen.kernels);
     SamplingParams sp = a.gen.sampling();
     sp.grammar = a.gen.grammar(tok, model->config().vocab_size, false);
     Sampler sampler(sp, a.gen.stops(tok).stop_ids);

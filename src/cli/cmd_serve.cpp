@@ -1,9 +1,12 @@
 // dsv4 serve: the OpenAI-compatible HTTP server (server/) over the continuous-batching engine
 // (runtime/engine.h). Prints the URL once it accepts connections; SIGINT/SIGTERM stop it cleanly:
-// new requests get 503, running ones may finish for --shutdown-timeout seconds, the rest are
-// cancelled, then the process exits with status 0.
+// idle connections close, new requests get 503, running ones may finish for --shutdown-timeout
+// seconds, the rest are cancelled, then the process exits with status 0. A second signal ends the
+// process at once (status 128 + the signal).
 #include <CLI/CLI.hpp>
 #include <pthread.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <csignal>
@@ -23,10 +26,11 @@ namespace dsv4::cli {
 namespace {
 
 struct ServeArgs {
-  std::string model, numerics = "official", served_name, device = "auto";
+  std::string model, numerics = "official", served_name, device = "auto", kernels;
   server::HttpOptions http;
-  EngineOptions engine;
+  EngineOptions engine{.max_tokens_limit = 8192};  // no request generates for hours unasked
   double shutdown_timeout = 10;
+  bool no_webui = false;
 };
 
 std::string model_name_of(const std::string& dir) {
@@ -43,6 +47,12 @@ void serve(ServeArgs& a) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);  // a client that hangs up must not end the server
+  // Every connection is a file descriptor: take all the open files the system allows this process.
+  rlimit rl{};
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
 
   const bool cuda = use_cuda(a.device, "serve");
   const Tokenizer tok = Tokenizer::load(a.model);
@@ -50,9 +60,11 @@ void serve(ServeArgs& a) {
   // prefill calls of the engine's chunk.
   const std::unique_ptr<StepModel> model =
       load_step_model(a.model, cuda, a.numerics, a.engine.max_num_seqs, a.engine.max_context,
-                      std::min(a.engine.prefill_chunk, a.engine.max_step_tokens), terminal_load_progress(a.model));
+                      std::min(a.engine.prefill_chunk, a.engine.max_step_tokens), terminal_load_progress(a.model),
+                      a.kernels);
   Engine engine(*model, tok, a.engine);
   server::ServerContext ctx(engine, tok, a.served_name.empty() ? model_name_of(a.model) : a.served_name);
+  ctx.webui = !a.no_webui;
   server::HttpServer http(ctx, a.http);
   const int port = http.bind();
   std::thread accept_thread([&] { http.run(); });
@@ -63,8 +75,17 @@ void serve(ServeArgs& a) {
 
   int sig = 0;
   sigwait(&stop_signals, &sig);
-  std::fprintf(stderr, "dsv4 serve: %s: finishing running requests\n", strsignal(sig));
+  std::fprintf(stderr, "dsv4 serve: %s: finishing running requests (a second signal stops at once)\n", strsignal(sig));
+  // A second signal means now: no destructors, no waiting for anything.
+  std::thread([stop_signals] {
+    int again = 0;
+    sigwait(&stop_signals, &again);
+    static const char msg[] = "dsv4 serve: second signal: exiting now\n";
+    [[maybe_unused]] const ssize_t n = write(STDERR_FILENO, msg, sizeof msg - 1);
+    _exit(128 + again);
+  }).detach();
   ctx.draining = true;
+  http.drain();
   engine.shutdown(std::chrono::milliseconds(int64_t(a.shutdown_timeout * 1000)));
   // The cancelled and finished requests' last bytes go out before the connections close.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
@@ -102,16 +123,47 @@ void register_serve(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   c->add_option("--max-model-len", a->engine.max_context, "Context length (default: the model's)")
       ->check(CLI::PositiveNumber);
+  c->add_option("--max-tokens-limit", a->engine.max_tokens_limit,
+                "Tokens a request may generate: the default when it gives no max_tokens, and the cap when it "
+                "asks for more (0: the context)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   c->add_option("--cache-tokens", a->engine.cache_tokens,
                 "Cache pool size in tokens (default: max-num-seqs full contexts)")
       ->check(CLI::PositiveNumber);
-  c->add_option("--http-threads", a->http.threads, "Connections served at once")
+  c->add_option("--http-threads", a->http.io_threads, "I/O threads serving all connections")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
+  c->add_option("--http-workers", a->http.workers, "Threads running request handlers (parse, submit)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
+  c->add_option("--max-connections", a->http.max_connections, "Open connections; more get 503")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  c->add_option("--max-body-bytes", a->http.max_body_bytes, "Largest request body; larger get 413")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  c->add_option("--header-timeout", a->http.header_timeout_s, "Seconds for a whole request head; slower get 408")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  c->add_option("--body-timeout", a->http.body_timeout_s,
+                "Seconds for a whole request body (408), and the longest a response write may stall")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  c->add_option("--idle-timeout", a->http.idle_timeout_s, "Seconds a keep-alive connection may wait between requests")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  c->add_option("--allowed-origins", a->http.allowed_origins,
+                "Origins (scheme://host[:port], or *) whose web pages may call the API (CORS; default: the server's own only)")
+      ->delimiter(',');
+  c->add_option("--allowed-hosts", a->http.allowed_hosts,
+                "Host header names accepted on a loopback bind besides localhost, 127.x.x.x, [::1]")
+      ->delimiter(',');
   c->add_option("--shutdown-timeout", a->shutdown_timeout, "Seconds running requests may finish after Ctrl-C")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  add_device_option(*c, a->device);
+  c->add_flag("--no-webui", a->no_webui, "Do not serve the chat page at /");
+  add_device_option(*c, a->device, a->kernels);
   c->callback([a] { serve(*a); });
 }
 

@@ -15,10 +15,14 @@
 
 namespace dsv4::cli {
 
-void add_device_option(CLI::App& c, std::string& device) {
+void add_device_option(CLI::App& c, std::string& device, std::string& kernels) {
   device = "auto";
   c.add_option("--device", device, "cpu | cuda | auto (cuda when built with CUDA and a Hopper GPU is present)")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
+      ->capture_default_str();
+  kernels = "fast";
+  c.add_option("--kernels", kernels, "cuda: fast (tensor cores, free summation order) | exact (bit-identical to the CPU)")
+      ->check(CLI::IsMember({"fast", "exact"}))
       ->capture_default_str();
 }
 
@@ -41,17 +45,27 @@ bool use_cuda(const std::string& device, const char* command, bool supported) {
   return true;
 }
 
+#if DSV4_HAVE_CUDA
+namespace {
+cuda::KernelTier kernel_tier(const std::string& kernels) {
+  if (kernels != "fast" && kernels != "exact") fail("--kernels: expected fast or exact, got '", kernels, "'");
+  return kernels == "fast" ? cuda::KernelTier::Fast : cuda::KernelTier::Exact;
+}
+
+}  // namespace
+#endif
+
 std::unique_ptr<StepModel> load_step_model(const std::string& dir, bool cuda, const std::string& numerics,
                                            int max_seqs, int64_t max_ctx, int64_t chunk,
-                                           const LoadProgress& progress) {
+                                           const LoadProgress& progress, const std::string& kernels) {
   if (!cuda) return std::make_unique<CpuStepModel>(Model::load(dir, parse_numerics(numerics), progress), max_seqs);
   if (numerics != "official") fail("--device cuda runs official numerics only (use --device cpu)");
 #if DSV4_HAVE_CUDA
   if (max_ctx <= 0)
     max_ctx = std::min<int64_t>(load_config(dir).max_position_embeddings, kCudaDefaultContext);
-  return cuda::CudaStepModel::load(dir, max_seqs, max_ctx, chunk, progress);
+  return cuda::CudaStepModel::load(dir, max_seqs, max_ctx, chunk, progress, kernel_tier(kernels));
 #else
-  (void)max_seqs, (void)max_ctx, (void)chunk;
+  (void)max_seqs, (void)max_ctx, (void)chunk, (void)kernels;
   fail("--device cuda: this dsv4 was built without CUDA");
 #endif
 }
@@ -61,12 +75,14 @@ struct CudaSequence::Impl {
   std::unique_ptr<cuda::CudaModel> model;
 };
 
-CudaSequence::CudaSequence(const std::string& dir, int64_t max_ctx, int64_t chunk, const LoadProgress& progress)
+CudaSequence::CudaSequence(const std::string& dir, int64_t max_ctx, int64_t chunk, const LoadProgress& progress,
+                           const std::string& kernels)
     : impl_(std::make_unique<Impl>()) {
   cuda::CudaModelOptions o;
   o.max_seqs = 1;
   o.max_ctx = std::max<int64_t>(max_ctx, 1);
   o.max_tokens = std::max<int64_t>(chunk, 1);
+  o.kernels = kernel_tier(kernels);
   impl_->model = cuda::CudaModel::load(dir, o, progress);
 }
 
@@ -96,7 +112,7 @@ Tensor CudaSequence::feed(const std::vector<int32_t>& tokens, bool all) {
 }
 #else
 struct CudaSequence::Impl {};
-CudaSequence::CudaSequence(const std::string&, int64_t, int64_t, const LoadProgress&) {
+CudaSequence::CudaSequence(const std::string&, int64_t, int64_t, const LoadProgress&, const std::string&) {
   fail("--device cuda: this dsv4 was built without CUDA");
 }
 CudaSequence::~CudaSequence() = default;

@@ -20,7 +20,9 @@ class App;
 
 namespace dsv4::cli {
 
-void add_device_option(CLI::App& c, std::string& device);  // --device, default "auto"
+// --device (default "auto") and --kernels fast|exact (default "fast": the CUDA model's linears, docs/cuda.md
+// "Kernel tiers"; exact is bit-identical to the CPU; the CPU has one tier and ignores it).
+void add_device_option(CLI::App& c, std::string& device, std::string& kernels);
 // True when `command` runs on the GPU. `supported`: whether that command has a CUDA path.
 bool use_cuda(const std::string& device, const char* command, bool supported = true);
 bool cuda_available();  // CUDA build and a Hopper device
@@ -34,13 +36,14 @@ constexpr int64_t kCudaDefaultContext = 4096;
 // capped at kCudaDefaultContext) and prefill calls of up to `chunk` tokens.
 std::unique_ptr<StepModel> load_step_model(const std::string& dir, bool cuda, const std::string& numerics,
                                            int max_seqs, int64_t max_ctx, int64_t chunk,
-                                           const LoadProgress& progress);
+                                           const LoadProgress& progress, const std::string& kernels);
 
 // A CUDA model of one sequence (slot 0), fed chunk by chunk like SequenceState + Model::forward.
 class CudaSequence {
  public:
   // max_ctx: positions the sequence may reach; chunk: largest chunk fed at once (longer ones are split).
-  CudaSequence(const std::string& dir, int64_t max_ctx, int64_t chunk, const LoadProgress& progress);
+  CudaSequence(const std::string& dir, int64_t max_ctx, int64_t chunk, const LoadProgress& progress,
+               const std::string& kernels);
   ~CudaSequence();
   const ModelConfig& config() const;
   // Logits [T, V] of every position of `tokens` (all) or of the last [1, V]; advances the position.

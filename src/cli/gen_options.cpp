@@ -42,7 +42,7 @@ void GenOptions::add_to(CLI::App& c) {
   c.add_flag("--no-thinking", no_thinking, "Chat: answer directly (chat mode; the default)")->excludes(th);
   c.add_option("--effort", effort, "Chat, thinking mode: reasoning effort")->check(CLI::IsMember({"high", "max"}));
   c.add_flag("--stats", stats, "Print time to first token and tokens/s on stderr");
-  add_device_option(c, device);
+  add_device_option(c, device, kernels);
 }
 
 SamplingParams GenOptions::sampling() const {
@@ -107,7 +107,7 @@ bool stdout_is_terminal() { return isatty(STDOUT_FILENO) != 0; }
 Loaded load_model_and_tokenizer(const GenOptions& o, const char* command, int64_t max_ctx) {
   const bool cuda = use_cuda(o.device, command);
   Tokenizer tok = Tokenizer::load(o.model);  // before the weights: a missing tokenizer fails fast
-  return Loaded{load_step_model(o.model, cuda, o.numerics, 1, max_ctx, 256, terminal_load_progress(o.model)),
+  return Loaded{load_step_model(o.model, cuda, o.numerics, 1, max_ctx, 256, terminal_load_progress(o.model), o.kernels),
                 std::move(tok)};
 }
 

@@ -31,6 +31,7 @@ struct GenOptions {
   std::string effort;  // "", "high", "max"
   bool stats = false;
   std::string device = "auto";  // --device cpu | cuda | auto (cli/device.h)
+  std::string kernels = "fast";  // --kernels fast | exact (cli/device.h)
   std::string json_schema;      // --json-schema FILE|JSON: constrained output (docs/structured-output.md)
   bool json_object = false;     // --json-object
   std::string grammar_file;     // --grammar FILE (grammar/gbnf.h)

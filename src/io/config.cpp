@@ -297,6 +297,41 @@ void parse_transformers_layers(const Fields& f, ModelConfig& c) {
   }
 }
 
+// Fields that name a checkpoint variant (FORMATS.md 1, 2.3, 4.8): expert_dtype, dspark_*, and the
+// ModelOpt moe_quant_algo. The DSpark fields come as a set; their stages are checked against the
+// checkpoint when the weights are bound.
+void parse_variant_fields(const Fields& f, ModelConfig& c) {
+  if (auto d = f.string("expert_dtype")) {
+    if (*d != "fp4" && *d != "fp8") f.bad("expert_dtype", "\"fp4\" or \"fp8\"", f.get("expert_dtype"));
+    c.expert_dtype = *d;
+  }
+  if (const json* q = f.object("quantization_config")) {
+    Fields qf(*q, f.source(), "quantization_config.");
+    if (auto a = qf.string("moe_quant_algo")) c.moe_quant_algo = *a;
+  }
+  static const char* kDSpark[] = {"dspark_block_size", "dspark_noise_token_id", "dspark_target_layer_ids",
+                                  "dspark_markov_rank"};
+  const char* any = nullptr;
+  for (const char* k : kDSpark)
+    if (f.get(k)) any = any ? any : k;
+  if (!any) return;
+  for (const char* k : kDSpark)
+    if (!f.get(k)) fail(f.source(), ": field '", any, "' is set but '", k, "' is missing (DSpark fields come as a set)");
+  DSparkConfig& d = c.dspark;
+  d.block_size = f.integer("dspark_block_size", std::nullopt);
+  d.noise_token_id = f.integer("dspark_noise_token_id", std::nullopt, 0, c.vocab_size - 1);
+  d.markov_rank = f.integer("dspark_markov_rank", std::nullopt);
+  const json& t = *f.array("dspark_target_layer_ids", "a list of main-layer ids");
+  for (size_t i = 0; i < t.size(); ++i) {
+    int64_t id;
+    if (!as_int(t[i], &id) || id < 0 || id >= c.num_layers)
+      fail(f.source(), ": dspark_target_layer_ids[", i, "] = ", dump(t[i]), ": expected a layer id in [0, ",
+           c.num_layers, ")");
+    d.target_layer_ids.push_back(id);
+  }
+  if (d.target_layer_ids.empty()) f.bad("dspark_target_layer_ids", "a non-empty list of main-layer ids", &t);
+}
+
 ModelConfig parse_object(const json& j, const std::string& source) {
   if (!j.is_object()) fail(source, ": expected a JSON object, found ", describe(&j));
   const Fields f(j, source);
@@ -363,6 +398,8 @@ ModelConfig parse_object(const json& j, const std::string& source) {
     fail(source, ": field 'compress_ratios': more than ", kMaxMtpLayers, " entries beyond num_hidden_layers");
   while (int64_t(c.mtp_layers.size()) < nextn) c.mtp_layers.push_back(LayerSpec{});
   for (LayerSpec& m : c.mtp_layers) m.route = RouteKind::TopK;
+
+  parse_variant_fields(f, c);
 
   c.rope_dim = parse_rope_dim(f, c.head_dim);
   const double theta = f.number("rope_theta", 10000.0, true);

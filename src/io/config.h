@@ -27,6 +27,15 @@ struct LayerSpec {
   RouteKind route = RouteKind::TopK;
 };
 
+// DSpark drafter description (FORMATS.md 2.3, 8.2): the `dspark_*` fields of the 0731 / 0813 configs.
+struct DSparkConfig {
+  int64_t block_size = 0;                // dspark_block_size (0: no DSpark fields)
+  int64_t noise_token_id = -1;           // dspark_noise_token_id
+  int64_t markov_rank = 0;               // dspark_markov_rank
+  std::vector<int64_t> target_layer_ids; // dspark_target_layer_ids (main layers whose states it reads)
+  bool present() const { return block_size > 0; }
+};
+
 struct ModelConfig {
   std::string source;  // path of the config.json it came from (for messages)
   std::string form;    // "legacy" or "transformers"
@@ -66,6 +75,11 @@ struct ModelConfig {
   int64_t bos_token_id = 0;
   int64_t eos_token_id = 1;
   bool tie_word_embeddings = false;
+
+  std::string expert_dtype;        // top-level "expert_dtype" ("fp4" / "fp8"), "" when absent; informational:
+                                   // the loader decides each tensor's format from what the checkpoint holds
+  std::string moe_quant_algo;      // quantization_config.moe_quant_algo ("NVFP4" for ModelOpt), "" when absent
+  DSparkConfig dspark;
 
   std::vector<LayerSpec> layers;      // size num_layers
   std::vector<LayerSpec> mtp_layers;  // MTP blocks described by the config (compress_ratios tail or

@@ -1,6 +1,7 @@
 #include "io/json_text.h"
 
 #include <cstdio>
+#include <vector>
 
 #include "core/error.h"
 
@@ -33,7 +34,81 @@ void render(const json& j, std::string& out, int depth) {
   out += arr ? ']' : '}';
 }
 
+// SAX events of nlohmann's (iterative) parser: tracks the position as a path of members and stops at
+// the first container deeper than the limit.
+class DepthScan {
+ public:
+  DepthScan(int max_depth, size_t path_parts) : max_depth_(max_depth), path_parts_(path_parts) {}
+
+  bool null() { return value(); }
+  bool boolean(bool) { return value(); }
+  bool number_integer(json::number_integer_t) { return value(); }
+  bool number_unsigned(json::number_unsigned_t) { return value(); }
+  bool number_float(json::number_float_t, const json::string_t&) { return value(); }
+  bool string(json::string_t&) { return value(); }
+  bool binary(json::binary_t&) { return value(); }
+  bool start_object(size_t) { return open(false); }
+  bool start_array(size_t) { return open(true); }
+  bool key(json::string_t& k) {
+    frames_.back().key = std::move(k);
+    return true;
+  }
+  bool end_object() { return close(); }
+  bool end_array() { return close(); }
+  bool parse_error(size_t, const std::string&, const nlohmann::detail::exception&) { return false; }
+
+  std::optional<TooDeep> result;
+
+ private:
+  struct Frame {
+    bool array;
+    size_t index = 0;
+    std::string key;
+  };
+
+  bool value() {
+    if (!frames_.empty() && frames_.back().array) ++frames_.back().index;
+    return true;
+  }
+  bool open(bool array) {
+    if (int(frames_.size()) >= max_depth_) {
+      result = TooDeep{path()};
+      return false;
+    }
+    frames_.push_back({array, 0, {}});
+    return true;
+  }
+  bool close() {
+    frames_.pop_back();
+    return value();
+  }
+  // The member being read in each open container, outermost first.
+  std::string path() const {
+    std::string p;
+    for (size_t i = 0; i < frames_.size() && i < path_parts_; ++i) {
+      const Frame& f = frames_[i];
+      if (f.array) {
+        p += cat('[', f.index, ']');
+      } else {
+        if (!p.empty()) p += '.';
+        p += printable(f.key, 40);
+      }
+    }
+    return p;
+  }
+
+  int max_depth_;
+  size_t path_parts_;
+  std::vector<Frame> frames_;
+};
+
 }  // namespace
+
+std::optional<TooDeep> find_too_deep(std::string_view text, int max_depth, size_t path_parts) {
+  DepthScan scan(max_depth, path_parts);
+  json::sax_parse(text.begin(), text.end(), &scan, json::input_format_t::json, /*strict=*/false);
+  return scan.result;
+}
 
 std::string printable(std::string_view s, size_t max_len) {
   std::string out;

@@ -1,5 +1,6 @@
 #include "io/weights.h"
 
+#include <cmath>
 #include <map>
 #include <set>
 
@@ -13,6 +14,7 @@ const char* weight_format_name(WeightFormat f) {
     case WeightFormat::Dense: return "dense";
     case WeightFormat::FP8: return "fp8-e4m3 128x128";
     case WeightFormat::FP4: return "fp4-e2m1 1x32";
+    case WeightFormat::NVFP4: return "nvfp4 1x16";
   }
   return "?";
 }
@@ -26,17 +28,33 @@ Tensor dequantize(const LinearWeight& w) {
   const int64_t scols = w.scale.dim(1);
   std::vector<float> scale(size_t(w.scale.numel()));
   to_f32(w.scale.dtype, w.scale.data, 0, scale.size(), scale.data());
+  const float global = nvfp4_global_scale(w);
+  if (w.format == WeightFormat::NVFP4)
+    for (float& s : scale) s *= global;  // ModelOpt: scale = weight_scale.float() * weight_scale_2, then codes x scale
   for (int64_t i = 0; i < w.out; ++i) {
     float* row = out.row(i);
     if (w.format == WeightFormat::FP8) {
       to_f32(DType::F8_E4M3, w.weight.data, size_t(i * w.in), size_t(w.in), row);
       for (int64_t k = 0; k < w.in; ++k) row[k] *= scale[size_t((i / 128) * scols + k / 128)];
     } else {
+      const int64_t block = w.format == WeightFormat::NVFP4 ? 16 : 32;
       to_f32(DType::F4_E2M1, w.weight.data, size_t(i * w.in), size_t(w.in), row);
-      for (int64_t k = 0; k < w.in; ++k) row[k] *= scale[size_t(i * scols + k / 32)];
+      for (int64_t k = 0; k < w.in; ++k) row[k] *= scale[size_t(i * scols + k / block)];
     }
   }
   return out;
+}
+
+float nvfp4_global_scale(const LinearWeight& w) {
+  if (w.format != WeightFormat::NVFP4 || !w.scale2.data) return 0.0f;
+  float g;
+  to_f32(w.scale2.dtype, w.scale2.data, 0, 1, &g);
+  return g;
+}
+
+bool w13_share_global_scale(const ExpertWeights& e) {
+  return e.w1.format == WeightFormat::NVFP4 && e.w3.format == WeightFormat::NVFP4 &&
+         nvfp4_global_scale(e.w1) == nvfp4_global_scale(e.w3);
 }
 
 namespace {
@@ -87,6 +105,13 @@ class Binder {
     if (!e) return w;
     const TensorView& v = e->view;
     const bool has_scale = has(base + ".scale");
+    // The format is read from the siblings present, never from the name (FORMATS.md 4.8): ModelOpt's
+    // `.weight_scale*` / `.input_scale` replace DeepSeek's `.scale` on the tensors it converted.
+    if (has(base + ".weight_scale") || has(base + ".weight_scale_2") || has(base + ".input_scale")) {
+      if (has_scale)
+        return bad(w, e, cat("has both '", base, ".scale' and ModelOpt '.weight_scale' siblings: the format is ambiguous"));
+      return nvfp4(w, e, base);
+    }
     switch (v.dtype) {
       case DType::BF16: case DType::F32: case DType::F16:
         if (v.shape != Shape{out, in})
@@ -121,6 +146,53 @@ class Binder {
     }
   }
 
+  // A ModelOpt NVFP4 linear: packed e2m1 `.weight`, e4m3 `.weight_scale` [out, in/16], f32
+  // `.weight_scale_2` [] (or [1]), optional f32 `.input_scale` [] (or [1]).
+  LinearWeight nvfp4(LinearWeight w, const TensorEntry* e, const std::string& base) {
+    const TensorView& v = e->view;
+    const int64_t out = w.out, in = w.in;
+    if (v.dtype != DType::U8 && v.dtype != DType::I8 && v.dtype != DType::F4_E2M1)
+      return bad(w, e, cat("dtype ", dtype_name(v.dtype), " with ModelOpt '.weight_scale' siblings: not a format dsv4 ",
+                           "reads (NVFP4 needs a U8 packed e2m1 weight)"));
+    if (in % 16 != 0) return bad(w, e, cat("NVFP4 needs in % 16 == 0, in = ", in));
+    if (v.shape != Shape{out, in / 2})
+      return bad(w, e, cat("shape ", shape_str(v.shape), ", expected packed NVFP4 ", shape_str({out, in / 2}),
+                           " (logical ", shape_str({out, in}), ")"));
+    for (const char* sib : {".weight_scale", ".weight_scale_2"})
+      if (!has(base + sib))
+        return bad(w, e, cat("is NVFP4 (ModelOpt siblings present) but '", base, sib, "' is missing"));
+    w.format = WeightFormat::NVFP4;
+    w.weight = v;
+    w.weight.dtype = DType::F4_E2M1;
+    w.weight.shape = {out, in};
+    w.scale = param(base + ".weight_scale", {out, in / 16}, {DType::F8_E4M3});
+    // Scalars: ModelOpt writes them 0-d; some exporters write [1].
+    w.scale2 = param_numel(base + ".weight_scale_2", 1, {DType::F32});
+    if (has(base + ".input_scale")) w.input_scale = param_numel(base + ".input_scale", 1, {DType::F32});
+    if (!w.scale.data || !w.scale2.data || (has(base + ".input_scale") && !w.input_scale.data)) {
+      w.weight = {};
+      return w;
+    }
+    if (const float g = nvfp4_global_scale(w); !(std::isfinite(g) && g > 0))
+      return bad(w, find(base + ".weight_scale_2"), cat("weight_scale_2 = ", g, ", expected a positive finite number"));
+    return w;
+  }
+
+  // A tensor whose shape only has to hold `n` elements (shapes not seen in a published header).
+  TensorView param_numel(const std::string& name, int64_t n, const std::vector<DType>& types) {
+    const TensorEntry* e = by_name_.count(name) ? by_name_.at(name) : nullptr;
+    if (!e) return param(name, {n}, types);  // reports it missing
+    if (e->view.numel() != n)
+      return problem(e, cat("shape ", shape_str(e->view.shape), " (", e->view.numel(), " elements), expected ", n,
+                            " elements"));
+    return param(name, e->view.shape, types);
+  }
+
+  void report(const std::string& msg) {
+    if (!problems_) throw Error(msg);
+    problems_->push_back(msg);
+  }
+
   std::vector<std::string> unused() const {
     std::vector<std::string> out;
     for (const auto& [name, e] : by_name_)
@@ -138,10 +210,7 @@ class Binder {
     used_.insert(name);
     return it->second;
   }
-  void report(const std::string& msg) {
-    if (!problems_) throw Error(msg);
-    problems_->push_back(msg);
-  }
+  const TensorEntry* find(const std::string& name) const { return by_name_.at(name); }
   TensorView problem(const TensorEntry* e, const std::string& what) {
     report(cat(e->file, ": tensor '", e->name, "': ", what));
     return {};
@@ -221,6 +290,47 @@ BlockWeights bind_block(Binder& b, const ModelConfig& cfg, const LayerSpec& spec
   return w;
 }
 
+// DSpark stages mtp.0.. (FORMATS.md 8.2), told apart from an original MTP block by the tensors present
+// (`mtp.0.main_proj` instead of `e_proj`); the config's dspark_* fields and the stages come together.
+void bind_dspark(Binder& b, const ModelConfig& cfg, Weights& w) {
+  const std::string first = names::mtp(0, "main_proj.weight");
+  if (!cfg.dspark.present()) {
+    if (b.has(first))
+      b.report(cat(cfg.source, ": the checkpoint holds DSpark stage tensors ('", first,
+                   "') but the config has no dspark_* fields"));
+    return;
+  }
+  if (!b.has(first)) {
+    b.report(cat(cfg.source, ": field 'dspark_block_size' is set (a DSpark drafter) but the checkpoint has no DSpark ",
+                 "stages ('", first, "' is missing)"));
+    return;
+  }
+  const int64_t D = cfg.hidden_size, n = cfg.hc_mult, V = cfg.vocab_size, R = cfg.dspark.markov_rank;
+  const int64_t targets = int64_t(cfg.dspark.target_layer_ids.size());
+  int stages = 0;
+  while (b.has(names::mtp(stages, "attn_norm.weight"))) ++stages;
+  for (int k = 0; k < stages; ++k) {
+    LayerSpec spec;  // ratio 0, score routing (FORMATS.md 8.2) unless the config's tail says otherwise
+    if (size_t(k) < cfg.mtp_layers.size()) spec = cfg.mtp_layers[size_t(k)];
+    spec.route = RouteKind::TopK;
+    const std::string p = names::mtp(k, "");
+    DSparkWeights s;
+    s.block = bind_block(b, cfg, spec, p);
+    if (k == 0) {
+      s.main_proj = b.linear(p + "main_proj", D, targets * D);
+      s.main_norm = b.param(p + "main_norm.weight", {D});
+    }
+    if (k == stages - 1) {
+      s.norm = b.param(p + "norm.weight", {D});
+      s.hc_head = bind_hc(b, p + "hc_head", n, n * D, 1);
+      s.markov_w1 = b.linear(p + "markov_head.markov_w1", V, R);
+      s.markov_w2 = b.linear(p + "markov_head.markov_w2", V, R);
+      s.confidence = b.param_numel(p + "confidence_head.proj.weight", D + R, {DType::BF16, DType::F32});
+    }
+    w.dspark.push_back(std::move(s));
+  }
+}
+
 }  // namespace
 
 Weights bind_weights(const ModelConfig& cfg, const Checkpoint& ckpt, std::vector<std::string>* problems) {
@@ -250,6 +360,7 @@ Weights bind_weights(const ModelConfig& cfg, const Checkpoint& ckpt, std::vector
     m.hc_head = bind_hc(b, p + "hc_head", n, n * D, 1);
     w.mtp.push_back(std::move(m));
   }
+  bind_dspark(b, cfg, w);
   w.unused = b.unused();
   return w;
 }

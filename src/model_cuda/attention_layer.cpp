@@ -8,6 +8,7 @@
 #include "backend/cuda/attn_ops.h"
 #include "backend/cuda/check.h"
 #include "backend/cuda/linear_exact.h"
+#include "backend/cuda/linear_fast.h"
 #include "backend/cuda/ops.h"
 #include "core/error.h"
 
@@ -106,15 +107,16 @@ LtMatmul& AttentionWorkspace::plan(const DeviceContext& ctx, GemmKind kind, int6
 namespace {
 
 // y [P, out] = linear(x [T, in]) in official numerics: FP8 weights quantize x (1x128), dense weights
-// take x as is. Up to kExactLinearMaxTokens tokens: exact_linear (bit-identical to the CPU twin);
-// beyond, cuBLASLt (FP8 block-scaled or bf16 GEMM), whose y must hold the plan's padded rows.
+// take x as is. Up to kExactLinearMaxTokens tokens: cuda::linear (the tier's choice: exact_linear,
+// bit-identical to the CPU twin, or fast_gemv); beyond, and in the fast tier above fast_gemv's range,
+// cuBLASLt (FP8 block-scaled or bf16 GEMM), whose y must hold the plan's padded rows.
 void run_linear(const DeviceContext& ctx, AttentionWorkspace& ws, const DevLinear& w, const bf16* x, int64_t T,
                 bf16* y) {
-  if (T <= kExactLinearMaxTokens) {
+  if (T <= kExactLinearMaxTokens && !fast_tier_gemm(ctx, T)) {
     if (w.fp8) {
       const int64_t nb = (w.in + 127) / 128;
       act_quant_rows(ctx, x, T, w.in, ws.codes.get(), ws.scales.get(), nb, 1);
-      exact_linear_fp8(ctx, ws.codes.get(), ws.scales.get(), nb, 1, w.w8, T, y);
+      linear_fp8(ctx, ws.codes.get(), ws.scales.get(), nb, 1, w.w8, T, y);
       return;
     }
     ExactLinearParams e;
@@ -126,7 +128,7 @@ void run_linear(const DeviceContext& ctx, AttentionWorkspace& ws, const DevLinea
     e.x = x;
     e.x_stride = w.in;
     e.w16 = w.w16.get();
-    exact_linear(ctx, e);
+    linear(ctx, e);
     return;
   }
   if (!w.fp8) {
@@ -265,7 +267,7 @@ void run_indexer(const DeviceContext& ctx, const ModelConfig& cfg, AttentionWork
 
 void AttentionWorkspace::prepare(const DeviceContext& ctx, const ModelConfig& cfg, const DevAttentionWeights& w,
                                  int64_t tokens) {
-  if (tokens <= kExactLinearMaxTokens) return;  // exact_linear needs no plans
+  if (tokens <= kExactLinearMaxTokens && !fast_tier_gemm(ctx, tokens)) return;  // exact_linear needs no plans
   auto lin = [&](const DevLinear& l) {
     plan(ctx, l.fp8 ? GemmKind::Fp8BlockScaled : GemmKind::Bf16, l.out, l.in, tokens);
   };
@@ -386,7 +388,7 @@ void attention_forward(const DeviceContext& ctx, const ModelConfig& cfg, const D
     e.tokens = T;
     e.out = int(ro);
     e.in = int(gin);
-    exact_linear(ctx, e);
+    linear(ctx, e);
     run_linear(ctx, ws, w.wo_b, ws.z.get(), T, ws.y.get());
     DSV4_CUDA_CHECK(cudaMemcpyAsync(out, ws.y.get(), size_t(T * D) * sizeof(bf16), cudaMemcpyDeviceToDevice,
                                     ctx.stream()));

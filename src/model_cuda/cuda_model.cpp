@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "backend/cuda/check.h"
+#include "backend/cuda/gemm.h"
 #include "backend/cuda/ops.h"
 #include "backend/cuda/sampling.h"
 #include "core/dtype.h"
@@ -34,6 +35,7 @@ CudaModel::CudaModel(ModelConfig cfg, const Weights& w, uint64_t total_bytes, co
     fail("CudaModel: max_seqs, max_tokens and max_ctx must be positive");
   opt_.max_tokens = std::max(opt_.max_tokens, opt_.max_seqs);  // a decode batch is one call
   ctx_ = std::make_unique<DeviceContext>(opt_.device);
+  ctx_->set_kernels(opt_.kernels);
   w_ = upload_weights(*ctx_, cfg_, w, total_bytes, progress);
 
   const int64_t T = opt_.max_tokens, n = cfg_.hc_mult, D = cfg_.hidden_size, V = cfg_.vocab_size;
@@ -154,14 +156,25 @@ void CudaModel::body(int64_t T, int64_t run_len, int64_t layers, int64_t head_fi
     sublayer(b.hc_ffn, b.ffn_norm, [&](const bf16* x, bf16* y) { moe_forward(ctx, b.ffn, *moe_ws_, x, ids_.get(), T, y); });
   }
   if (head_rows > 0)
-    head_forward(ctx, w_.head, X_.get() + head_first * n * D, head_rows, h_.get(), logits_.get());
+    head_forward(ctx, w_.head, X_.get() + head_first * n * D, head_rows, h_.get(), logits_.get(), head_plan(head_rows));
 }
 
 void CudaModel::prepare(int64_t T) {
   if (prepared_[T]) return;
   for (int64_t i = 0; i < cfg_.num_layers; ++i) attn_ws_->prepare(*ctx_, cfg_, w_.layers[size_t(i)].attn, T);
   moe_ws_->prepare(*ctx_, T);
+  head_plan(T);
   prepared_[T] = true;
+}
+
+LtMatmul* CudaModel::head_plan(int64_t rows) {
+  // H200, 2026-12-01 (docs/perf-log.md): the head through fast_gemv takes 268-284 us up to 16 rows,
+  // 392 at 32; cuBLASLt 271 / 293 / 293 us at 32 / 64 / 128 rows.
+  constexpr int64_t kHeadGemvMaxRows = 16;
+  if (opt_.kernels != KernelTier::Fast || rows <= kHeadGemvMaxRows) return nullptr;  // fast_gemv / exact_linear
+  auto& plan = head_plans_[rows];
+  if (!plan) plan = std::make_unique<LtMatmul>(*ctx_, GemmKind::Bf16F32Out, cfg_.vocab_size, cfg_.hidden_size, rows);
+  return plan.get();
 }
 
 Tensor CudaModel::download_logits(int64_t rows) {
@@ -203,7 +216,8 @@ Tensor CudaModel::forward(int slot, int64_t pos, const std::vector<int32_t>& tok
   Tensor out({T, cfg_.vocab_size});
   for (int64_t r0 = 0; r0 < T; r0 += logit_rows_) {
     const int64_t rows = std::min(logit_rows_, T - r0);
-    head_forward(*ctx_, w_.head, X_.get() + r0 * cfg_.hc_mult * cfg_.hidden_size, rows, h_.get(), logits_.get());
+    head_forward(*ctx_, w_.head, X_.get() + r0 * cfg_.hc_mult * cfg_.hidden_size, rows, h_.get(), logits_.get(),
+                 head_plan(rows));
     Tensor part = download_logits(rows);
     std::copy(part.data.begin(), part.data.end(), out.row(r0));
   }

@@ -35,6 +35,8 @@ struct CudaModelOptions {
   // FP4 routed experts of calls above kExactLinearMaxTokens tokens on the tensor cores (moe_prefill.h);
   // false: the per-(token, pick) GEMVs at any size (bit-identical to the CPU, slow for long prompts).
   bool grouped_moe_prefill = true;
+  // The linears' kernels (context.h): Exact is bit-identical to the CPU; the CLI defaults to Fast.
+  KernelTier kernels = KernelTier::Exact;
   int device = 0;
 };
 
@@ -137,6 +139,9 @@ class CudaModel {
   int32_t* samp_ids_host_ = nullptr;  // pinned [R]
   std::map<std::tuple<int64_t, int64_t, bool>, cudaGraphExec_t> graphs_;  // (B, layers, sample) -> graph
   std::map<int64_t, bool> prepared_;
+  // The fast tier's head GEMMs by row count (prepare() makes a decode batch's before its graph capture).
+  std::map<int64_t, std::unique_ptr<LtMatmul>> head_plans_;
+  LtMatmul* head_plan(int64_t rows);
 };
 
 }  // namespace dsv4::cuda

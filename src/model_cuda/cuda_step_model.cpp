@@ -10,11 +10,13 @@ CudaStepModel::CudaStepModel(std::unique_ptr<CudaModel> model)
     : model_(std::move(model)), taken_(size_t(model_->options().max_seqs), false) {}
 
 std::unique_ptr<CudaStepModel> CudaStepModel::load(const std::string& dir, int max_seqs, int64_t max_ctx,
-                                                   int64_t max_tokens, const LoadProgress& progress) {
+                                                   int64_t max_tokens, const LoadProgress& progress,
+                                                   KernelTier kernels) {
   CudaModelOptions o;
   o.max_seqs = std::max(1, max_seqs);
   o.max_ctx = std::max<int64_t>(1, max_ctx);
   o.max_tokens = std::max<int64_t>(1, max_tokens);
+  o.kernels = kernels;
   return std::make_unique<CudaStepModel>(CudaModel::load(dir, o, progress));
 }
 

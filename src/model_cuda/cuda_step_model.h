@@ -19,9 +19,9 @@ namespace dsv4::cuda {
 class CudaStepModel : public StepModel {
  public:
   explicit CudaStepModel(std::unique_ptr<CudaModel> model);
-  // CudaModel::load(dir, {max_seqs, max_ctx, max_tokens}).
+  // CudaModel::load(dir, {max_seqs, max_ctx, max_tokens, kernels}).
   static std::unique_ptr<CudaStepModel> load(const std::string& dir, int max_seqs, int64_t max_ctx, int64_t max_tokens,
-                                             const LoadProgress& progress = {});
+                                             const LoadProgress& progress = {}, KernelTier kernels = KernelTier::Exact);
   CudaModel& model() { return *model_; }
 
   const ModelConfig& config() const override { return model_->config(); }

@@ -10,6 +10,7 @@
 #include "backend/cuda/fp4_grouped_mma.h"
 #include "backend/cuda/fp4_tiled.h"
 #include "backend/cuda/linear_exact.h"
+#include "backend/cuda/linear_fast.h"
 #include "backend/cuda/moe_ops.h"
 #include "backend/cuda/ops.h"
 #include "core/dtype.h"
@@ -209,7 +210,7 @@ MoeWorkspace::SharedPlans& MoeWorkspace::plans(const DeviceContext& ctx, int64_t
 }
 
 void MoeWorkspace::prepare(const DeviceContext& ctx, int64_t T) {
-  if (T > kExactLinearMaxTokens) plans(ctx, T);
+  if (T > kExactLinearMaxTokens || fast_tier_gemm(ctx, T)) plans(ctx, T);
 }
 
 // ---- Forward.
@@ -221,7 +222,8 @@ void moe_forward(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace&
   const int64_t D = w.D, I = w.I, k = w.k, Tk = T * k;
   const bool exact = T <= kExactLinearMaxTokens, shared_fp8 = w.has_shared && !w.shared_dense;
   if (w.dense_experts && Tk > 65535) fail("moe_forward: ", Tk, " dense-expert selections exceed one launch");
-  MoeWorkspace::SharedPlans* plans = shared_fp8 && !exact ? &ws.plans(ctx, T) : nullptr;
+  // The shared expert on cuBLASLt: above the exact range, and in the fast tier above fast_gemv's.
+  MoeWorkspace::SharedPlans* plans = shared_fp8 && (!exact || fast_tier_gemm(ctx, T)) ? &ws.plans(ctx, T) : nullptr;
   const int64_t P = plans ? plans->up->padded_tokens() : T;
 
   RouterParams r;
@@ -267,7 +269,7 @@ void moe_forward(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace&
     e.tokens = rows;
     e.out = int(out);
     e.in = int(K);
-    exact_linear(ctx, e);
+    linear(ctx, e);
   };
   // Routed experts: one GEMV selection per (token, pick), in launches of at most 65535 selections.
   auto gemv = [&](const DeviceBuffer<uint8_t>& wp, const DeviceBuffer<uint8_t>& wsc, const uint8_t* xc, const float* xsc,
@@ -372,8 +374,8 @@ void moe_forward(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace&
       plans->up->run_fp8(ctx, ws.xq.get(), ws.xs.get(), w.shared_w1, ws.sg.get());
       plans->up->run_fp8(ctx, ws.xq.get(), ws.xs.get(), w.shared_w3, ws.su.get());
     } else {
-      exact_linear_fp8(ctx, ws.xq.get(), ws.xs.get(), 1, P, w.shared_w1, T, ws.sg.get());
-      exact_linear_fp8(ctx, ws.xq.get(), ws.xs.get(), 1, P, w.shared_w3, T, ws.su.get());
+      linear_fp8(ctx, ws.xq.get(), ws.xs.get(), 1, P, w.shared_w1, T, ws.sg.get());
+      linear_fp8(ctx, ws.xq.get(), ws.xs.get(), 1, P, w.shared_w3, T, ws.su.get());
     }
     SwigluParams ss;
     ss.g = ws.sg.get();
@@ -391,7 +393,7 @@ void moe_forward(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace&
       const int64_t P2 = plans ? plans->down->padded_tokens() : T;
       act_quant_rows(ctx, ws.sh.get(), T, I, ws.shq.get(), ws.shs.get(), 1, P2);
       if (plans) plans->down->run_fp8(ctx, ws.shq.get(), ws.shs.get(), w.shared_w2, ws.ys.get());
-      else exact_linear_fp8(ctx, ws.shq.get(), ws.shs.get(), 1, P2, w.shared_w2, T, ws.ys.get());
+      else linear_fp8(ctx, ws.shq.get(), ws.shs.get(), 1, P2, w.shared_w2, T, ws.ys.get());
     }
   }
 
@@ -468,7 +470,7 @@ void head_hidden_forward(const DeviceContext& ctx, const DevHeadWeights& w, cons
 }
 
 void head_forward(const DeviceContext& ctx, const DevHeadWeights& w, const bf16* X, int64_t T, bf16* h,
-                  float* logits) {
+                  float* logits, LtMatmul* plan) {
   head_hidden_forward(ctx, w, X, T, h);
   LinearF32Params m;
   m.x = h;
@@ -478,6 +480,7 @@ void head_forward(const DeviceContext& ctx, const DevHeadWeights& w, const bf16*
   m.tokens = T;
   m.out = int(w.vocab);
   m.in = int(w.D);
+  m.plan = plan;
   linear_f32(ctx, m);
 }
 

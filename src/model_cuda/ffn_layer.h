@@ -143,7 +143,8 @@ DevHeadWeights upload_head_weights(const DeviceContext& ctx, const HcWeights& hc
                                    const LinearWeight& head, const ModelConfig& cfg);
 // h [T, D] bf16 (workspace of the caller) = norm(collapse(X)); X [T, n, D]. Then logits [T, V] fp32.
 void head_hidden_forward(const DeviceContext& ctx, const DevHeadWeights& w, const bf16* X, int64_t T, bf16* h);
+// `plan` (optional, [vocab, D] x T Bf16F32Out): the fast tier's logits through cuBLASLt (CudaModel::head_plan).
 void head_forward(const DeviceContext& ctx, const DevHeadWeights& w, const bf16* X, int64_t T, bf16* h,
-                  float* logits);
+                  float* logits, LtMatmul* plan = nullptr);
 
 }  // namespace dsv4::cuda

@@ -67,12 +67,17 @@ int64_t context_of(const StepModel& model, const EngineOptions& opt) {
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
-EngineEvent failed(const std::string& why) {
+using FailReason = EngineEvent::FailReason;
+
+EngineEvent failed(const std::string& why, FailReason reason = FailReason::Internal) {
   EngineEvent e;
   e.kind = EngineEvent::Kind::Failed;
+  e.fail_reason = reason;
   e.text = why;
   return e;
 }
+
+const char* const kShuttingDown = "the server is shutting down";
 
 }  // namespace
 
@@ -93,6 +98,7 @@ Engine::Engine(std::unique_ptr<StepModel> owned, StepModel* model, const Tokeniz
   if (opt_.max_num_seqs < 1) fail("max_num_seqs must be at least 1 (got ", opt_.max_num_seqs, ")");
   if (opt_.max_step_tokens < 1) fail("max_step_tokens must be at least 1 (got ", opt_.max_step_tokens, ")");
   if (opt_.max_queue < 0) fail("max_queue must not be negative (got ", opt_.max_queue, ")");
+  if (opt_.max_tokens_limit < 0) fail("max_tokens_limit must not be negative (got ", opt_.max_tokens_limit, ")");
   if (model_.max_sequences() < opt_.max_num_seqs)
     fail("max_num_seqs is ", opt_.max_num_seqs, " but the model holds ", model_.max_sequences(), " sequences");
   opt_.prefill_chunk = std::clamp<int64_t>(opt_.prefill_chunk, 1, opt_.max_step_tokens);
@@ -125,7 +131,9 @@ std::shared_ptr<RequestChannel> Engine::submit(GenerationRequest req) {
     reject(R::TooLong, cat("the model's context is ", max_context_, " tokens; the request asks for ",
                            n + req.stop.max_tokens, " (", n, " in the prompt, ", req.stop.max_tokens,
                            " to generate)"));
+  // The context check above is on what was asked; the server's cap then only shortens the request.
   p.max_new = req.stop.max_tokens > 0 ? req.stop.max_tokens : max_context_ - n;
+  if (opt_.max_tokens_limit > 0) p.max_new = std::min(p.max_new, opt_.max_tokens_limit);
   p.pages = pool_.pages_for(n + p.max_new);
   if (p.pages > pool_.total_pages())
     reject(R::TooLong, cat("the request needs ", p.pages * pool_.page_tokens(), " cache tokens (", n,
@@ -137,7 +145,7 @@ std::shared_ptr<RequestChannel> Engine::submit(GenerationRequest req) {
   auto ch = p.ch;
   {
     std::lock_guard<std::mutex> lk(signal_->mu);
-    if (!accepting_) reject(R::Stopping, "the server is shutting down");
+    if (!accepting_) reject(R::Stopping, kShuttingDown);
     // Requests that a free sequence slot will take at the next step do not count as waiting.
     const int64_t free_slots = std::max<int64_t>(0, opt_.max_num_seqs - running_count_.load());
     if (int64_t(queue_.size()) >= opt_.max_queue + free_slots)
@@ -160,7 +168,9 @@ void Engine::shutdown(std::chrono::milliseconds grace) {
   {
     std::lock_guard<std::mutex> lk(signal_->mu);
     accepting_ = false;
+    signal_->dirty = true;  // the scheduler's next admit() fails what has to wait
   }
+  signal_->cv.notify_all();
   const auto deadline = Clock::now() + grace;
   while (in_flight_.load() > 0 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   {
@@ -189,7 +199,7 @@ void Engine::loop() {
         std::deque<Pending> rest;
         rest.swap(queue_);
         lk.unlock();
-        fail_all("the server is shutting down", rest);
+        fail_all(rest);
         return;
       }
       admit(admitted);
@@ -209,12 +219,13 @@ void Engine::loop() {
 }
 
 // Under signal_->mu: drops cancelled queued requests, then moves requests from the head of the queue
-// while a sequence slot and their cache pages are free (first come, first served).
+// while a sequence slot and their cache pages are free (first come, first served); once shutting
+// down, fails the rest.
 void Engine::admit(std::vector<Pending>& admitted) {
   uint64_t cancelled = 0;
   for (auto it = queue_.begin(); it != queue_.end();) {
     if (it->ch->cancelled()) {
-      it->ch->push(failed("cancelled"));
+      it->ch->push(failed("cancelled", FailReason::Cancelled));
       it = queue_.erase(it);
       ++cancelled;
       --in_flight_;
@@ -226,6 +237,14 @@ void Engine::admit(std::vector<Pending>& admitted) {
          pool_.try_reserve(queue_.front().pages)) {
     admitted.push_back(std::move(queue_.front()));
     queue_.pop_front();
+  }
+  // Shutting down: a request that cannot start now would only wait out the running ones' grace
+  // period to be failed then; it is failed at once (it holds no slot or pages yet).
+  if (!accepting_) {
+    for (Pending& p : queue_) p.ch->push(failed(kShuttingDown, FailReason::ShuttingDown));
+    cancelled += queue_.size();
+    in_flight_ -= int64_t(queue_.size());
+    queue_.clear();
   }
   running_count_ = int64_t(running_.size() + admitted.size());
   std::lock_guard<std::mutex> ls(stats_mu_);
@@ -242,7 +261,7 @@ void Engine::run_step(uint64_t step) {
     std::erase_if(running_, [&](const std::unique_ptr<Sequence>& s) {
       if (!s->done && !s->ch->cancelled()) return false;
       if (!s->done) {
-        s->ch->push(failed("cancelled"));
+        s->ch->push(failed("cancelled", FailReason::Cancelled));
         ++cancelled;
       }
       pool_.release(s->pages);
@@ -412,15 +431,15 @@ void Engine::finish(Sequence& s, FinishReason why, int32_t stop_id) {
   s.done = true;
 }
 
-void Engine::fail_all(const std::string& why, std::deque<Pending>& queued) {
+void Engine::fail_all(std::deque<Pending>& queued) {
   uint64_t n = 0;
   for (Pending& p : queued) {
-    p.ch->push(failed(why));
+    p.ch->push(failed(kShuttingDown, FailReason::ShuttingDown));
     ++n;
   }
   for (auto& s : running_) {
     if (!s->done) {
-      s->ch->push(failed(why));
+      s->ch->push(failed(kShuttingDown, FailReason::ShuttingDown));
       ++n;
     }
     pool_.release(s->pages);

@@ -48,12 +48,16 @@ struct EngineOptions {
   int64_t cache_tokens = 0;       // cache pool size in tokens; 0: max_num_seqs full contexts
   int64_t cache_page_tokens = 128;
   int max_queue = 256;            // requests waiting beyond the running ones; more are refused
+  // Tokens a request may generate (0: up to the end of the context). A request that gives no
+  // max_tokens generates up to this many, and one asking for more is cut here (finish Length): the
+  // reservation in the cache follows, so no request holds a whole context unasked.
+  int64_t max_tokens_limit = 0;
 };
 
 struct GenerationRequest {
   std::vector<int32_t> prompt;
   SamplingParams sampling;
-  StopConditions stop;    // max_tokens <= 0: up to the end of the context
+  StopConditions stop;    // max_tokens <= 0: up to the end of the context or max_tokens_limit
   int top_logprobs = -1;  // -1: none; 0: the chosen token's; N: also the N most likely
 };
 
@@ -83,8 +87,9 @@ class Engine {
   // Validates and queues the request; its events arrive on the returned channel. Throws RequestRejected.
   std::shared_ptr<RequestChannel> submit(GenerationRequest req);
 
-  // Stops taking requests, lets the queued and running ones finish for up to `grace`, then cancels
-  // the rest (their channels get Failed) and joins the scheduler. Idempotent.
+  // Stops taking requests; queued ones that cannot start at the next step are failed at once
+  // (FailReason::ShuttingDown); the running ones may finish for up to `grace`, then the rest are failed
+  // the same way and the scheduler is joined. Idempotent.
   void shutdown(std::chrono::milliseconds grace);
 
   EngineStats stats() const;
@@ -99,7 +104,7 @@ class Engine {
   void sample(Sequence& s, const float* logits);  // host: the request's Sampler draws
   void take(Sequence& s, int32_t id, EngineEvent ev);  // the next id (sampled anywhere) to the request
   void finish(Sequence& s, FinishReason why, int32_t stop_id);
-  void fail_all(const std::string& why, std::deque<Pending>& queued);
+  void fail_all(std::deque<Pending>& queued);  // at shutdown: every request still there
   void update_gauges(int64_t queued);
 
   std::unique_ptr<StepModel> owned_;  // the CpuStepModel of the Model form

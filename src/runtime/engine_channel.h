@@ -22,7 +22,11 @@ namespace dsv4 {
 
 struct EngineEvent {
   enum class Kind { Token, Finished, Failed };
+  // Why a request Failed: Cancelled (its channel was cancelled), ShuttingDown (shutdown() ended it:
+  // still queued, or running past the grace period), Internal (the model or sampler threw).
+  enum class FailReason { Internal, Cancelled, ShuttingDown };
   Kind kind = Kind::Token;
+  FailReason fail_reason = FailReason::Internal;  // Failed only
   // Token: the generated id, the text it completed (often empty while a character or a possible stop
   // string is held back) and, when requested, its log-probabilities.
   int32_t id = -1;

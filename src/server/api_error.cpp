@@ -1,10 +1,14 @@
 #include "server/api_error.h"
 
 #include "core/error.h"
+#include "io/json_text.h"
 #include "runtime/engine.h"
 
 namespace dsv4::server {
 namespace {
+
+// Messages quote what the client sent (a role, a tool's name, a key): one line, and short.
+constexpr size_t kMaxMessage = 400;
 
 std::string type_for(int status) {
   if (status == 401) return "authentication_error";
@@ -15,7 +19,7 @@ std::string type_for(int status) {
 }  // namespace
 
 ApiError::ApiError(int status_, const std::string& message, std::string param_, std::string code_)
-    : std::runtime_error(message), status(status_), type(type_for(status_)), param(std::move(param_)),
+    : std::runtime_error(json_text::printable(message, kMaxMessage)), status(status_), type(type_for(status_)), param(std::move(param_)),
       code(std::move(code_)) {}
 
 ApiError invalid_request(const std::string& message, const std::string& param, const std::string& code) {

@@ -12,6 +12,7 @@ namespace dsv4::server {
 
 using Json = nlohmann::ordered_json;
 
+// The message is made one line (control bytes escaped) and cut at 400 bytes.
 class ApiError : public std::runtime_error {
  public:
   ApiError(int status, const std::string& message, std::string param = "", std::string code = "");

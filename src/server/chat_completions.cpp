@@ -24,21 +24,28 @@ class ChatFormatter : public EventFormatter {
         if (e.has_logprobs) logprobs_.push_back(chat_logprob(tok_, e.id, e.logprobs));
         return deltas(turn_.push(e.text));
       case EngineEvent::Kind::Finished: return finished(e);
-      case EngineEvent::Kind::Failed: break;
+      case EngineEvent::Kind::Failed: break;  // answered by the reply (generation_reply.h)
     }
-    const Json err = error_json(ApiError(500, "generation failed: " + e.text));
-    return o_.stream ? sse_event(err) + kSseDone : dump_json(err);
+    return "";
   }
 
  private:
+  // A stream chunk. OpenAI's usage rule: with include_usage every chunk has "usage": null but the
+  // last, which has empty choices and the usage; without it no chunk has a usage field.
+  Json envelope(Json choices) {
+    Json c = {{"id", id_},
+              {"object", "chat.completion.chunk"},
+              {"created", created_},
+              {"model", o_.model},
+              {"choices", std::move(choices)}};
+    if (o_.include_usage) c["usage"] = nullptr;
+    return c;
+  }
+
   Json chunk(Json delta, Json finish_reason = nullptr) {
     Json choice = {{"index", 0}, {"delta", std::move(delta)}, {"logprobs", nullptr}, {"finish_reason", finish_reason}};
     if (!logprobs_.empty() && o_.logprobs) choice["logprobs"] = {{"content", take_logprobs()}};
-    return {{"id", id_},
-            {"object", "chat.completion.chunk"},
-            {"created", created_},
-            {"model", o_.model},
-            {"choices", Json::array({std::move(choice)})}};
+    return envelope(Json::array({std::move(choice)}));
   }
 
   Json take_logprobs() {
@@ -91,16 +98,12 @@ class ChatFormatter : public EventFormatter {
     const char* reason = turn_.called_tools() ? "tool_calls" : finish_reason_name(e.finish);
     const Json usage = usage_json(e.prompt_tokens, e.completion_tokens);
     if (o_.stream) {
-      Json last = chunk(Json::object(), reason);
-      last["usage"] = usage;
-      out += sse_event(last);
-      if (o_.include_usage)
-        out += sse_event({{"id", id_},
-                          {"object", "chat.completion.chunk"},
-                          {"created", created_},
-                          {"model", o_.model},
-                          {"choices", Json::array()},
-                          {"usage", usage}});
+      out += sse_event(chunk(Json::object(), reason));
+      if (o_.include_usage) {
+        Json last = envelope(Json::array());
+        last["usage"] = usage;
+        out += sse_event(last);
+      }
       return out + kSseDone;
     }
     const chat::ParsedMessage& m = turn_.message();
@@ -141,7 +144,7 @@ std::unique_ptr<EventFormatter> chat_formatter(const Tokenizer& tok, ChatReplyOp
 }
 
 Reply handle_chat_completions(ServerContext& ctx, const ApiRequest& req) {
-  ChatRequest c = parse_chat_request(parse_body(req.body), ctx);
+  ChatRequest c = parse_chat_request(parse_body(req.body), ctx.parsing());
   ChatReplyOptions o;
   o.model = ctx.model_name;
   o.mode = c.mode;

@@ -45,12 +45,14 @@ Json tool_calls_of(const Fields& m) {
     if (!name || name->empty()) ff.invalid("name", "missing");
     std::string args = "{}";
     if (const Json* a = ff.get("arguments")) {
-      if (a->is_string())
+      if (a->is_string()) {
         args = a->get<std::string>();
-      else if (a->is_object())
+        check_json_depth(args, ff.path("arguments"));  // the encoder parses it (FORMATS.md §10.13)
+      } else if (a->is_object()) {
         args = a->dump();  // the V4 encoder wants a JSON string (FORMATS.md §10.13)
-      else
+      } else {
         ff.invalid("arguments", "expected a JSON string or an object");
+      }
     }
     Json call = {{"type", "function"}, {"function", {{"name", *name}, {"arguments", args}}}};
     if (auto id = c.string("id")) call["id"] = *id;
@@ -177,14 +179,14 @@ std::string render_chat_prompt(const Json& body) {
   }
 }
 
-ChatRequest parse_chat_request(const Json& body, const ServerContext& ctx) {
+ChatRequest parse_chat_request(const Json& body, const ParseContext& pc) {
   Fields f(body);
   ChatRequest r;
-  r.gen = parse_generation_params(f, ctx, Endpoint::Chat);
+  r.gen = parse_generation_params(f, pc, Endpoint::Chat);
   r.mode = chat_encode_options(f).thinking_mode;
   r.prompt = render_chat_prompt(body);
-  r.gen.req.prompt = ctx.tok.encode(r.prompt);
-  r.gen.req.sampling.grammar = output_grammar(body, ctx, r.mode);
+  r.gen.req.prompt = pc.tok.encode(r.prompt);
+  r.gen.req.sampling.grammar = output_grammar(body, pc, r.mode);
   return r;
 }
 

@@ -11,7 +11,6 @@
 #include <string>
 
 #include "chat/encoder.h"
-#include "server/context.h"
 #include "server/generation_params.h"
 
 namespace dsv4::server {
@@ -22,7 +21,7 @@ struct ChatRequest {
   std::string prompt;    // the rendered prompt text
 };
 
-ChatRequest parse_chat_request(const Json& body, const ServerContext& ctx);
+ChatRequest parse_chat_request(const Json& body, const ParseContext& pc);
 
 // The pieces, for tests: the encoder's message list (tools and response_format placed on the system
 // message) and the encoding options, from a request body.

@@ -10,23 +10,6 @@
 namespace dsv4::server {
 namespace {
 
-// "prompt": a string, token ids, or a one-element array of either.
-std::vector<int32_t> prompt_ids(const Fields& f, const Tokenizer& tok) {
-  const Json* p = f.get("prompt");
-  if (!p) f.invalid("prompt", "required");
-  if (p->is_array() && p->size() == 1 && ((*p)[0].is_string() || (*p)[0].is_array())) p = &(*p)[0];
-  if (p->is_string()) return tok.encode(p->get<std::string>());
-  if (!p->is_array()) f.invalid("prompt", cat("expected a string or an array of token ids, got ", p->type_name()));
-  std::vector<int32_t> ids;
-  for (const Json& v : *p) {
-    if (v.is_string() || v.is_array()) f.invalid("prompt", "only one prompt per request is supported");
-    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX)
-      f.invalid("prompt", "expected token ids (non-negative integers)");
-    ids.push_back(int32_t(v.get<int64_t>()));
-  }
-  return ids;
-}
-
 class CompletionFormatter : public EventFormatter {
  public:
   CompletionFormatter(const Tokenizer& tok, std::string model, bool stream, bool include_usage, bool logprobs)
@@ -44,33 +27,37 @@ class CompletionFormatter : public EventFormatter {
       case EngineEvent::Kind::Finished: {
         text_ += e.text;
         const char* reason = finish_reason_name(e.finish);
+        const Json usage = usage_json(e.prompt_tokens, e.completion_tokens);
         Json last = object(stream_ ? e.text : text_, reason);
-        last["usage"] = usage_json(e.prompt_tokens, e.completion_tokens);
-        if (!stream_) return dump_json(last);
+        if (!stream_) {
+          last["usage"] = usage;
+          return dump_json(last);
+        }
         std::string out = sse_event(last);
-        if (include_usage_) {
+        if (include_usage_) {  // OpenAI's rule: the usage once, in a last chunk with empty choices
           Json u = object("", nullptr);
           u["choices"] = Json::array();
-          u["usage"] = last["usage"];
+          u["usage"] = usage;
           out += sse_event(u);
         }
         return out + kSseDone;
       }
-      case EngineEvent::Kind::Failed: break;
+      case EngineEvent::Kind::Failed: break;  // answered by the reply (generation_reply.h)
     }
-    const Json err = error_json(ApiError(500, "generation failed: " + e.text));
-    return stream_ ? sse_event(err) + kSseDone : dump_json(err);
+    return "";
   }
 
  private:
   Json object(const std::string& text, Json finish_reason) {
     Json choice = {{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", finish_reason}};
     if (logprobs_ && !lp_.empty()) choice["logprobs"] = lp_.take();
-    return {{"id", id_},
-            {"object", "text_completion"},
-            {"created", created_},
-            {"model", model_},
-            {"choices", Json::array({std::move(choice)})}};
+    Json o = {{"id", id_},
+              {"object", "text_completion"},
+              {"created", created_},
+              {"model", model_},
+              {"choices", Json::array({std::move(choice)})}};
+    if (stream_ && include_usage_) o["usage"] = nullptr;  // every chunk but the usage one
+    return o;
   }
 
   const Tokenizer& tok_;
@@ -85,13 +72,7 @@ class CompletionFormatter : public EventFormatter {
 }  // namespace
 
 Reply handle_completions(ServerContext& ctx, const ApiRequest& req) {
-  const Json body = parse_body(req.body);
-  Fields f(body);
-  GenerationParams g = parse_generation_params(f, ctx, Endpoint::Completions);
-  if (f.boolean("echo").value_or(false)) f.invalid("echo", "echo is not supported");
-  if (auto s = f.string("suffix"); s && !s->empty()) f.invalid("suffix", "suffix is not supported");
-  if (auto b = f.integer("best_of", 1, 128); b && *b != 1) f.invalid("best_of", "only best_of = 1 is supported");
-  g.req.prompt = prompt_ids(f, ctx.tok);
+  GenerationParams g = parse_completion_request(parse_body(req.body), ctx.parsing());
   const bool logprobs = g.req.top_logprobs >= 0;
   auto fmt = std::make_unique<CompletionFormatter>(ctx.tok, ctx.model_name, g.stream, g.include_usage, logprobs);
   return generation_reply(ctx, std::move(g.req), std::move(fmt), g.stream, "prompt");

@@ -3,15 +3,29 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "io/json_text.h"
 
 namespace dsv4::server {
 
+void check_json_depth(std::string_view text, const std::string& param) {
+  const auto deep = json_text::find_too_deep(text);
+  if (!deep) return;
+  const std::string limit = cat("JSON nested deeper than ", json_text::kMaxJsonDepth, " levels of arrays and objects");
+  if (param.empty()) {  // the body: name the member (a body that is no object has none)
+    if (deep->path.empty() || deep->path[0] == '[') throw invalid_request("the body: " + limit);
+    throw invalid_request(cat("'", deep->path, "': ", limit), deep->path);
+  }
+  // A string field holding JSON: the field is the param; the place inside it is told in the message.
+  throw invalid_request(cat("'", param, "': ", limit, deep->path.empty() ? "" : " (at " + deep->path + ")"), param);
+}
+
 Json parse_body(std::string_view body) {
+  check_json_depth(body, "");
   Json j;
   try {
     j = Json::parse(body);
   } catch (const Json::exception& e) {
-    throw invalid_request(std::string("the body is not valid JSON: ") + e.what());
+    throw invalid_request(std::string("the body is not valid JSON: ") + json_text::printable(e.what(), 240));
   }
   if (!j.is_object()) throw invalid_request(std::string("the body must be a JSON object, not ") + j.type_name());
   return j;

@@ -12,8 +12,15 @@
 
 namespace dsv4::server {
 
-// The request body as a JSON object (document order kept); 400 when it is not one.
+// The request body as a JSON object (document order kept); 400 when it is not one, is malformed, or
+// nests arrays and objects deeper than json_text::kMaxJsonDepth (param: the member that does).
 Json parse_body(std::string_view body);
+
+// 400 when `text` nests deeper than json_text::kMaxJsonDepth. `param` "": `text` is the body, and
+// the error's param is the member that crosses the limit (e.g. "tools[0].function.parameters.a");
+// else `text` is the value of the string field `param` (JSON inside a string, e.g. tool-call
+// arguments), which is the error's param.
+void check_json_depth(std::string_view text, const std::string& param);
 
 class Fields {
  public:

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "runtime/engine.h"
+#include "server/api_error.h"
 #include "server/context.h"
 #include "server/reply.h"
 
@@ -15,12 +16,18 @@ class EventFormatter {
  public:
   virtual ~EventFormatter() = default;
   virtual std::string start() { return ""; }  // sent first (a stream's role chunk)
-  // Body bytes for an event (may be empty). The final event's bytes complete the body.
+  // Body bytes for a Token or Finished event (may be empty); Finished's complete the body. (Failed
+  // events never reach the formatter: the reply answers them, below.)
   virtual std::string on_event(const EngineEvent& e) = 0;
 };
 
+// The error a failed generation answers: 503 shutting_down, 503 cancelled, 500 internal_error.
+ApiError generation_error(const EngineEvent& failed);
+
 // Submits `req` (a RequestRejected becomes an ApiError about `prompt_param`) and returns its reply:
-// text/event-stream when `stream`, else application/json.
+// text/event-stream when `stream`, else application/json. A Failed event ends the body with
+// generation_error(): in a stream as an error event then "data: [DONE]"; otherwise the body is that
+// error alone and the stream's final_status() is its status (reply.h).
 Reply generation_reply(ServerContext& ctx, GenerationRequest req, std::unique_ptr<EventFormatter> fmt, bool stream,
                        const std::string& prompt_param);
 

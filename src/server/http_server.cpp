@@ -1,158 +1,171 @@
 #include "server/http_server.h"
 
-#include <httplib.h>
+#include <sys/resource.h>
 
-#include <cerrno>
-#include <cstring>
-#include <regex>
+#include <cstdio>
+#include <thread>
 
 #include "core/error.h"
-#include "server/api_error.h"
-#include "server/routes.h"
+#include "server/http_server_policy.h"
+#include "server/http_server_session.h"
 
 namespace dsv4::server {
 
-struct HttpServer::Impl {
-  ServerContext& ctx;
-  HttpOptions opt;
-  httplib::Server svr;
-  std::vector<std::pair<const Route*, std::regex>> table;
+using namespace http_detail;
 
-  // The route a request path falls under (any method), or nullptr.
-  const Route* route_of(const std::string& path, const std::string& method = "") const {
-    for (const auto& [r, re] : table)
-      if ((method.empty() || method == r->method) && std::regex_match(path, re)) return r;
-    return nullptr;
+namespace http_detail {
+
+ServerState::ServerState(ServerContext& c, HttpOptions o)
+    : ctx(c), opt(std::move(o)), workers(size_t(std::max(1, opt.workers))) {
+  for (const Route& r : routes()) table.emplace_back(&r, std::regex(r.pattern));
+}
+
+const Route* ServerState::route_of(const std::string& path, const std::string& method, std::string* capture) const {
+  std::smatch m;
+  for (const auto& [r, re] : table) {
+    if ((!method.empty() && method != r->method) || !std::regex_match(path, m, re)) continue;
+    if (capture && m.size() > 1) *capture = m[1].str();
+    return r;
+  }
+  return nullptr;
+}
+
+uint64_t ServerState::add(const std::shared_ptr<Session>& s) {
+  std::lock_guard<std::mutex> lk(mu);
+  sessions[++next_id] = s;
+  return next_id;
+}
+
+void ServerState::remove(uint64_t id) {
+  std::lock_guard<std::mutex> lk(mu);
+  sessions.erase(id);
+}
+
+std::vector<std::shared_ptr<Session>> ServerState::live() {
+  std::lock_guard<std::mutex> lk(mu);
+  std::vector<std::shared_ptr<Session>> out;
+  for (auto& [id, w] : sessions)
+    if (auto s = w.lock()) out.push_back(std::move(s));
+  return out;
+}
+
+}  // namespace http_detail
+
+// Destroyed in reverse: the I/O objects first, the state (which sessions reach) last.
+struct HttpServer::Impl {
+  Impl(ServerContext& c, HttpOptions o)
+      : st(c, std::move(o)), ioc(std::max(1, st.opt.io_threads)), acceptor(ioc), retry(ioc) {}
+
+  ServerState st;
+  asio::io_context ioc;
+  asio::executor_work_guard<asio::io_context::executor_type> guard = asio::make_work_guard(ioc);
+  tcp::acceptor acceptor;
+  asio::steady_timer retry;  // accept() again after running out of file descriptors
+  std::vector<std::thread> threads;
+  std::mutex stop_mu;
+  bool stopped = false;
+
+  void accept() {
+    acceptor.async_accept(asio::make_strand(ioc), [this](beast::error_code ec, tcp::socket sock) {
+      if (!acceptor.is_open()) return;
+      if (ec) {  // EMFILE and the like: the connections being served go on; accept again shortly
+        retry.expires_after(std::chrono::milliseconds(50));
+        retry.async_wait([this](beast::error_code e) {
+          if (!e) accept();
+        });
+        return;
+      }
+      beast::error_code ignored;
+      sock.set_option(tcp::no_delay(true), ignored);  // each SSE chunk goes out at once
+      const bool over = st.connections.load() >= st.opt.max_connections;
+      auto s = std::make_shared<Session>(st, std::move(sock), !over);
+      if (over)
+        s->start_rejected();
+      else
+        s->start();
+      accept();
+    });
   }
 };
 
-namespace {
+HttpServer::HttpServer(ServerContext& ctx, HttpOptions opt) : impl_(new Impl(ctx, std::move(opt))) {}
 
-void send_error(httplib::Response& res, const ApiError& e) {
-  res.status = e.status;
-  res.set_content(dump_json(error_json(e)), "application/json");
-}
-
-// Writes a reply; a streamed body is pulled from the ReplyStream until it ends or the client leaves.
-void send(ServerContext& ctx, Reply r, httplib::Response& res) {
-  res.status = r.status;
-  if (!r.stream) {
-    res.set_content(r.body, r.content_type);
-    return;
-  }
-  if (r.content_type == "text/event-stream") res.set_header("Cache-Control", "no-cache");
-  ctx.http.stream_started();
-  std::shared_ptr<ReplyStream> stream = r.stream;
-  res.set_chunked_content_provider(
-      r.content_type,
-      [stream](size_t, httplib::DataSink& sink) {
-        if (!sink.is_writable()) return false;  // closed by the client: cancel
-        std::string out;
-        const bool more = stream->next(out, std::chrono::milliseconds(50));
-        if (!out.empty() && !sink.write(out.data(), out.size())) return false;
-        if (!more) sink.done();
-        return true;
-      },
-      [stream, &ctx](bool) {
-        stream->cancel();
-        ctx.http.stream_ended();
-      });
-}
-
-}  // namespace
-
-HttpServer::HttpServer(ServerContext& ctx, HttpOptions opt) : impl_(new Impl{ctx, std::move(opt), {}, {}}) {
-  Impl& m = *impl_;
-  for (const Route& r : routes()) m.table.emplace_back(&r, std::regex(r.pattern));
-  httplib::Server& s = m.svr;
-  const int threads = std::max(1, m.opt.threads);
-  s.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
-  s.set_keep_alive_max_count(1000);
-  s.set_keep_alive_timeout(3);
-  s.set_read_timeout(30);
-  s.set_write_timeout(30);
-  s.set_payload_max_length(m.opt.max_body_bytes);
-  s.set_tcp_nodelay(true);  // each SSE chunk goes out at once
-  // SO_REUSEADDR only: httplib's default, SO_REUSEPORT, lets a second server bind a port in use.
-  s.set_socket_options([](socket_t sock) {
-    int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-  });
-
-  s.set_pre_routing_handler([&m](const httplib::Request& req, httplib::Response& res) {
-    const Route* r = m.route_of(req.path);
-    if (r && r->needs_key && !m.opt.api_key.empty() &&
-        req.get_header_value("Authorization") != "Bearer " + m.opt.api_key) {
-      send_error(res, ApiError(401, "invalid or missing API key (send \"Authorization: Bearer KEY\")", "",
-                               "invalid_api_key"));
-      return httplib::Server::HandlerResponse::Handled;
-    }
-    if (m.ctx.draining && r && r->needs_key) {
-      send_error(res, ApiError(503, "the server is shutting down", "", "shutting_down"));
-      return httplib::Server::HandlerResponse::Handled;
-    }
-    return httplib::Server::HandlerResponse::Unhandled;
-  });
-
-  for (const Route& route : routes()) {
-    auto handler = [&m, &route](const httplib::Request& req, httplib::Response& res) {
-      ApiRequest a{req.body, req.matches.size() > 1 ? req.matches[1].str() : std::string()};
-      Reply r;
-      try {
-        r = route.handler(m.ctx, a);
-      } catch (...) {
-        ApiError e = to_api_error(std::current_exception());
-        r = Reply::json(error_json(e), e.status);
-      }
-      send(m.ctx, std::move(r), res);
-    };
-    if (std::string(route.method) == "GET")
-      s.Get(route.pattern, handler);
-    else
-      s.Post(route.pattern, handler);
-  }
-
-  // Errors without a body (no route, wrong method, malformed HTTP, too large) get OpenAI's shape too.
-  s.set_error_handler(httplib::Server::HandlerWithResponse([&m](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-    if (res.status == 404 && m.route_of(req.path))
-      send_error(res, ApiError(405, cat("method ", req.method, " is not allowed for ", req.path)));
-    else if (res.status == 404)
-      send_error(res, ApiError(404, cat("unknown route: ", req.method, " ", req.path)));
-    else if (res.status == 413)
-      send_error(res, ApiError(413, cat("the request body is too large (at most ", m.opt.max_body_bytes,
-                                        " bytes; form-encoded bodies at most 8192: send Content-Type: "
-                                        "application/json)")));
-    else
-      send_error(res, ApiError(res.status, cat("HTTP error ", res.status)));
-    return httplib::Server::HandlerResponse::Handled;
-  }));
-  s.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-    send_error(res, to_api_error(ep));
-  });
-  // Counted before the response is written (httplib calls the logger only after the last byte is
-  // sent, so a client could read /metrics before its previous request was counted).
-  s.set_post_routing_handler([&m](const httplib::Request& req, httplib::Response& res) {
-    const Route* r = m.route_of(req.path, req.method);
-    m.ctx.http.count(r ? r->pattern : "unmatched", res.status);
-  });
-}
-
-HttpServer::~HttpServer() = default;
+HttpServer::~HttpServer() { stop(); }
 
 int HttpServer::bind() {
   Impl& m = *impl_;
-  int port = m.opt.port;
-  if (port == 0)
-    port = m.svr.bind_to_any_port(m.opt.host);
-  else if (!m.svr.bind_to_port(m.opt.host, port))
-    port = -1;
-  if (port <= 0) fail("cannot listen on ", m.opt.host, ":", m.opt.port, " (", std::strerror(errno), ")");
-  return port;
+  HttpOptions& o = m.st.opt;
+  beast::error_code ec;
+  tcp::resolver resolver(m.ioc);
+  const auto found = resolver.resolve(o.host, std::to_string(o.port), asio::ip::resolver_base::passive, ec);
+  if (!ec && found.empty()) ec = asio::error::host_not_found;
+  tcp::endpoint ep;
+  if (!ec) {
+    ep = found.begin()->endpoint();
+    m.acceptor.open(ep.protocol(), ec);
+  }
+  // SO_REUSEADDR (a restarted server binds at once), never SO_REUSEPORT (a second server must fail).
+  if (!ec) m.acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) m.acceptor.bind(ep, ec);
+  if (!ec) m.acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) fail("cannot listen on ", o.host, ":", o.port, " (", ec.message(), ")");
+  m.st.loopback = ep.address().is_loopback() || is_loopback_address(o.host);
+  // Each connection is a file descriptor: stay below the process's limit, keeping some for the rest.
+  rlimit rl{};
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur > 128 &&
+      rlim_t(o.max_connections) > rl.rlim_cur - 64) {
+    o.max_connections = int(rl.rlim_cur - 64);
+    std::fprintf(stderr, "dsv4 serve: at most %d connections (the open-file limit is %llu)\n", o.max_connections,
+                 (unsigned long long)rl.rlim_cur);
+  }
+  return m.acceptor.local_endpoint().port();
 }
 
-void HttpServer::run() { impl_->svr.listen_after_bind(); }
+void HttpServer::run() {
+  Impl& m = *impl_;
+  asio::post(m.ioc, [&m] { m.accept(); });
+  for (int i = 0; i < std::max(1, m.st.opt.io_threads); ++i)
+    m.threads.emplace_back([&m] {
+      for (;;) {
+        try {
+          m.ioc.run();
+          return;
+        } catch (const std::exception& e) {  // one connection's failure must not end the others
+          std::fprintf(stderr, "dsv4 serve: HTTP error: %s\n", e.what());
+        }
+      }
+    });
+  for (auto& t : m.threads) t.join();
+}
 
-void HttpServer::stop() { impl_->svr.stop(); }
+void HttpServer::drain() {
+  Impl& m = *impl_;
+  m.st.draining = true;
+  for (auto& s : m.st.live()) s->drain();
+}
+
+void HttpServer::stop() {
+  Impl& m = *impl_;
+  {
+    std::lock_guard<std::mutex> lk(m.stop_mu);
+    if (m.stopped) return;
+    m.stopped = true;
+  }
+  m.st.draining = true;
+  asio::post(m.ioc, [&m] {
+    beast::error_code ignored;
+    m.acceptor.close(ignored);
+    m.retry.cancel();
+  });
+  for (auto& s : m.st.live()) s->stop();
+  // Closed sessions go away once their pending operations have completed; a handler still running on
+  // a worker keeps its session until it returns (the engine has stopped by now, so it returns soon).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (!m.st.live().empty() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  m.st.workers.join();  // what is queued there runs (the engine refuses it now): no handler outlives the I/O
+  m.guard.reset();
+  m.ioc.stop();
+}
 
 }  // namespace dsv4::server

@@ -1,4 +1,5 @@
-// The routes that do not generate: the route table itself, /health, /v1/models, /metrics.
+// The routes that do not generate: the route table itself, /health, /v1/models, /metrics (the chat
+// page's routes are in webui_routes.cpp).
 #include "core/error.h"
 #include "server/api_error.h"
 #include "server/routes.h"
@@ -13,6 +14,8 @@ const std::vector<Route>& routes() {
       {"GET", "/v1/models/(.+)", handle_model, true},
       {"GET", "/health", handle_health, false},
       {"GET", "/metrics", handle_metrics, false},
+      {"GET", "/", handle_webui_page, false},
+      {"GET", "/webui/([A-Za-z0-9_.-]+)", handle_webui_asset, false},
   };
   return table;
 }

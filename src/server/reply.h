@@ -28,6 +28,10 @@ class ReplyStream {
   virtual bool next(std::string& out, std::chrono::milliseconds wait) = 0;
   // The client went away, or the body will not be sent: stop the work behind it. Idempotent.
   virtual void cancel() = 0;
+  // A body that is not text/event-stream is collected whole before the head is sent; this status,
+  // asked once next() returned false, replaces Reply::status when not 0 (a generation that failed
+  // answers its real 5xx without blocking a thread while it runs).
+  virtual int final_status() const { return 0; }
 };
 
 struct Reply {

@@ -14,7 +14,7 @@ struct Route {
   const char* method;   // GET | POST
   const char* pattern;  // a path; "(...)" captures ApiRequest::path_arg
   Handler handler;
-  bool needs_key;       // behind --api-key (the /v1 API; /health and /metrics stay open)
+  bool needs_key;       // behind --api-key (the /v1 API; /health, /metrics and the chat page stay open)
 };
 
 const std::vector<Route>& routes();
@@ -25,5 +25,7 @@ Reply handle_models(ServerContext& ctx, const ApiRequest& req);
 Reply handle_model(ServerContext& ctx, const ApiRequest& req);
 Reply handle_health(ServerContext& ctx, const ApiRequest& req);
 Reply handle_metrics(ServerContext& ctx, const ApiRequest& req);
+Reply handle_webui_page(ServerContext& ctx, const ApiRequest& req);   // GET /: the chat page
+Reply handle_webui_asset(ServerContext& ctx, const ApiRequest& req);  // GET /webui/NAME: its files
 
 }  // namespace dsv4::server

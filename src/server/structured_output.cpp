@@ -1,6 +1,7 @@
 #include "server/structured_output.h"
 
 #include "grammar/dsml_grammar.h"
+#include "grammar/grammar_cache.h"
 #include "server/api_error.h"
 
 namespace dsv4::server {
@@ -29,7 +30,7 @@ std::optional<std::pair<std::vector<grammar::ToolSchema>, bool>> forced_tools(co
 
 }  // namespace
 
-GrammarConstraint output_grammar(const Json& body, const ServerContext& ctx, chat::ThinkingMode mode) {
+GrammarConstraint output_grammar(const Json& body, const ParseContext& pc, chat::ThinkingMode mode) {
   GrammarConstraint g;
   std::string param = "response_format";
   try {
@@ -37,25 +38,27 @@ GrammarConstraint output_grammar(const Json& body, const ServerContext& ctx, cha
       param = "tools";
       Json key = Json::array();
       for (const auto& t : forced->first) key.push_back({t.name, t.parameters});
-      g.grammar = ctx.grammars.get(cat("dsml:", forced->second, key.dump()),
-                                   [&] { return grammar::dsml_tool_calls_grammar(forced->first, forced->second); });
+      auto make = [&] { return grammar::dsml_tool_calls_grammar(forced->first, forced->second); };
+      if (pc.grammars) g.grammar = pc.grammars->get(cat("dsml:", forced->second, key.dump()), make);
+      else make();
     } else if (auto rf = body.find("response_format"); rf != body.end() && rf->is_object()) {
       const std::string type = rf->value("type", "");
       if (type == "json_object") {
-        g.grammar = ctx.grammars.json_object();
+        if (pc.grammars) g.grammar = pc.grammars->json_object();
       } else if (type == "json_schema") {
         param = "response_format.json_schema.schema";
         auto js = rf->find("json_schema");
         if (js == rf->end() || !js->is_object() || !js->contains("schema"))
           throw invalid_request("'response_format.json_schema.schema': required for type json_schema", param);
-        g.grammar = ctx.grammars.json_schema((*js)["schema"]);
+        if (pc.grammars) g.grammar = pc.grammars->json_schema((*js)["schema"]);
+        else grammar::json_schema_grammar((*js)["schema"]);
       }
     }
   } catch (const grammar::UnsupportedSchema& e) {
     throw invalid_request(cat("'", param, "': ", e.what()), param);
   }
   if (g.grammar && mode == chat::ThinkingMode::Thinking)
-    if (auto id = ctx.tok.token_id("</think>")) g.start_after = *id;
+    if (auto id = pc.tok.token_id("</think>")) g.start_after = *id;
   return g;
 }
 

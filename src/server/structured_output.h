@@ -6,11 +6,11 @@
 #pragma once
 #include "chat/encoder.h"
 #include "runtime/sampler.h"
-#include "server/context.h"
+#include "server/parse_context.h"
 #include "server/reply.h"
 
 namespace dsv4::server {
 
-GrammarConstraint output_grammar(const Json& body, const ServerContext& ctx, chat::ThinkingMode mode);
+GrammarConstraint output_grammar(const Json& body, const ParseContext& pc, chat::ThinkingMode mode);
 
 }  // namespace dsv4::server

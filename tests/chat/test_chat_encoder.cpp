@@ -138,3 +138,37 @@ TEST(ChatEncoder, MalformedInputIsAClearError) {
 }
 
 }  // namespace
+
+namespace {
+
+std::string nested_text(int levels) { return std::string(size_t(levels), '[') + std::string(size_t(levels), ']'); }
+
+// Arrays `levels` deep, built by moves (a copy would recurse).
+oj nested_value(int levels) {
+  oj v = oj::array();
+  for (int i = 1; i < levels; ++i) {
+    oj outer = oj::array();
+    outer.push_back(std::move(v));
+    v = std::move(outer);
+  }
+  return v;
+}
+
+TEST(ChatEncoder, DeepJsonIsRefusedNotRecursedInto) {
+  // Documents and tool-call arguments are checked before they are parsed (json_text::kMaxJsonDepth).
+  EXPECT_NE(error_of([] { parse_json_document(nested_text(100000), "msgs.json"); }).find("msgs.json: JSON nested deeper than 64"),
+            std::string::npos);
+  EXPECT_NO_THROW(parse_json_document(nested_text(64), "msgs.json"));
+  const std::string args = "{\"a\": " + nested_text(100000) + "}";
+  const oj call = oj::array({{{"role", "user"}, {"content", "x"}},
+                             {{"role", "assistant"},
+                              {"tool_calls", oj::array({{{"function", {{"name", "f"}, {"arguments", args}}}}})}}});
+  EXPECT_NE(error_of([&] { encode_messages(call, {}); }).find("tool call arguments: JSON nested deeper than 64"),
+            std::string::npos);
+  // A value built deeper by code: the dumper refuses it instead of overflowing the stack.
+  const oj deep = nested_value(5000);
+  EXPECT_NE(error_of([&] { py_dumps(deep); }).find("nested deeper than 1000"), std::string::npos);
+  EXPECT_EQ(py_dumps(nested_value(1000)), nested_text(1000));
+}
+
+}  // namespace

@@ -17,39 +17,12 @@
 #include "backend/cuda/linear_exact_reg.h"
 #include "backend/cuda/ops.h"
 #include "core/quant.h"
+#include "fp8_host.h"
 #include "harness.h"
 #include "io/weights.h"
 
 namespace dsv4::cuda::test {
 namespace {
-
-struct HostFp8 {
-  int64_t out, in;
-  std::vector<uint8_t> codes, scales;
-  TensorView wv() const { return {DType::F8_E4M3, {out, in}, codes.data(), codes.size()}; }
-  TensorView sv() const { return {DType::F8_E8M0, {(out + 127) / 128, (in + 127) / 128}, scales.data(), scales.size()}; }
-  std::vector<float> dequantized() const {
-    LinearWeight lw;
-    lw.format = WeightFormat::FP8;
-    lw.out = out;
-    lw.in = in;
-    lw.weight = wv();
-    lw.scale = sv();
-    return dequantize(lw).data;
-  }
-};
-
-HostFp8 make_fp8(Rng& rng, int64_t out, int64_t in) {
-  HostFp8 w{out, in, std::vector<uint8_t>(size_t(out * in)), {}};
-  const int64_t ob = (out + 127) / 128, kb = (in + 127) / 128;
-  w.scales.resize(size_t(ob * kb));
-  for (auto& s : w.scales) s = uint8_t(127 - 8 + rng.uniform_int(-2, 2));
-  for (auto& c : w.codes) {
-    c = uint8_t(rng.uniform_int(0, 255));
-    if ((c & 0x7f) == 0x7f) c ^= 1;  // no NaN codes
-  }
-  return w;
-}
 
 // Every kernel: Auto, tiled, streaming, and the register-tiled one in each tile configuration.
 struct Variant {
@@ -118,8 +91,8 @@ void check_fp8(int64_t out, int64_t in, int64_t T, uint64_t seed) {
   for (const Variant& kernel : variants()) {
     p.kernel = kernel.kernel;
     p.reg_config = kernel.reg_config;
-    DSV4_CUDA_CHECK(cudaMemset(yf.get(), 0xff, size_t(T * out) * 4));  // NaN: unwritten shows
-    DSV4_CUDA_CHECK(cudaMemset(y.get(), 0xff, size_t(T * out) * 2));
+    DSV4_CUDA_CHECK(cudaMemsetAsync(yf.get(), 0xff, size_t(T * out) * 4, ctx.stream()));  // NaN: unwritten shows
+    DSV4_CUDA_CHECK(cudaMemsetAsync(y.get(), 0xff, size_t(T * out) * 2, ctx.stream()));
     exact_linear(ctx, p);
     ctx.synchronize();
     const std::string what = std::string("exact_linear ") + variant_name(kernel) + " fp8 out=" + std::to_string(out) +
@@ -155,7 +128,7 @@ void check_fp8_bf16x(int64_t out, int64_t in, int64_t T, uint64_t seed) {
   for (const Variant& kernel : variants()) {
     p.kernel = kernel.kernel;
     p.reg_config = kernel.reg_config;
-    DSV4_CUDA_CHECK(cudaMemset(yf.get(), 0xff, size_t(T * out) * 4));
+    DSV4_CUDA_CHECK(cudaMemsetAsync(yf.get(), 0xff, size_t(T * out) * 4, ctx.stream()));
     exact_linear(ctx, p);
     ctx.synchronize();
     const std::string what = std::string("exact_linear ") + variant_name(kernel) + " fp8 x bf16 out=" +
@@ -200,8 +173,8 @@ void check_bf16(int64_t out, int64_t in, int64_t T, bool experts, uint64_t seed)
   for (const Variant& kernel : variants()) {
     p.kernel = kernel.kernel;
     p.reg_config = kernel.reg_config;
-    DSV4_CUDA_CHECK(cudaMemset(y.get(), 0, size_t(T * ys) * 2));
-    DSV4_CUDA_CHECK(cudaMemset(yf.get(), 0, size_t(T * ys) * 4));
+    DSV4_CUDA_CHECK(cudaMemsetAsync(y.get(), 0, size_t(T * ys) * 2, ctx.stream()));
+    DSV4_CUDA_CHECK(cudaMemsetAsync(yf.get(), 0, size_t(T * ys) * 4, ctx.stream()));
     exact_linear(ctx, p);
     ctx.synchronize();
     const std::string what = std::string("exact_linear ") + variant_name(kernel) + " bf16" + (experts ? " experts" : "") +

@@ -108,7 +108,7 @@ void check_groups(int64_t G, int64_t ro, int64_t gin, int64_t T, bool fp8, uint6
   }
   for (const ExactLinearKernel kernel : kKernels) {
     p.kernel = kernel;
-    DSV4_CUDA_CHECK(cudaMemset(z.get(), 0xff, size_t(T * out_all) * 2));  // NaN: unwritten shows
+    DSV4_CUDA_CHECK(cudaMemsetAsync(z.get(), 0xff, size_t(T * out_all) * 2, ctx.stream()));  // NaN: unwritten shows
     exact_linear(ctx, p);
     ctx.synchronize();
     const std::string what = std::string("exact_linear groups ") + kernel_name(kernel) + (fp8 ? " fp8" : " bf16") +

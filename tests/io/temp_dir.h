@@ -1,4 +1,4 @@
-// A scratch directory for one test, removed with everything in it when the test ends. The name holds
+// A scratch directory for one test (in the system's temp directory unless told otherwise), removed with everything in it when the test ends. The name holds
 // the pid and a counter, because ctest runs each test in its own process, possibly in parallel.
 #pragma once
 #include <unistd.h>
@@ -12,10 +12,11 @@ namespace dsv4::test {
 
 class TempDir {
  public:
-  TempDir() {
+  // A fresh directory under `parent` (default: the system's temp directory).
+  explicit TempDir(const std::filesystem::path& parent = std::filesystem::temp_directory_path(),
+                   const std::string& prefix = "dsv4_io_") {
     static std::atomic<int> counter{0};
-    path_ = std::filesystem::temp_directory_path() /
-            ("dsv4_io_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    path_ = parent / (prefix + std::to_string(::getpid()) + "_" + std::to_string(counter++));
     std::filesystem::remove_all(path_);
     std::filesystem::create_directories(path_);
   }

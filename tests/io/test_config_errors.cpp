@@ -293,3 +293,56 @@ TEST(ConfigErrors, MissingFile) {
 
 }  // namespace
 }  // namespace dsv4
+
+namespace dsv4 {
+namespace {
+
+// The 0731 revision: 46 compress_ratios (3 trailing zeros for the DSpark stages), stale
+// num_nextn_predict_layers = 1, expert_dtype and the dspark_* set (FORMATS.md 2.3).
+json flash_0731() {
+  json j = test::flash_legacy_config();
+  j["compress_ratios"].push_back(0);
+  j["compress_ratios"].push_back(0);
+  j["num_nextn_predict_layers"] = 1;
+  j["expert_dtype"] = "fp4";
+  j["dspark_block_size"] = 5;
+  j["dspark_noise_token_id"] = 128799;
+  j["dspark_target_layer_ids"] = {40, 41, 42};
+  j["dspark_markov_rank"] = 256;
+  return j;
+}
+
+TEST(Config0731, ParsesDSparkFields) {
+  const ModelConfig c = parse_config(flash_0731().dump(), kSrc);
+  EXPECT_EQ(c.layers.size(), 43u);
+  EXPECT_EQ(c.mtp_layers.size(), 3u);
+  for (const LayerSpec& m : c.mtp_layers) EXPECT_EQ(m.attn, AttnKind::Sliding);
+  EXPECT_EQ(c.expert_dtype, "fp4");
+  EXPECT_TRUE(c.dspark.present());
+  EXPECT_EQ(c.dspark.block_size, 5);
+  EXPECT_EQ(c.dspark.noise_token_id, 128799);
+  EXPECT_EQ(c.dspark.markov_rank, 256);
+  EXPECT_EQ(c.dspark.target_layer_ids, (std::vector<int64_t>{40, 41, 42}));
+  EXPECT_FALSE(parse_config(flash().dump(), kSrc).dspark.present());
+}
+
+TEST(Config0731, BadVariantFields) {
+  json j = flash_0731();
+  j["dspark_target_layer_ids"] = {40, 43};
+  EXPECT_TRUE(Contains(error_of(j), "dspark_target_layer_ids[1] = 43: expected a layer id in [0, 43)"));
+  j = flash_0731();
+  j.erase("dspark_markov_rank");
+  EXPECT_TRUE(Contains(error_of(j), "field 'dspark_block_size' is set but 'dspark_markov_rank' is missing"));
+  j = flash_0731();
+  j["dspark_noise_token_id"] = 129280;
+  EXPECT_TRUE(Contains(error_of(j), "field 'dspark_noise_token_id': expected an integer in [0, 129279]"));
+  j = flash_0731();
+  j["expert_dtype"] = "int4";
+  EXPECT_TRUE(Contains(error_of(j), "field 'expert_dtype': expected \"fp4\" or \"fp8\", found string \"int4\""));
+  j = flash_0731();
+  j["dspark_target_layer_ids"] = json::array();
+  EXPECT_TRUE(Contains(error_of(j), "field 'dspark_target_layer_ids': expected a non-empty list"));
+}
+
+}  // namespace
+}  // namespace dsv4

@@ -17,6 +17,7 @@
 #include "model/model.h"
 #include "model_cuda/cuda_model.h"
 #include "model_cuda/dummy_weights.h"
+#include "cuda_steps.h"
 #include "support/test_paths.h"
 
 namespace dsv4::cuda {
@@ -24,18 +25,6 @@ namespace {
 
 int32_t argmax(const float* row, int64_t V) { return int32_t(std::max_element(row, row + V) - row); }
 
-// Logits of positions P-1 .. n-1 after a prefill of P then one token per step (decode graph).
-Tensor cuda_steps(CudaModel& m, const std::vector<int32_t>& ids, int64_t P) {
-  const int64_t n = int64_t(ids.size()), V = m.config().vocab_size;
-  Tensor out({n - P + 1, V});
-  Tensor l = m.forward(0, 0, std::vector<int32_t>(ids.begin(), ids.begin() + P));
-  std::copy(l.data.begin(), l.data.end(), out.row(0));
-  for (int64_t t = P; t < n; ++t) {
-    l = m.decode_step({ids[size_t(t)]}, {0}, {int32_t(t)});
-    std::copy(l.data.begin(), l.data.end(), out.row(t - P + 1));
-  }
-  return out;
-}
 // Greedy ids of the CPU and the CUDA model from the same prompt; returns how many agree from the start.
 int64_t greedy_agreement(const std::string& dir, int64_t N, double& worst_rel) {
   auto cpu = Model::load(dir, Numerics::Official);

@@ -133,40 +133,92 @@ TEST(ChatRequest, MalformedFieldsAreNamed) {
             (P{400, "chat_template_kwargs.thinking"}));
 }
 
-class ChatRequestWithEngine : public ::testing::Test {
+// Nested arrays: `levels` deep.
+std::string nested(int levels) { return std::string(size_t(levels), '[') + std::string(size_t(levels), ']'); }
+
+// The 400 for a body given as text (parsed as the route does), with its param and message.
+struct TextError {
+  int status = 200;
+  std::string param, message;
+};
+TextError text_error(const std::string& body) {
+  TextError t;
+  try {
+    render_chat_prompt(parse_body(body));
+  } catch (const ApiError& e) {
+    t = {e.status, e.param, e.what()};
+  }
+  return t;
+}
+
+TEST(ChatRequest, DeepNestingIsRefusedWhereverItIs) {
+  const std::string user = R"("messages": [{"role": "user", "content": "x"}])";
+  const std::string tool_calls_head =
+      R"({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "tool_calls": [{"type": "function",)"
+      R"( "function": {"name": "f", "arguments": )";
+  struct Case {
+    std::string name, body, param;
+  };
+  const std::vector<Case> cases = {
+      {"top level", "{\"x\": " + nested(100000) + ", \"y\": 1}", "x[0][0][0][0][0]"},
+      {"a bare array", nested(90000), ""},
+      {"tools", "{" + user + R"(, "tools": [{"type": "function", "function": {"name": "f", "parameters": {"a": )" +
+                    nested(35000) + "}}}]}",
+       "tools[0].function.parameters.a[0]"},
+      {"response_format", "{" + user + R"(, "response_format": {"type": "json_schema", "json_schema": )" +
+                              nested(35000) + "}}",
+       "response_format.json_schema[0][0][0][0]"},
+      {"chat_template_kwargs", "{" + user + R"(, "chat_template_kwargs": {"k": )" + nested(200) + "}}",
+       "chat_template_kwargs.k[0][0][0][0]"},
+      // JSON inside a string, which the encoder parses again: the param is the string field.
+      {"tool-call arguments (a string)", tool_calls_head + "\"{\\\"a\\\": " + nested(35000) + "}\"}}]}]}",
+       "messages[1].tool_calls[0].function.arguments"},
+      {"tool-call arguments (an object)", tool_calls_head + "{\"a\": " + nested(35000) + "}}}]}]}",
+       "messages[1].tool_calls[0].function.arguments"},  // (the path is cut at 6 parts)
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const TextError e = text_error(c.body);
+    EXPECT_EQ(e.status, 400);
+    EXPECT_EQ(e.param, c.param);
+    EXPECT_NE(e.message.find("deeper than 64 levels"), std::string::npos) << e.message;
+    EXPECT_EQ(e.message.find('\n'), std::string::npos) << e.message;
+    EXPECT_LT(e.message.size(), 300u);
+  }
+  // Just inside the limit everything works: 64 levels in all (the body is level 1).
+  const std::string ok = "{" + user + R"(, "response_format": {"type": "json_schema", "json_schema": )" + nested(62) + "}}";
+  EXPECT_EQ(text_error(ok).status, 200) << text_error(ok).message;
+  EXPECT_EQ(text_error("{" + user + R"(, "response_format": {"type": "json_schema", "json_schema": )" + nested(63) + "}}")
+                .param,
+            "response_format.json_schema[0][0][0][0]");
+  // Arguments at the limit of their own (a string is parsed as a document of its own).
+  const std::string args_ok = tool_calls_head + "\"{\\\"a\\\": " + nested(63) + "}\"}}]}]}";
+  EXPECT_EQ(text_error(args_ok).status, 200) << text_error(args_ok).message;
+  // Malformed JSON is still a plain 400 with a short message.
+  const TextError bad = text_error("{\"messages\": [\"" + std::string(100000, 'a') + '\x01' + "\"]}");
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_LT(bad.message.size(), 300u) << bad.message;
+}
+
+// The parsers need the tokenizer, the model's id and the context length (no engine).
+class ChatRequestWithTokenizer : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    const std::string dir = test::bundled_model_dir();
-    model_ = Model::load(dir, Numerics::Reference).release();
-    tok_ = new Tokenizer(Tokenizer::load(dir));
-    engine_ = new Engine(*model_, *tok_);
-    ctx_ = new ServerContext(*engine_, *tok_, "tiny-shakespeare");
-  }
-  static void TearDownTestSuite() {
-    delete ctx_;
-    delete engine_;
-    delete model_;
-    delete tok_;
-  }
+  static void SetUpTestSuite() { tok_ = new Tokenizer(Tokenizer::load(test::bundled_model_dir())); }
+  static void TearDownTestSuite() { delete tok_; }
+  static ParseContext pc() { return {*tok_, "tiny-shakespeare", 65536}; }
   static std::pair<int, std::string> error_of(const char* body) {
     try {
-      parse_chat_request(Json::parse(body), *ctx_);
+      parse_chat_request(Json::parse(body), pc());
     } catch (const ApiError& e) {
       return {e.status, e.param};
     }
     return {200, ""};
   }
-  static Model* model_;
   static Tokenizer* tok_;
-  static Engine* engine_;
-  static ServerContext* ctx_;
 };
-Model* ChatRequestWithEngine::model_ = nullptr;
-Tokenizer* ChatRequestWithEngine::tok_ = nullptr;
-Engine* ChatRequestWithEngine::engine_ = nullptr;
-ServerContext* ChatRequestWithEngine::ctx_ = nullptr;
+Tokenizer* ChatRequestWithTokenizer::tok_ = nullptr;
 
-TEST_F(ChatRequestWithEngine, SamplingFields) {
+TEST_F(ChatRequestWithTokenizer, SamplingFields) {
   using P = std::pair<int, std::string>;
   const std::string m = R"("messages": [{"role": "user", "content": "x"}])";
   auto err = [&](const std::string& extra) { return error_of(("{" + m + ", " + extra + "}").c_str()); };
@@ -187,7 +239,7 @@ TEST_F(ChatRequestWithEngine, SamplingFields) {
   ChatRequest r = parse_chat_request(Json::parse(R"({"model": "tiny-shakespeare", )" + m +
                                                  R"(, "max_completion_tokens": 7, "temperature": 0, "seed": 5,
                                                   "stop": "xy", "logprobs": true, "top_logprobs": 3, "top_k": 4})"),
-                                     *ctx_);
+                                     pc());
   EXPECT_EQ(r.gen.req.stop.max_tokens, 7);
   EXPECT_EQ(r.gen.req.sampling.temperature, 0.0f);
   EXPECT_EQ(r.gen.req.sampling.seed, 5u);

@@ -84,6 +84,12 @@ Streamed read_sse(const std::string& body) {
     }
     Json j = Json::parse(data);
     EXPECT_EQ(j["object"], "chat.completion.chunk");
+    EXPECT_FALSE(s.usage) << "a chunk after the usage chunk";
+    if (j["choices"].empty()) {  // include_usage's last chunk
+      s.usage = j["usage"]["prompt_tokens"] == 9;
+      continue;
+    }
+    EXPECT_TRUE(j.contains("usage") && j["usage"].is_null()) << "usage before the end: " << data;
     const Json& choice = j["choices"][0];
     const Json& d = choice["delta"];
     if (n++ == 0) s.role_first = d.value("role", "") == "assistant";
@@ -105,10 +111,7 @@ Streamed read_sse(const std::string& body) {
         if (i < s.calls.size()) s.calls[i].arguments += tc["function"].value("arguments", "");
       }
     }
-    if (!choice["finish_reason"].is_null()) {
-      s.finish_reason = choice["finish_reason"].get<std::string>();
-      s.usage = j.contains("usage") && j["usage"]["prompt_tokens"] == 9;
-    }
+    if (!choice["finish_reason"].is_null()) s.finish_reason = choice["finish_reason"].get<std::string>();
   }
   return s;
 }
@@ -118,6 +121,7 @@ std::string run_formatter(const std::vector<EngineEvent>& events, chat::Thinking
   o.model = "m";
   o.mode = mode;
   o.stream = stream;
+  o.include_usage = stream;  // (generation_reply tests the usage rules themselves, on both routes)
   auto fmt = chat_formatter(tokenizer(), o);
   std::string body = fmt->start();
   for (const EngineEvent& e : events) body += fmt->on_event(e);

@@ -21,6 +21,7 @@ struct Outcome {
   FinishReason finish = FinishReason::Length;
   int32_t stop_id = -1;
   bool failed = false;
+  EngineEvent::FailReason fail_reason = EngineEvent::FailReason::Internal;
   std::string error;
 };
 
@@ -40,6 +41,7 @@ Outcome collect(RequestChannel& ch, std::chrono::seconds limit = 120s) {
         return o;
       } else {
         o.failed = true;
+        o.fail_reason = e.fail_reason;
         o.error = e.text;
         return o;
       }
@@ -238,8 +240,11 @@ TEST_F(EngineTest, ShutdownCancelsWhatIsLeft) {
   auto queued = engine.submit(request("JULIET:\n", 0));
   wait_first_token(*running);
   engine.shutdown(50ms);
-  EXPECT_TRUE(collect(*running, 10s).failed);
-  EXPECT_TRUE(collect(*queued, 10s).failed);
+  for (RequestChannel* ch : {running.get(), queued.get()}) {
+    const Outcome o = collect(*ch, 10s);
+    EXPECT_TRUE(o.failed);
+    EXPECT_EQ(o.fail_reason, EngineEvent::FailReason::ShuttingDown) << o.error;
+  }
   try {
     engine.submit(request("KING:\n", 4));
     ADD_FAILURE() << "accepted after shutdown";
@@ -258,6 +263,60 @@ TEST_F(EngineTest, ShutdownLetsShortRequestsFinish) {
   Outcome o = collect(*ch, 10s);
   EXPECT_FALSE(o.failed) << o.error;
   EXPECT_EQ(o.ids.size(), 20u);
+}
+
+TEST_F(EngineTest, ShutdownFailsQueuedRequestsAtOnce) {
+  EngineOptions opt;
+  opt.max_num_seqs = 1;
+  Engine engine(*model_, *tok_, opt);
+  auto running = engine.submit(request("ROMEO:\n", 0));  // to the end of the context: never done in time
+  auto queued = engine.submit(request("JULIET:\n", 4));
+  wait_first_token(*running);
+  std::thread stopper([&] { engine.shutdown(60s); });
+  // The queued request does not wait out the 60 s given to the running one.
+  const auto t0 = std::chrono::steady_clock::now();
+  const Outcome q = collect(*queued, 10s);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
+  EXPECT_TRUE(q.failed);
+  EXPECT_EQ(q.fail_reason, EngineEvent::FailReason::ShuttingDown);
+  EXPECT_TRUE(q.ids.empty());
+  // The running one is still generating (it has its grace period); cancelling it ends the shutdown.
+  std::vector<EngineEvent> more;
+  for (int i = 0; i < 100 && more.empty(); ++i) more = running->wait(100ms);
+  ASSERT_FALSE(more.empty());
+  EXPECT_EQ(more.front().kind, EngineEvent::Kind::Token);
+  running->cancel();
+  stopper.join();
+  EXPECT_EQ(collect(*running, 10s).fail_reason, EngineEvent::FailReason::Cancelled);
+  EXPECT_EQ(engine.stats().cache_pages_used, 0);
+}
+
+TEST_F(EngineTest, MaxTokensLimitCapsAndReservesOnlyThat) {
+  EngineOptions opt;
+  opt.max_tokens_limit = 6;
+  // 2 pages of 128 tokens: a request reserving a whole context (65,536) would be refused.
+  opt.cache_tokens = 256;
+  Engine engine(*model_, *tok_, opt);
+  for (int asked : {0, 50}) {  // none given: the cap; more asked: cut at the cap
+    SCOPED_TRACE(asked);
+    GenerationRequest r = request("ROMEO:\n", asked);
+    r.stop.stop_ids.clear();  // generate to the limit
+    const Outcome o = collect(*engine.submit(r), 60s);
+    EXPECT_FALSE(o.failed) << o.error;
+    EXPECT_EQ(o.ids.size(), 6u);
+    EXPECT_EQ(o.finish, FinishReason::Length);
+  }
+  GenerationRequest r = request("ROMEO:\n", 3);  // below the cap: as asked
+  r.stop.stop_ids.clear();
+  EXPECT_EQ(collect(*engine.submit(r), 60s).ids.size(), 3u);
+  // The context is still checked on what was asked.
+  try {
+    engine.submit(request("ROMEO:\n", int(engine.max_context())));
+    ADD_FAILURE() << "accepted a request longer than the context";
+  } catch (const RequestRejected& e) {
+    EXPECT_EQ(e.reason, RequestRejected::Reason::TooLong);
+  }
+  EXPECT_THROW(Engine(*model_, *tok_, EngineOptions{.max_tokens_limit = -1}), Error);
 }
 
 }  // namespace

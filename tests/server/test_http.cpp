@@ -3,11 +3,11 @@
 // answers 503; a client that hangs up cancels its request and frees its cache; SIGTERM lets running
 // requests finish (or cancels them after --shutdown-timeout) and exits with status 0.
 #include <gtest/gtest.h>
-#include <httplib.h>
 #include <nlohmann/json.hpp>
 
 #include <cmath>
 
+#include "server/http_client.h"
 #include "server/serve_process.h"
 #include "support/run_command.h"
 
@@ -17,41 +17,21 @@ namespace {
 using Json = nlohmann::ordered_json;
 using namespace std::chrono_literals;
 
-httplib::Client client(int port) {
-  httplib::Client c("127.0.0.1", port);
-  c.set_connection_timeout(10);
-  c.set_read_timeout(60);
-  c.set_write_timeout(30);
-  return c;
-}
-
 struct Answer {
   int status = 0;
   Json body;
   std::string text;
 };
 
-Answer post(int port, const std::string& path, const std::string& body, const httplib::Headers& h = {}) {
-  auto c = client(port);
-  auto r = c.Post(path.c_str(), h, body, "application/json");
-  Answer a;
-  if (!r) return a;
-  a.status = r->status;
-  a.text = r->body;
-  a.body = Json::parse(r->body, nullptr, false);
-  return a;
+Answer answer(const HttpReply& r) {
+  return {r.status, Json::parse(r.body, nullptr, false), r.body};
 }
 
-Answer get(int port, const std::string& path, const httplib::Headers& h = {}) {
-  auto c = client(port);
-  auto r = c.Get(path.c_str(), h);
-  Answer a;
-  if (!r) return a;
-  a.status = r->status;
-  a.text = r->body;
-  a.body = Json::parse(r->body, nullptr, false);
-  return a;
+Answer post(int port, const std::string& path, const std::string& body, const Headers& h = {}) {
+  return answer(http_request(port, "POST", path, body, h));
 }
+
+Answer get(int port, const std::string& path, const Headers& h = {}) { return answer(http_request(port, "GET", path, "", h)); }
 
 const std::string kChat = R"({"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 5, "temperature": 0})";
 
@@ -225,7 +205,7 @@ TEST_F(Http, PortInUseIsAnError) {
 
 TEST(HttpOptions, ApiKey) {
   ServeProcess s({"--api-key", "sesame"});
-  const httplib::Headers good = {{"Authorization", "Bearer sesame"}}, bad = {{"Authorization", "Bearer nope"}};
+  const Headers good = {{"Authorization", "Bearer sesame"}}, bad = {{"Authorization", "Bearer nope"}};
   Answer none = get(s.port(), "/v1/models");
   EXPECT_EQ(none.status, 401);
   EXPECT_EQ(none.body["error"]["code"], "invalid_api_key");

@@ -2,9 +2,9 @@
 // output validates, json_object parses, forced tool calls always call with valid arguments, an
 // unsupported schema feature is a 400 naming it, and a grammar that cannot finish ends with "length".
 #include <gtest/gtest.h>
-#include <httplib.h>
 
 #include "grammar/schema_validator.h"
+#include "server/http_client.h"
 #include "server/serve_process.h"
 
 namespace dsv4::test {
@@ -13,13 +13,12 @@ namespace {
 using Json = nlohmann::ordered_json;
 
 Json chat(int port, Json body) {
-  httplib::Client c("127.0.0.1", port);
-  c.set_read_timeout(120);
   body["messages"] = Json::array({{{"role", "user"}, {"content", "Answer in JSON."}}});
-  auto r = c.Post("/v1/chat/completions", body.dump(), "application/json");
-  if (!r) return {{"status", 0}};
-  Json out = Json::parse(r->body, nullptr, false);
-  out["status"] = r->status;
+  const HttpReply r = http_request(port, "POST", "/v1/chat/completions", body.dump(),
+                                   {{"Content-Type", "application/json"}}, std::chrono::seconds(180));
+  Json out = Json::parse(r.body, nullptr, false);
+  if (!out.is_object()) out = Json::object();
+  out["status"] = r.status;
   return out;
 }
 

@@ -1,5 +1,10 @@
 // DeviceBuffer<T>: an owned, typed device allocation (cudaMalloc / cudaFree), move-only. Copies to and
 // from the host are synchronous helpers for setup and tests; hot paths enqueue their own async copies.
+// "Synchronous" means finished on the device when the call returns: cudaMemset (always) and a pageable
+// cudaMemcpy to the device (its last DMA) may still run on the legacy stream after returning, and the
+// contexts' streams are non-blocking (they do not wait for it), so both helpers wait for the legacy
+// stream. Without that, a kernel enqueued next could run before the memset (a test's guard poison
+// overwrote a finished output: CudaMoeOps.PlanAtPrefillSizes failed once) or read the upload's old bytes.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -40,7 +45,9 @@ class DeviceBuffer {
 
   void upload(const T* host, size_t n, size_t offset = 0) {
     if (offset + n > n_) fail("DeviceBuffer::upload: ", n, " elements at ", offset, " overflow a buffer of ", n_);
-    if (n) DSV4_CUDA_CHECK(cudaMemcpy(ptr_ + offset, host, n * sizeof(T), cudaMemcpyHostToDevice));
+    if (!n) return;
+    DSV4_CUDA_CHECK(cudaMemcpy(ptr_ + offset, host, n * sizeof(T), cudaMemcpyHostToDevice));
+    DSV4_CUDA_CHECK(cudaStreamSynchronize(nullptr));
   }
   void upload(const std::vector<T>& host) { upload(host.data(), host.size()); }
   std::vector<T> download() const {
@@ -50,7 +57,9 @@ class DeviceBuffer {
   }
   // Every byte set to `byte` (synchronous).
   void fill_bytes(int byte) {
-    if (n_) DSV4_CUDA_CHECK(cudaMemset(ptr_, byte, bytes()));
+    if (!n_) return;
+    DSV4_CUDA_CHECK(cudaMemset(ptr_, byte, bytes()));
+    DSV4_CUDA_CHECK(cudaStreamSynchronize(nullptr));
   }
 
  private:

@@ -6,9 +6,15 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace dsv4::cuda {
+
+// Which kernels compute the linears (docs/cuda.md "Kernel tiers"): Exact reproduces the CPU's
+// summation order bit for bit; Fast keeps the quantization sites of the official numerics and frees
+// the order (tensor cores, split K). The choice is made in one place, cuda::linear (linear_fast.h).
+enum class KernelTier : uint8_t { Exact, Fast };
 
 class DeviceContext {
  public:
@@ -31,6 +37,10 @@ class DeviceContext {
   size_t max_smem_per_block() const { return max_smem_optin_; }  // with the opt-in attribute
   const std::string& name() const { return name_; }
 
+  // The tier the linears of this context run (default Exact: tests compare against the CPU bit for bit).
+  KernelTier kernels() const { return kernels_; }
+  void set_kernels(KernelTier t) { kernels_ = t; }
+
   // Waits for all work queued on the stream; throws if any of it failed.
   void synchronize() const;
 
@@ -42,6 +52,7 @@ class DeviceContext {
   size_t workspace_bytes_ = 0;
   int sm_count_ = 0, cc_major_ = 0, cc_minor_ = 0;
   size_t max_smem_optin_ = 0;
+  KernelTier kernels_ = KernelTier::Exact;
   std::string name_;
 };
 

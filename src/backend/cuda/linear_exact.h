@@ -76,10 +76,10 @@ struct ExactLinearParams {
 };
 void exact_linear(const DeviceContext& ctx, const ExactLinearParams& p);
 // The common FP8 case: y [tokens, w.out] bf16 = (codes, scales) . w^T, with the activation scale of
-// (row t, block b) at t * xs_row_stride + b * xs_block_stride.
-inline void exact_linear_fp8(const DeviceContext& ctx, const uint8_t* codes, const float* scales,
-                             int64_t xs_row_stride, int64_t xs_block_stride, const Fp8Weight& w, int64_t tokens,
-                             __nv_bfloat16* y) {
+// (row t, block b) at t * xs_row_stride + b * xs_block_stride (also cuda::linear_fp8's call).
+inline ExactLinearParams fp8_linear_params(const uint8_t* codes, const float* scales, int64_t xs_row_stride,
+                                           int64_t xs_block_stride, const Fp8Weight& w, int64_t tokens,
+                                           __nv_bfloat16* y) {
   ExactLinearParams e;
   e.x_codes = codes;
   e.x_scales = scales;
@@ -94,7 +94,12 @@ inline void exact_linear_fp8(const DeviceContext& ctx, const uint8_t* codes, con
   e.tokens = tokens;
   e.out = int(w.out);
   e.in = int(w.in);
-  exact_linear(ctx, e);
+  return e;
+}
+inline void exact_linear_fp8(const DeviceContext& ctx, const uint8_t* codes, const float* scales,
+                             int64_t xs_row_stride, int64_t xs_block_stride, const Fp8Weight& w, int64_t tokens,
+                             __nv_bfloat16* y) {
+  exact_linear(ctx, fp8_linear_params(codes, scales, xs_row_stride, xs_block_stride, w, tokens, y));
 }
 
 }  // namespace dsv4::cuda

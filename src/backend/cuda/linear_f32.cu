@@ -8,6 +8,7 @@
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/kernel_util.cuh"
 #include "backend/cuda/linear_exact.h"
+#include "backend/cuda/linear_fast.h"
 
 namespace dsv4::cuda {
 namespace {
@@ -57,7 +58,10 @@ void linear_f32(const DeviceContext& ctx, const LinearF32Params& p) {
   if (!p.x || !p.w || (!p.y && !p.y_bf16)) fail("linear_f32: null pointer");
   if (p.in <= 0 || p.in % 8 != 0 || p.x_stride % 8 != 0 || p.out <= 0)
     fail("linear_f32: in = ", p.in, " and the row stride must be multiples of 8");
-  if (p.tokens <= kExactLinearMaxTokens) {
+  // The fast tier takes the caller's plan (tensor cores) whenever one is given: the caller knows the
+  // token counts at which it beats fast_gemv (the head: above 16 rows).
+  const bool fast_plan = p.plan && ctx.kernels() == KernelTier::Fast;
+  if (p.tokens <= kExactLinearMaxTokens && !fast_plan) {
     ExactLinearParams e;
     e.x = p.x;
     e.x_stride = p.x_stride;
@@ -68,7 +72,7 @@ void linear_f32(const DeviceContext& ctx, const LinearF32Params& p) {
     e.tokens = p.tokens;
     e.out = p.out;
     e.in = p.in;
-    return exact_linear(ctx, e);
+    return linear(ctx, e);  // the tier picks exact_linear or fast_gemv
   }
   if (p.plan) {
     LtMatmul& m = *p.plan;

@@ -49,7 +49,7 @@ test('chat, non-streamed and streamed, say the same (greedy)', { timeout: 60_000
   }
   assert.equal(text, r.choices[0].message.content);
   assert.equal(last.choices[0].finish_reason, 'length');
-  assert.equal(last.usage.completion_tokens, 12);
+  assert.equal(last.usage, undefined);  // OpenAI's rule: no usage unless stream_options.include_usage
 });
 
 test('thinking: reasoning_content, and the usage chunk', { timeout: 60_000 }, async () => {
@@ -62,13 +62,18 @@ test('thinking: reasoning_content, and the usage chunk', { timeout: 60_000 }, as
     model: MODEL, messages: hello, max_tokens: 8, temperature: 0, reasoning_effort: 'high', stream: true,
     stream_options: { include_usage: true },
   });
-  let reasoning = '', usageOnly;
+  let reasoning = '', usageOnly, usageChunks = 0;
   for await (const chunk of stream) {
+    if (chunk.usage) ++usageChunks;
     if (chunk.choices.length === 0) usageOnly = chunk.usage;
-    else reasoning += chunk.choices[0].delta.reasoning_content ?? '';
+    else {
+      assert.equal(chunk.usage, null);  // every chunk but the last has "usage": null
+      reasoning += chunk.choices[0].delta.reasoning_content ?? '';
+    }
   }
   assert.equal(reasoning, r.choices[0].message.reasoning_content);
   assert.equal(usageOnly.completion_tokens, 8);
+  assert.equal(usageChunks, 1);
 });
 
 test('completions: string and token-id prompts, stream, logprobs', { timeout: 60_000 }, async () => {
@@ -112,6 +117,7 @@ test('tool-call conversation renders the official encoding and streams', { timeo
   // The SDK's stream helper assembles the chunks into a completion.
   const final = await openai.chat.completions.stream({
     model: MODEL, messages, tools, max_tokens: 6, temperature: 0, chat_template_kwargs: { thinking: true },
+    stream_options: { include_usage: true },
   }).finalChatCompletion();
   assert.equal(final.choices[0].finish_reason, 'length');
   assert.equal(final.usage.prompt_tokens, want.length);

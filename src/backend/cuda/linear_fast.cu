@@ -1,0 +1,332 @@
+// fast_gemv (contract in linear_fast.h) and the tier's choice of a linear's implementation.
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include "backend/cuda/check.h"
+#include "backend/cuda/kernel_util.cuh"
+#include "backend/cuda/linear_fast.h"
+
+namespace dsv4::cuda {
+namespace {
+
+constexpr int kMaxWarps = 16;  // a CTA's warps split K
+
+struct Args {
+  FastGemvParams p;
+  int tile0[kFastMaxProjections + 1];  // first CTA (16-row tile) of each projection; [nproj] = total
+};
+
+// The weight stream is read once: bypass L1.
+__device__ __forceinline__ uint4 load_stream(const void* ptr) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(ptr));
+  return v;
+}
+__device__ __forceinline__ uint4 load_shared_input(const void* ptr) { return __ldg(reinterpret_cast<const uint4*>(ptr)); }
+
+__device__ __forceinline__ uint32_t word(const uint4& v, int q) { return q == 0 ? v.x : q == 1 ? v.y : q == 2 ? v.z : v.w; }
+
+// Two e4m3 codes (low byte first) as f16x2: exact (every e4m3 value is an f16 value).
+__device__ __forceinline__ uint32_t e4m3x2_f16x2(uint32_t two) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(two & 0xffffu), __NV_E4M3);
+  return uint32_t(h.x) | (uint32_t(h.y) << 16);
+}
+
+template <bool kBf16>
+__device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                         uint32_t b1) {
+  if constexpr (kBf16)
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  else
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// Sums the warps' C fragments in warp order and stores rows < out, tokens < tokens.
+// Fragment element i of lane L in column tile j: row (L/4) + 8*(i/2), token 8j + 2*(L%4) + (i%2).
+template <int NT, int kWarps>
+__device__ __forceinline__ void reduce_store(const float (&acc)[NT][4], const FastGemvParams& p,
+                                             const FastProjection& pr, int tile) {
+  __shared__ float red[kWarps * NT * 128];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, W = blockDim.x >> 5;
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) red[(warp * NT + j) * 128 + i * 32 + lane] = acc[j][i];
+  __syncthreads();
+  for (int e = threadIdx.x; e < NT * 128; e += blockDim.x) {
+    float s = 0.0f;
+    for (int w = 0; w < W; ++w) s += red[w * NT * 128 + e];
+    const int j = e >> 7, i = (e >> 5) & 3, ln = e & 31;
+    const int row = tile * 16 + (ln >> 2) + (i >> 1) * 8, tok = j * 8 + 2 * (ln & 3) + (i & 1);
+    if (row < pr.out && tok < p.tokens) {
+      const int64_t at = int64_t(tok) * pr.y_stride + row;
+      if (pr.y) pr.y[at] = __float2bfloat16_rn(s);
+      if (pr.y_f32) pr.y_f32[at] = s;
+    }
+  }
+}
+
+// Where this thread works: its CTA's projection and 16-row tile, its warp (K split), its MMA group g
+// and thread t, the last token, and the tile's rows g and g+8 it streams (clamped to the projection).
+struct Place {
+  const FastProjection* pr;
+  int tile, warp, W, g, t, last;
+  int64_t row_a, row_b;
+};
+__device__ __forceinline__ Place place_of(const Args& a) {
+  int pi = 0;
+  while (pi + 1 < a.p.nproj && int(blockIdx.x) >= a.tile0[pi + 1]) ++pi;
+  Place q;
+  q.pr = &a.p.proj[pi];
+  q.tile = int(blockIdx.x) - a.tile0[pi];
+  const int lane = threadIdx.x & 31;
+  q.warp = threadIdx.x >> 5;
+  q.W = blockDim.x >> 5;
+  q.g = lane >> 2;
+  q.t = lane & 3;
+  q.last = int(a.p.tokens) - 1;
+  q.row_a = min(q.tile * 16 + q.g, q.pr->out - 1);
+  q.row_b = min(q.tile * 16 + q.g + 8, q.pr->out - 1);
+  return q;
+}
+
+// FP8 x FP8: per 128-K block, 2 pieces of 64 K; a thread holds 16 bytes of rows g and g+8 and of token g
+// per piece, which are 4 MMAs (k slots 2t,2t+1 <- bytes 4q,4q+1; 2t+8,2t+9 <- bytes 4q+2,4q+3).
+// U blocks are loaded before the first is multiplied (loads in flight); kThreads bounds the CTA (and so
+// the registers a batch may take).
+template <int NT, int U, int kThreads>
+__global__ void __launch_bounds__(kThreads) fast_gemv_fp8_kernel(const __grid_constant__ Args a) {
+  const FastGemvParams& p = a.p;
+  const Place at = place_of(a);
+  const FastProjection& pr = *at.pr;
+  const int tile = at.tile, warp = at.warp, W = at.W, g = at.g, t = at.t, last = at.last;
+  const uint8_t* wa = pr.w8 + at.row_a * p.in + t * 16;
+  const uint8_t* wb = pr.w8 + at.row_b * p.in + t * 16;
+  const float* ws = pr.w_scales + int64_t(tile / 8) * pr.w_scale_ld;
+  const uint8_t* xr[NT];
+  const float *xs0[NT], *xs1[NT];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    xr[j] = p.x_codes + pr.x_offset + int64_t(min(j * 8 + g, last)) * p.x_stride + t * 16;
+    xs0[j] = p.x_scales + pr.xs_offset + int64_t(min(j * 8 + 2 * t, last)) * p.xs_row_stride;
+    xs1[j] = p.x_scales + pr.xs_offset + int64_t(min(j * 8 + 2 * t + 1, last)) * p.xs_row_stride;
+  }
+  float acc[NT][4] = {};
+  const int nb = p.in / 128;
+  for (int b0 = warp; b0 < nb; b0 += U * W) {
+    uint4 wv[U][4], xv[U][NT][2];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int b = b0 + u * W;
+      if (b < nb) {
+        const int64_t k = int64_t(b) * 128;
+        wv[u][0] = load_stream(wa + k);
+        wv[u][1] = load_stream(wb + k);
+        wv[u][2] = load_stream(wa + k + 64);
+        wv[u][3] = load_stream(wb + k + 64);
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+          xv[u][j][0] = load_shared_input(xr[j] + k);
+          xv[u][j][1] = load_shared_input(xr[j] + k + 64);
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int b = b0 + u * W;
+      if (b >= nb) break;
+      float blk[NT][4] = {};
+#pragma unroll
+      for (int c = 0; c < 2; ++c)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const uint32_t ra = word(wv[u][c * 2], q), rb = word(wv[u][c * 2 + 1], q);
+          const uint32_t a0 = e4m3x2_f16x2(ra), a2 = e4m3x2_f16x2(ra >> 16);
+          const uint32_t a1 = e4m3x2_f16x2(rb), a3 = e4m3x2_f16x2(rb >> 16);
+#pragma unroll
+          for (int j = 0; j < NT; ++j) {
+            const uint32_t xw = word(xv[u][j][c], q);
+            mma16816<false>(blk[j], a0, a1, a2, a3, e4m3x2_f16x2(xw), e4m3x2_f16x2(xw >> 16));
+          }
+        }
+      const float s = ws[b];
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        const float s0 = s * xs0[j][int64_t(b) * p.xs_block_stride], s1 = s * xs1[j][int64_t(b) * p.xs_block_stride];
+        acc[j][0] = fmaf(blk[j][0], s0, acc[j][0]);
+        acc[j][1] = fmaf(blk[j][1], s1, acc[j][1]);
+        acc[j][2] = fmaf(blk[j][2], s0, acc[j][2]);
+        acc[j][3] = fmaf(blk[j][3], s1, acc[j][3]);
+      }
+    }
+  }
+  reduce_store<NT, kThreads / 32>(acc, p, pr, tile);
+}
+
+// bf16 x bf16: pieces of 32 K, a thread's 8 values of rows g, g+8 and token g per piece are 2 MMAs
+// (words 2q, 2q+1 of its 16 bytes).
+template <int NT, int U, int kThreads>
+__global__ void __launch_bounds__(kThreads) fast_gemv_bf16_kernel(const __grid_constant__ Args a) {
+  const FastGemvParams& p = a.p;
+  const Place at = place_of(a);
+  const FastProjection& pr = *at.pr;
+  const int tile = at.tile, warp = at.warp, W = at.W, g = at.g, t = at.t, last = at.last;
+  const bf16* wa = pr.w16 + at.row_a * p.in + t * 8;
+  const bf16* wb = pr.w16 + at.row_b * p.in + t * 8;
+  const bf16* xr[NT];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) xr[j] = p.x + pr.x_offset + int64_t(min(j * 8 + g, last)) * p.x_stride + t * 8;
+  float acc[NT][4] = {};
+  const int np = p.in / 32;
+  for (int k0 = warp; k0 < np; k0 += U * W) {
+    uint4 wv[U][2], xv[U][NT];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int kp = k0 + u * W;
+      if (kp < np) {
+        const int64_t k = int64_t(kp) * 32;
+        wv[u][0] = load_stream(wa + k);
+        wv[u][1] = load_stream(wb + k);
+#pragma unroll
+        for (int j = 0; j < NT; ++j) xv[u][j] = load_shared_input(xr[j] + k);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (k0 + u * W >= np) break;
+#pragma unroll
+      for (int q = 0; q < 2; ++q)
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+          mma16816<true>(acc[j], word(wv[u][0], 2 * q), word(wv[u][1], 2 * q), word(wv[u][0], 2 * q + 1),
+                         word(wv[u][1], 2 * q + 1), word(xv[u][j], 2 * q), word(xv[u][j], 2 * q + 1));
+    }
+  }
+  reduce_store<NT, kThreads / 32>(acc, p, pr, tile);
+}
+
+// Warps per CTA for short K: as many as leave each warp a full batch of U K-steps, at most 8.
+int warps_for(int ksteps, int U) {
+  int w = 1;
+  while (w * 2 <= 8 && w * 2 * U <= ksteps) w *= 2;
+  return w;
+}
+
+// Two shapes, each the faster on the H200 for its Flash weights (docs/perf-log.md, 2026-12-01):
+// K of at most 16 blocks (wq_b, shared w2): batches of 4 blocks and a K split that leaves each warp one
+// (8 warps of one block each left wq_b's 2,048 CTAs latency-bound: 17.2 -> 14.9 us); longer K (wq_a,
+// wo_b, w1, the head): batches of 2 blocks (4 bf16 pieces of 32) over 16 warps, or 8 warps when the
+// grid has two CTAs per SM.
+template <int NT>
+void launch(const DeviceContext& ctx, const Args& a, bool fp8, int blocks) {
+  const int threads = blocks >= 2 * ctx.sm_count() ? 256 : 32 * kMaxWarps;
+  if (fp8 && a.p.in / 128 <= 16) {
+    constexpr int U = NT <= 2 ? 4 : 2;
+    fast_gemv_fp8_kernel<NT, U, 256><<<blocks, 32 * warps_for(a.p.in / 128, U), 0, ctx.stream()>>>(a);
+  } else if (fp8) {
+    constexpr int U = NT <= 2 ? 2 : 1;
+    fast_gemv_fp8_kernel<NT, U, 32 * kMaxWarps><<<blocks, threads, 0, ctx.stream()>>>(a);
+  } else {
+    constexpr int U = NT <= 2 ? 4 : 2;
+    fast_gemv_bf16_kernel<NT, U, 32 * kMaxWarps><<<blocks, threads, 0, ctx.stream()>>>(a);
+  }
+  DSV4_CUDA_CHECK_LAUNCH();
+}
+
+bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15) == 0; }
+
+}  // namespace
+
+void fast_gemv(const DeviceContext& ctx, const FastGemvParams& p) {
+  const bool fp8 = p.x_codes != nullptr;
+  if (p.tokens < 1 || p.tokens > kFastGemvMaxTokens)
+    fail("fast_gemv: ", p.tokens, " tokens (1..", kFastGemvMaxTokens, ")");
+  if (p.nproj < 1 || p.nproj > kFastMaxProjections) fail("fast_gemv: ", p.nproj, " projections (1..", kFastMaxProjections, ")");
+  if (fp8 ? (!p.x_scales || p.in % 128 != 0) : (!p.x || p.in % 32 != 0))
+    fail("fast_gemv: ", fp8 ? "FP8 input needs codes, scales and in % 128 == 0" : "bf16 input needs x and in % 32 == 0",
+         " (in = ", p.in, ")");
+  const size_t esize = fp8 ? 1 : 2;
+  if (p.in <= 0 || (p.x_stride * esize) % 16 != 0 || !aligned16(fp8 ? static_cast<const void*>(p.x_codes) : p.x))
+    fail("fast_gemv: input rows must be 16-byte aligned (row stride ", p.x_stride, ")");
+  Args a;
+  a.p = p;
+  int64_t tiles = 0;
+  for (int i = 0; i < p.nproj; ++i) {
+    const FastProjection& pr = p.proj[i];
+    if (pr.out <= 0 || (!pr.y && !pr.y_f32) || (fp8 ? (!pr.w8 || !pr.w_scales) : !pr.w16))
+      fail("fast_gemv: projection ", i, " lacks its weight, output or rows");
+    if (!aligned16(fp8 ? static_cast<const void*>(pr.w8) : pr.w16) || (pr.x_offset * esize) % 16 != 0)
+      fail("fast_gemv: projection ", i, ": weight or input offset not 16-byte aligned");
+    a.tile0[i] = int(tiles);
+    tiles += (pr.out + 15) / 16;
+  }
+  if (tiles > (int64_t(1) << 30)) fail("fast_gemv: ", tiles, " row tiles");
+  a.tile0[p.nproj] = int(tiles);
+  if (p.tokens <= 8) launch<1>(ctx, a, fp8, int(tiles));
+  else if (p.tokens <= 16) launch<2>(ctx, a, fp8, int(tiles));
+  else launch<4>(ctx, a, fp8, int(tiles));
+}
+
+bool fast_gemv_supports(const ExactLinearParams& e) {
+  if (e.expert_ids || e.x_row_div != 1 || e.tokens < 1 || e.tokens > kFastGemvMaxTokens) return false;
+  if (e.groups < 1 || e.groups > kFastMaxProjections || e.kernel != ExactLinearKernel::Auto) return false;
+  // 16-byte loads of every input and weight row (else exact_linear takes the call).
+  const bool fp8 = e.x_codes && e.w8;
+  if (!fp8 && !(e.x && e.w16)) return false;
+  const int64_t es = fp8 ? 1 : 2;
+  const void* x = fp8 ? static_cast<const void*>(e.x_codes) : e.x;
+  const void* w = fp8 ? static_cast<const void*>(e.w8) : e.w16;
+  if (!aligned16(x) || !aligned16(w) || (e.x_stride * es) % 16 != 0 || (int64_t(e.in) * es) % 16 != 0) return false;
+  if (e.groups > 1 && ((e.x_group_stride * es) % 16 != 0 || (e.w_expert_stride * es) % 16 != 0)) return false;
+  return fp8 ? e.in % 128 == 0 : e.in % 32 == 0;
+}
+
+void fast_gemv(const DeviceContext& ctx, const ExactLinearParams& e) {
+  FastGemvParams p;
+  p.x_codes = e.w8 ? e.x_codes : nullptr;
+  p.x_scales = e.x_scales;
+  p.xs_row_stride = e.xs_row_stride;
+  p.xs_block_stride = e.xs_block_stride;
+  p.x = e.w8 ? nullptr : e.x;
+  p.x_stride = e.x_stride;
+  p.tokens = e.tokens;
+  p.in = e.in;
+  p.nproj = e.groups;
+  for (int g = 0; g < e.groups; ++g) {
+    FastProjection& pr = p.proj[g];
+    if (e.w8) {
+      pr.w8 = e.w8 + g * e.w_expert_stride;
+      pr.w_scales = e.w_scales + g * e.ws_expert_stride;
+      pr.w_scale_ld = e.w_scale_ld;
+    } else {
+      pr.w16 = e.w16 + g * e.w_expert_stride;
+    }
+    pr.x_offset = g * e.x_group_stride;
+    pr.xs_offset = g * e.xs_group_stride;
+    pr.y = e.y ? e.y + g * e.y_group_stride : nullptr;
+    pr.y_f32 = e.y_f32 ? e.y_f32 + g * e.y_group_stride : nullptr;
+    pr.y_stride = e.y_stride;
+    pr.out = e.out;
+  }
+  fast_gemv(ctx, p);
+}
+
+void linear(const DeviceContext& ctx, const ExactLinearParams& e) {
+  if (ctx.kernels() == KernelTier::Fast && fast_gemv_supports(e)) return fast_gemv(ctx, e);
+  exact_linear(ctx, e);
+}
+
+void linear_fp8(const DeviceContext& ctx, const uint8_t* codes, const float* scales, int64_t xs_row_stride,
+                int64_t xs_block_stride, const Fp8Weight& w, int64_t tokens, bf16* y) {
+  linear(ctx, fp8_linear_params(codes, scales, xs_row_stride, xs_block_stride, w, tokens, y));
+}
+
+}  // namespace dsv4::cuda

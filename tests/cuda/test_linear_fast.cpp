@@ -1,0 +1,208 @@
+// fast_gemv (the fast tier's decode linears) against its CPU twin, cpu::matmul on the dequantized
+// operands, within the gemm tolerances: FP8 x FP8 at every column-tile size (1-32 tokens, partial tiles),
+// rows that are no multiple of 16, block-major activation scales, several projections of one input in
+// one launch, bf16 x bf16 with fp32 and bf16 outputs, the group mode; the same bits on a second run; and
+// the tier's choice (cuda::linear): exact_linear's bits in the exact tier and wherever fast_gemv does not
+// apply.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/ops.h"
+#include "backend/cuda/check.h"
+#include "backend/cuda/gemm.h"
+#include "backend/cuda/linear_fast.h"
+#include "backend/cuda/ops.h"
+#include "core/quant.h"
+#include "fp8_host.h"
+#include "harness.h"
+
+namespace dsv4::cuda::test {
+namespace {
+
+std::vector<uint32_t> bits(const std::vector<float>& v) {
+  std::vector<uint32_t> b(v.size());
+  std::memcpy(b.data(), v.data(), v.size() * 4);
+  return b;
+}
+
+// FP8 activations of T tokens: quantized on the GPU; the CPU sees the same values (fp8_sim).
+struct Fp8Input {
+  std::vector<float> xq;  // dequantized, [T, in]
+  DeviceBuffer<uint8_t> codes;
+  DeviceBuffer<float> scales;
+  int64_t row_stride, block_stride;
+};
+Fp8Input fp8_input(const DeviceContext& ctx, Rng& rng, int64_t T, int64_t in, bool block_major) {
+  std::vector<float> x = rng.bf16_normal(size_t(T * in));
+  auto dx = upload_bf16(x);
+  const int64_t nb = in / 128;
+  Fp8Input r{x, DeviceBuffer<uint8_t>(size_t(T * in)), DeviceBuffer<float>(size_t(T * nb)), block_major ? 1 : nb,
+             block_major ? T : 1};
+  act_quant_rows(ctx, reinterpret_cast<const bf16*>(dx.get()), T, in, r.codes.get(), r.scales.get(), r.row_stride,
+                 r.block_stride);
+  fp8_sim(r.xq.data(), int64_t(r.xq.size()), 128);
+  ctx.synchronize();
+  return r;
+}
+
+// Projections of `outs` rows each on one FP8 input of T tokens, in one launch.
+void check_fp8(const std::vector<int64_t>& outs, int64_t in, int64_t T, bool block_major, uint64_t seed) {
+  DeviceContext ctx;
+  Rng rng(seed);
+  Fp8Input x = fp8_input(ctx, rng, T, in, block_major);
+  std::vector<HostFp8> hw;
+  std::vector<Fp8Weight> w;
+  std::vector<Guarded<uint16_t>> y;
+  std::vector<Guarded<float>> yf;
+  FastGemvParams p;
+  p.x_codes = x.codes.get();
+  p.x_scales = x.scales.get();
+  p.xs_row_stride = x.row_stride;
+  p.xs_block_stride = x.block_stride;
+  p.x_stride = in;
+  p.tokens = T;
+  p.in = int(in);
+  p.nproj = int(outs.size());
+  for (size_t i = 0; i < outs.size(); ++i) {
+    hw.push_back(make_fp8(rng, outs[i], in));
+    w.push_back(upload_fp8_weight(hw.back().wv(), hw.back().sv()));
+    y.emplace_back(size_t(T * outs[i]));
+    yf.emplace_back(size_t(T * outs[i]));
+  }
+  for (size_t i = 0; i < outs.size(); ++i) {
+    FastProjection& pr = p.proj[i];
+    pr.w8 = w[i].codes.get();
+    pr.w_scales = w[i].scales.get();
+    pr.w_scale_ld = w[i].scale_ld;
+    pr.y = reinterpret_cast<bf16*>(y[i].get());
+    pr.y_f32 = yf[i].get();
+    pr.y_stride = outs[i];
+    pr.out = int(outs[i]);
+  }
+  fast_gemv(ctx, p);
+  ctx.synchronize();
+  for (size_t i = 0; i < outs.size(); ++i) {
+    const int64_t out = outs[i];
+    std::vector<float> wd = hw[i].dequantized(), ref(size_t(T * out));
+    cpu::matmul(x.xq.data(), T, in, wd.data(), out, ref.data());
+    const std::string what = "fast_gemv fp8 proj " + std::to_string(i) + " out=" + std::to_string(out) +
+                             " in=" + std::to_string(in) + " T=" + std::to_string(T) + (block_major ? " block-major" : "");
+    const std::vector<float> got = yf[i].download(what);
+    EXPECT_TRUE(compare(what + " f32", got, ref, Tol::GemmFp8).ok);
+    EXPECT_TRUE(compare(what + " bf16", from_bf16(y[i].download(what)), ref, Tol::GemmFp8).ok);
+    // Deterministic: a second launch writes the same bits.
+    DSV4_CUDA_CHECK(cudaMemsetAsync(yf[i].get(), 0xff, size_t(T * out) * 4, ctx.stream()));
+    fast_gemv(ctx, p);
+    ctx.synchronize();
+    EXPECT_EQ(bits(yf[i].download(what)), bits(got)) << what << ": a second run differs";
+  }
+}
+
+TEST(CudaLinearFast, Fp8EveryTileSize) {
+  DSV4_REQUIRE_HOPPER();
+  for (int64_t T : {1, 2, 5, 8, 9, 15, 16, 17, 31, 32}) check_fp8({264}, 1024, T, false, 100 + uint64_t(T));
+}
+
+TEST(CudaLinearFast, Fp8ShapesScalesAndProjections) {
+  DSV4_REQUIRE_HOPPER();
+  check_fp8({1000}, 4096, 1, false, 1);      // rows no multiple of 16; 32 K blocks over 16 warps
+  check_fp8({2048}, 512, 3, true, 2);        // block-major scales (cuBLASLt's VEC128 layout)
+  check_fp8({1024, 512}, 4096, 4, false, 3); // wq_a and wkv of one input in one launch
+  check_fp8({40, 8, 300}, 256, 12, true, 4); // projections of a few tiles each
+}
+
+// bf16 x bf16 (dense linears and the head): fp32 and bf16 outputs; the group mode through exact_linear's
+// params (wo_a: groups of the input through their own weight rows).
+void check_bf16(int64_t out, int64_t in, int64_t T, int groups, uint64_t seed) {
+  DeviceContext ctx;
+  ctx.set_kernels(KernelTier::Fast);
+  Rng rng(seed);
+  const int64_t gin = in / groups;
+  std::vector<float> x = rng.bf16_normal(size_t(T * in)), w = rng.bf16_normal(size_t(groups * out * gin), 0.05f);
+  auto dx = upload_bf16(x), dw = upload_bf16(w);
+  Guarded<uint16_t> y(size_t(T * groups * out));
+  Guarded<float> yf(size_t(T * groups * out));
+  ExactLinearParams e;
+  e.x = reinterpret_cast<const bf16*>(dx.get());
+  e.x_stride = in;
+  e.x_group_stride = gin;
+  e.w16 = reinterpret_cast<const bf16*>(dw.get());
+  e.w_expert_stride = out * gin;
+  e.groups = groups;
+  e.y = reinterpret_cast<bf16*>(y.get());
+  e.y_f32 = yf.get();
+  e.y_stride = groups * out;
+  e.y_group_stride = out;
+  e.tokens = T;
+  e.out = int(out);
+  e.in = int(gin);
+  ASSERT_TRUE(fast_gemv_supports(e));
+  linear(ctx, e);
+  ctx.synchronize();
+  std::vector<float> ref(size_t(T * groups * out));
+  for (int g = 0; g < groups; ++g) {
+    std::vector<float> xg(size_t(T * gin)), rg(size_t(T * out));
+    for (int64_t t = 0; t < T; ++t) std::memcpy(&xg[size_t(t * gin)], &x[size_t(t * in + g * gin)], size_t(gin) * 4);
+    cpu::matmul(xg.data(), T, gin, &w[size_t(g * out * gin)], out, rg.data());
+    for (int64_t t = 0; t < T; ++t)
+      std::memcpy(&ref[size_t(t * groups * out + g * out)], &rg[size_t(t * out)], size_t(out) * 4);
+  }
+  const std::string what = "fast_gemv bf16 out=" + std::to_string(out) + " in=" + std::to_string(gin) +
+                           " groups=" + std::to_string(groups) + " T=" + std::to_string(T);
+  EXPECT_TRUE(compare(what + " f32", yf.download(what), ref, Tol::GemmBf16).ok);
+  EXPECT_TRUE(compare(what + " bf16", from_bf16(y.download(what)), ref, Tol::GemmBf16).ok);
+}
+
+TEST(CudaLinearFast, Bf16AndGroups) {
+  DSV4_REQUIRE_HOPPER();
+  for (int64_t T : {1, 7, 8, 13, 16, 24, 32}) check_bf16(520, 1024, T, 1, 200 + uint64_t(T));
+  check_bf16(4000, 4096, 2, 1, 3);   // head-like rows: many tiles, 8 warps per CTA
+  check_bf16(1024, 4096, 5, 8, 4);   // wo_a-like: 8 groups of 512 inputs
+}
+
+// The tier's choice: the exact tier, and the calls fast_gemv does not take, give exact_linear's bits.
+TEST(CudaLinearFast, TierChoice) {
+  DSV4_REQUIRE_HOPPER();
+  DeviceContext ctx;
+  Rng rng(7);
+  const int64_t out = 384, in = 512, T = 6;
+  Fp8Input x = fp8_input(ctx, rng, T, in, false);
+  HostFp8 hw = make_fp8(rng, out, in);
+  Fp8Weight w = upload_fp8_weight(hw.wv(), hw.sv());
+  DeviceBuffer<float> a(size_t(T * out)), b(size_t(T * out));
+  ExactLinearParams e;
+  e.x_codes = x.codes.get();
+  e.x_scales = x.scales.get();
+  e.x_stride = in;
+  e.xs_row_stride = x.row_stride;
+  e.xs_block_stride = x.block_stride;
+  e.w8 = w.codes.get();
+  e.w_scales = w.scales.get();
+  e.w_scale_ld = w.scale_ld;
+  e.y_stride = out;
+  e.tokens = T;
+  e.out = int(out);
+  e.in = int(in);
+  e.y_f32 = a.get();
+  exact_linear(ctx, e);
+  e.y_f32 = b.get();
+  linear(ctx, e);  // exact tier (the context's default)
+  ctx.synchronize();
+  EXPECT_EQ(bits(a.download()), bits(b.download())) << "the exact tier must run exact_linear";
+  ctx.set_kernels(KernelTier::Fast);
+  e.kernel = ExactLinearKernel::Tiled;  // a forced exact kernel stays exact in the fast tier
+  EXPECT_FALSE(fast_gemv_supports(e));
+  linear(ctx, e);
+  ctx.synchronize();
+  EXPECT_EQ(bits(a.download()), bits(b.download()));
+  e.kernel = ExactLinearKernel::Auto;
+  EXPECT_TRUE(fast_gemv_supports(e));
+  e.tokens = kFastGemvMaxTokens + 1;
+  EXPECT_FALSE(fast_gemv_supports(e));
+}
+
+}  // namespace
+}  // namespace dsv4::cuda::test
