@@ -42,7 +42,9 @@ void run(RunArgs& a) {
                                              : int64_t(raw_prompt.size()) + a.gen.max_tokens + 1;
   const Loaded l{load_model(a.gen, "run", max_ctx), std::move(tok)};
   print_verbose_header(l, a.gen);
-  Sampler sampler(a.gen.sampling());
+  SamplingParams sp = a.gen.sampling();
+  sp.grammar = a.gen.grammar(l.tok, l.model->config().vocab_size, chat_mode && a.gen.thinking);
+  Sampler sampler(sp, a.gen.stops(l.tok).stop_ids);
   CliGeneration g;
   if (chat_mode) {
     nlohmann::ordered_json messages = nlohmann::ordered_json::array();
@@ -73,6 +75,12 @@ void register_run(CLI::App& app) {
   auto* prompt = c->add_option("prompt", a->prompt, "The prompt (default: -f FILE, stdin when piped, else a short built-in prompt)");
   a->gen.add_to(*c);
   c->get_option("--file")->excludes(prompt);
+  auto* js = c->add_option("--json-schema", a->gen.json_schema,
+                           "Constrain the output to JSON valid under this schema (a file or inline JSON)");
+  auto* jo = c->add_flag("--json-object", a->gen.json_object, "Constrain the output to a JSON object")->excludes(js);
+  c->add_option("--grammar", a->gen.grammar_file, "Constrain the output to a grammar (a GBNF-like file)")
+      ->excludes(js)
+      ->excludes(jo);
   auto* raw = c->add_flag("--raw", a->raw, "Feed the prompt as plain text, print only the continuation "
                                             "(default for the bundled base model)");
   c->add_flag("--chat", a->chat, "Apply the DeepSeek-V4 chat encoding; print reasoning apart from the answer "

@@ -6,6 +6,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 #include <memory>
 #include <random>
 
@@ -17,6 +19,8 @@
 #include "cli/device.h"
 #include "cli/flags.h"
 #include "core/error.h"
+#include "grammar/gbnf.h"
+#include "grammar/grammar_cache.h"
 
 namespace dsv4::cli {
 
@@ -96,6 +100,42 @@ StopConditions GenOptions::stops(const Tokenizer& tok) const {
 bool GenOptions::color() const {
   const char* nc = std::getenv("NO_COLOR");  // https://no-color.org: set and not empty
   return !no_color && !(nc && *nc) && stdout_is_terminal();
+}
+
+GrammarConstraint GenOptions::grammar(const Tokenizer& tok, int64_t vocab, bool chat_thinking) const {
+  GrammarConstraint g;
+  if (json_schema.empty() && !json_object && grammar_file.empty()) return g;
+  grammar::GrammarCache cache(tok, vocab, 1);
+  if (!grammar_file.empty()) {
+    std::ifstream f(grammar_file, std::ios::binary);
+    if (!f) fail("--grammar: cannot read ", grammar_file);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    g.grammar = cache.get("gbnf", [&] { return grammar::parse_gbnf(ss.str(), grammar_file); });
+  } else if (json_object) {
+    g.grammar = cache.json_object();
+  } else {
+    std::string text = json_schema;
+    if (std::ifstream f(json_schema); f && json_schema.find_first_of("{[") == std::string::npos) {
+      std::stringstream ss;
+      ss << f.rdbuf();
+      text = ss.str();
+    }
+    nlohmann::ordered_json schema;
+    try {
+      schema = nlohmann::ordered_json::parse(text);
+    } catch (const std::exception& e) {
+      fail("--json-schema: expected a schema file or JSON text: ", e.what());
+    }
+    try {
+      g.grammar = cache.json_schema(schema);
+    } catch (const grammar::UnsupportedSchema& e) {
+      fail("--json-schema: ", e.what());
+    }
+  }
+  if (chat_thinking)
+    if (auto id = tok.token_id("</think>")) g.start_after = *id;
+  return g;
 }
 
 bool stdout_is_terminal() { return isatty(STDOUT_FILENO) != 0; }

@@ -43,6 +43,9 @@ struct GenOptions : ModelOptions {
   std::string system;  // --system: the system message (chat encoding)
   std::string file;    // -f: the prompt from a file ("-": stdin)
   bool stats = false, json = false, no_color = false;
+  std::string json_schema;   // --json-schema FILE|JSON: constrained output (docs/structured-output.md)
+  bool json_object = false;  // --json-object
+  std::string grammar_file;  // --grammar FILE (grammar/gbnf.h)
 
   void add_to(CLI::App& c);  // ModelOptions + -n, -c, --temp, ..., --json, --no-color
   SamplingParams sampling() const;
@@ -51,6 +54,9 @@ struct GenOptions : ModelOptions {
   bool color() const;
   // Whether a chat-only option (--system, --thinking, --no-thinking, --effort) was given.
   bool chat_options_given() const { return !system.empty() || thinking || no_thinking || !effort.empty(); }
+  // The --json-schema / --json-object / --grammar constraint (none without them); `chat_thinking`: it starts
+  // after </think>. Throws dsv4::Error naming the flag on a bad or unsupported schema.
+  GrammarConstraint grammar(const Tokenizer& tok, int64_t vocab, bool chat_thinking) const;
 };
 
 // A loaded model (one sequence at a time) and its tokenizer, with a progress line on a terminal while

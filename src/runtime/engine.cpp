@@ -22,7 +22,7 @@ struct Engine::Sequence {
         req(std::move(p.req)),
         model(model),
         slot(model.new_sequence()),
-        sampler(req.sampling),
+        sampler(req.sampling, req.stop.stop_ids),
         dec(tok),
         filter(req.stop.stop_strings),
         history(req.prompt),

@@ -13,7 +13,7 @@
 //
 // Sampling: on a StepModel that samples on the device (samples_on_device: cuda) the decode batch and a
 // prompt's last chunk go through decode_sampled / prefill_sampled, so only the ids come back; a request
-// with penalties or logprobs is a `host` row there (its logits come back, its Sampler draws). The
+// with penalties, logprobs or a grammar (structured output) is a `host` row there (its logits come back, its Sampler draws). The
 // device draw is Philox(seed, step) with step = tokens the request generated before (Sampler's is
 // mt19937): one seed gives other texts on cuda than on the cpu at temperature > 0.
 //

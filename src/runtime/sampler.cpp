@@ -1,6 +1,7 @@
 #include "runtime/sampler.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -11,12 +12,40 @@
 
 namespace dsv4 {
 
-Sampler::Sampler(SamplingParams p) : p_(p), rng_(p.seed) {
+Sampler::Sampler(SamplingParams p, std::vector<int32_t> end_ids) : p_(std::move(p)), rng_(p_.seed) {
   if (!(p_.temperature >= 0) || std::isinf(p_.temperature)) fail("temperature must be >= 0, got ", p_.temperature);
   if (p_.top_k < 0) fail("top-k must be >= 0, got ", p_.top_k);
   if (!(p_.top_p > 0 && p_.top_p <= 1)) fail("top-p must be in (0, 1], got ", p_.top_p);
   if (!(p_.min_p >= 0 && p_.min_p <= 1)) fail("min-p must be in [0, 1], got ", p_.min_p);
   if (!(p_.repetition_penalty > 0)) fail("repetition penalty must be > 0, got ", p_.repetition_penalty);
+  if (p_.grammar.grammar) {
+    if (end_ids.empty()) fail("a grammar needs an end token (EOS) to finish on");
+    matcher_.emplace(p_.grammar.grammar, std::move(end_ids));
+    armed_ = p_.grammar.start_after < 0;
+  }
+}
+
+std::optional<std::vector<int32_t>> Sampler::allowed(int64_t vocab) {
+  if (!matcher_ || !armed_) return std::nullopt;
+  matcher_->fill_mask(mask_);
+  std::vector<int32_t> ids;
+  const int64_t n = std::min<int64_t>(vocab, int64_t(mask_.size()) * 32);
+  for (int64_t w = 0; w * 32 < n; ++w)
+    for (uint32_t bits = mask_[size_t(w)]; bits; bits &= bits - 1) {
+      const int64_t id = w * 32 + std::countr_zero(bits);
+      if (id < n) ids.push_back(int32_t(id));
+    }
+  if (ids.empty()) fail("grammar: no token can continue the output");
+  return ids;
+}
+
+void Sampler::advance(int32_t chosen) {
+  if (!matcher_) return;
+  if (!armed_) {
+    armed_ = chosen == p_.grammar.start_after;
+    return;
+  }
+  if (!matcher_->accept(chosen)) fail("grammar: token ", chosen, " was sampled but is not allowed");
 }
 
 namespace {
@@ -33,7 +62,7 @@ void log_softmax(const float* x, int64_t n, std::vector<float>& out) {
 }  // namespace
 
 bool device_samplable(const SamplingParams& p) {
-  return p.repetition_penalty == 1 && p.presence_penalty == 0 && p.frequency_penalty == 0;
+  return p.repetition_penalty == 1 && p.presence_penalty == 0 && p.frequency_penalty == 0 && !p.grammar.grammar;
 }
 
 int32_t sample_philox(const float* z, int64_t vocab, const SamplingParams& p, uint64_t step) {
@@ -90,13 +119,26 @@ int32_t Sampler::sample(const float* logits, int64_t vocab, const std::vector<in
   }
 
   int32_t chosen;
+  std::optional<std::vector<int32_t>> only = allowed(vocab);
   if (p_.temperature <= 0 || p_.top_k == 1) {
-    chosen = int32_t(std::max_element(z.begin(), z.end()) - z.begin());  // first maximum on ties
+    if (only) {
+      chosen = (*only)[0];  // the first maximum among the allowed ids
+      for (int32_t id : *only)
+        if (z[size_t(id)] > z[size_t(chosen)]) chosen = id;
+    } else {
+      chosen = int32_t(std::max_element(z.begin(), z.end()) - z.begin());  // first maximum on ties
+    }
   } else {
-    // Candidates sorted by logit (ties: lower id first), then cut by top-k, top-p, min-p.
-    std::vector<int32_t> ids(static_cast<size_t>(vocab));
-    std::iota(ids.begin(), ids.end(), 0);
-    int64_t keep = p_.top_k > 0 ? std::min<int64_t>(p_.top_k, vocab) : vocab;
+    // Candidates (all ids, or the grammar's) sorted by logit (ties: lower id first), then cut by
+    // top-k, top-p, min-p.
+    std::vector<int32_t> ids;
+    if (only) {
+      ids = std::move(*only);
+    } else {
+      ids.resize(static_cast<size_t>(vocab));
+      std::iota(ids.begin(), ids.end(), 0);
+    }
+    int64_t keep = p_.top_k > 0 ? std::min<int64_t>(p_.top_k, int64_t(ids.size())) : int64_t(ids.size());
     auto by_logit = [&](int32_t a, int32_t b) { return z[size_t(a)] != z[size_t(b)] ? z[size_t(a)] > z[size_t(b)] : a < b; };
     std::partial_sort(ids.begin(), ids.begin() + keep, ids.end(), by_logit);
     ids.resize(static_cast<size_t>(keep));
@@ -151,6 +193,7 @@ int32_t Sampler::sample(const float* logits, int64_t vocab, const std::vector<in
       for (int64_t i = 0; i < k; ++i) lp->top.emplace_back(ids[size_t(i)], ls[size_t(ids[size_t(i)])]);
     }
   }
+  advance(chosen);
   return chosen;
 }
 

@@ -8,11 +8,23 @@
 // (equally distributed) texts on cpu and on cuda; greedy gives the same ids.
 #pragma once
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <random>
 #include <utility>
 #include <vector>
 
+#include "grammar/matcher.h"
+
 namespace dsv4 {
+
+// Constrained decoding (docs/structured-output.md): the output must match `grammar`. With
+// start_after >= 0 (thinking mode: the </think> id) the tokens up to and including that id are free
+// and the grammar constrains what follows it.
+struct GrammarConstraint {
+  std::shared_ptr<const grammar::CompiledGrammar> grammar;  // null: no constraint
+  int32_t start_after = -1;
+};
 
 struct SamplingParams {
   float temperature = 1.0f;
@@ -23,6 +35,7 @@ struct SamplingParams {
   float presence_penalty = 0.0f;    // OpenAI style: - presence for every seen token
   float frequency_penalty = 0.0f;   // - frequency * count
   uint64_t seed = 0;
+  GrammarConstraint grammar;
 };
 
 struct Logprobs {
@@ -31,7 +44,8 @@ struct Logprobs {
 };
 
 // Whether the GPU sampler does these parameters: everything but the penalties (repetition, presence,
-// frequency). Logprobs are not computed on the GPU either (the caller checks top_logprobs).
+// frequency) and a grammar (its mask is applied on the host). Logprobs are not computed on the GPU
+// either (the caller checks top_logprobs).
 bool device_samplable(const SamplingParams& p);
 
 // The GPU sampler's CPU twin (no penalties; p.seed and `step` key the draw): greedy as Sampler; else
@@ -42,18 +56,28 @@ int32_t sample_philox(const float* logits, int64_t vocab, const SamplingParams& 
 
 class Sampler {
  public:
-  explicit Sampler(SamplingParams p);
+  // `end_ids` (EOS, the stop ids): with a grammar, allowed exactly where the grammar may end.
+  explicit Sampler(SamplingParams p, std::vector<int32_t> end_ids = {});
   const SamplingParams& params() const { return p_; }
 
   // Picks the next token from logits [vocab]. `history` = the ids seen so far (prompt + generated),
   // for the penalties. When `lp` is given it receives log-probabilities of the unmodified logits
-  // (the model's distribution) for the chosen token and the `top_n` best.
+  // (the model's distribution) for the chosen token and the `top_n` best. With a grammar, only the
+  // tokens it allows are candidates and the chosen one advances it; throws dsv4::Error when it allows
+  // none (it cannot happen with a grammar from grammar/json_schema.h and a byte-level vocabulary).
   int32_t sample(const float* logits, int64_t vocab, const std::vector<int32_t>& history, Logprobs* lp = nullptr,
                  int top_n = 0);
 
  private:
+  // The candidates of this step: the grammar's allowed ids, or nullopt for all.
+  std::optional<std::vector<int32_t>> allowed(int64_t vocab);
+  void advance(int32_t chosen);
+
   SamplingParams p_;
   std::mt19937_64 rng_;
+  std::optional<grammar::Matcher> matcher_;  // with a grammar
+  bool armed_ = false;                       // the grammar constrains this step
+  grammar::TokenMask mask_;                  // scratch
 };
 
 }  // namespace dsv4

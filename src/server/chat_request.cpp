@@ -1,6 +1,7 @@
 #include "server/chat_request.h"
 
 #include "core/error.h"
+#include "server/structured_output.h"
 
 namespace dsv4::server {
 namespace {
@@ -185,6 +186,7 @@ ChatRequest parse_chat_request(const Json& body, const ParseContext& pc) {
   r.mode = chat_encode_options(f).thinking_mode;
   r.prompt = render_chat_prompt(body);
   r.gen.req.prompt = pc.tok.encode(r.prompt);
+  r.gen.req.sampling.grammar = output_grammar(body, pc, r.mode);
   return r;
 }
 

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include "grammar/grammar_cache.h"
 #include "runtime/engine.h"
 #include "server/metrics.h"
 #include "server/parse_context.h"
@@ -22,8 +23,9 @@ struct ServerContext {
   std::atomic<bool> draining{false};  // shutting down: new requests are refused with 503
   bool webui = true;                  // serve the chat page at / (off: dsv4 serve --no-webui)
   HttpCounters http;
+  mutable grammar::GrammarCache grammars;  // structured output (server/structured_output.h)
 
-  ParseContext parsing() const { return {tok, model_name, engine.max_context()}; }
+  ParseContext parsing() const { return {tok, model_name, engine.max_context(), &grammars}; }
 };
 
 }  // namespace dsv4::server

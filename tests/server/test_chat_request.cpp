@@ -205,7 +205,7 @@ class ChatRequestWithTokenizer : public ::testing::Test {
  protected:
   static void SetUpTestSuite() { tok_ = new Tokenizer(Tokenizer::load(test::bundled_model_dir())); }
   static void TearDownTestSuite() { delete tok_; }
-  static ParseContext pc() { return {*tok_, "tiny-shakespeare", 65536}; }
+  static ParseContext pc() { return {*tok_, "tiny-shakespeare", 65536, nullptr}; }
   static std::pair<int, std::string> error_of(const char* body) {
     try {
       parse_chat_request(Json::parse(body), pc());
