@@ -3,7 +3,7 @@ import { execFileSync } from 'node:child_process';
 import OpenAI from 'openai';
 import { binary } from './server_process.mjs';
 
-export { binary, startServer, metrics, rssBytes } from './server_process.mjs';
+export { binary, startServer, metrics, idleMetrics, rssBytes } from './server_process.mjs';
 
 export function client(url, options = {}) {
   return new OpenAI({ baseURL: `${url}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 120_000, ...options });

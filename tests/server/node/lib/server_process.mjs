@@ -62,3 +62,19 @@ export async function metrics(url) {
   }
   return values;
 }
+
+// The metrics once the server is idle (no running or queued sequence, no cache in use, no open HTTP
+// stream), or the last sample after `ms`. The engine's gauges change before a reply's last event goes
+// out, but an HTTP stream is closed by the server's I/O thread after it hands over the last bytes, so a
+// client that has them can ask a moment too early; a stream that never closes still fails the caller's
+// assertions after the deadline.
+export async function idleMetrics(url, ms = 5000) {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const m = await metrics(url);
+    const idle = m.dsv4_running_sequences === 0 && m.dsv4_queue_length === 0 && m.dsv4_cache_tokens_used === 0 &&
+      m.dsv4_http_active_streams === 0;
+    if (idle || Date.now() > deadline) return m;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}

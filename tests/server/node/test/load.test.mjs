@@ -2,7 +2,7 @@
 // engine is idle: no running or queued sequences, no cache in use.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { startServer, client, metrics } from '../lib/serve.mjs';
+import { startServer, client, idleMetrics } from '../lib/serve.mjs';
 
 let server, openai;
 const MODEL = 'tiny-shakespeare';
@@ -40,7 +40,7 @@ test(`${CLIENTS} streaming clients x ${REQUESTS} requests`, { timeout: 480_000 }
   const chunks = await Promise.all(Array.from({ length: CLIENTS }, (_, k) => worker(k)));
   const seconds = (Date.now() - t0) / 1000;
   console.log(`# ${CLIENTS * REQUESTS} streamed requests in ${seconds.toFixed(1)} s, ${chunks.reduce((a, b) => a + b)} chunks`);
-  const m = await metrics(server.url);
+  const m = await idleMetrics(server.url);
   assert.equal(m.dsv4_running_sequences, 0);
   assert.equal(m.dsv4_queue_length, 0);
   assert.equal(m.dsv4_cache_tokens_used, 0);

@@ -3,7 +3,7 @@
 // connection open), and 1,000 more requests leave the server's resident memory within 16 MB.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { startServer, client, metrics, rssBytes } from '../lib/serve.mjs';
+import { startServer, client, idleMetrics, rssBytes } from '../lib/serve.mjs';
 
 let server, openai;
 const MODEL = 'tiny-shakespeare';
@@ -32,7 +32,7 @@ async function streamOne(k) {
 }
 
 async function idle() {
-  const m = await metrics(server.url);
+  const m = await idleMetrics(server.url);
   assert.equal(m.dsv4_running_sequences, 0);
   assert.equal(m.dsv4_queue_length, 0);
   assert.equal(m.dsv4_cache_tokens_used, 0);
