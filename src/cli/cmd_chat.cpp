@@ -142,6 +142,9 @@ void turn(const Loaded& l, Conversation& c, const std::string& text, const GenOp
 }
 
 void chat(GenOptions& o) {
+  // From the start: keys typed while the model loads, during a reply or a command, or while a prompt is
+  // drawn wait for the prompt (the line editor's own cooked mode is the usual one whatever it finds).
+  TypeAheadScope keys;
   Loaded l = load_model_and_tokenizer(o, "chat", o.ctx_size);
   print_verbose_header(l, o);
   Sampler sampler(o.sampling());
@@ -155,7 +158,7 @@ void chat(GenOptions& o) {
   if (!o.file.empty()) turn(l, c, read_input_file(o.file), o, sampler);
   while (true) {
     LineEditor::Input in = input.next();
-    NoEchoScope no_echo;  // keys typed during a reply (or a command) wait for the next prompt
+    keys.apply();  // the line editor left the terminal in cooked mode
     if (in.status == LineEditor::Status::End) break;
     if (in.status == LineEditor::Status::Interrupted) {
       std::fputs("\n(Ctrl-D or /exit quits)\n", stdout);

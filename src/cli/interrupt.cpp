@@ -30,19 +30,23 @@ InterruptScope::~InterruptScope() { sigaction(SIGINT, &g_previous, nullptr); }
 bool InterruptScope::pending() { return g_interrupted != 0; }
 void InterruptScope::clear() { g_interrupted = 0; }
 
-NoEchoScope::NoEchoScope() {
-  termios t{};
-  if (!isatty(STDIN_FILENO) || tcgetattr(STDIN_FILENO, &t) != 0) return;
-  saved_lflag_ = unsigned(t.c_lflag);
-  t.c_lflag &= ~tcflag_t(ECHO);
-  active_ = tcsetattr(STDIN_FILENO, TCSANOW, &t) == 0;
+TypeAheadScope::TypeAheadScope() {
+  if (!isatty(STDIN_FILENO) || tcgetattr(STDIN_FILENO, &saved_) != 0) return;
+  active_ = true;
+  apply();
 }
 
-NoEchoScope::~NoEchoScope() {
-  termios t{};
-  if (!active_ || tcgetattr(STDIN_FILENO, &t) != 0) return;
-  t.c_lflag = tcflag_t(saved_lflag_);
+void TypeAheadScope::apply() {
+  if (!active_) return;
+  termios t = saved_;
+  t.c_lflag &= ~tcflag_t(ECHO | ICANON);
+  t.c_cc[VMIN] = 1;
+  t.c_cc[VTIME] = 0;
   tcsetattr(STDIN_FILENO, TCSANOW, &t);
+}
+
+TypeAheadScope::~TypeAheadScope() {
+  if (active_) tcsetattr(STDIN_FILENO, TCSANOW, &saved_);
 }
 
 }  // namespace dsv4::cli

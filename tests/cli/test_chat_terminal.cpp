@@ -158,6 +158,16 @@ TEST_F(ChatTerminal, CtrlCAtThePromptAndTypeAhead) {
   EXPECT_EQ(s.wait(), 0) << s.output();
 }
 
+// Keys typed before the first prompt (while the model loads) wait for it: a line and then Ctrl-D, which
+// a terminal in line mode would keep as an end-of-file mark that the line editor never sees.
+TEST_F(ChatTerminal, KeysTypedWhileLoadingWaitForThePrompt) {
+  test::PtySession s(chat("-n 4"));
+  ASSERT_TRUE(s.expect("loading")) << s.output();  // the load progress: the prompt is not drawn yet
+  s.send("/save " + path("early.json") + "\r\004");
+  EXPECT_EQ(s.wait(30), 0) << s.output();
+  EXPECT_TRUE(fs::exists(dir_ / "early.json")) << s.output();
+}
+
 // Through a pipe the same commands work, and a line ending in '\' continues on the next.
 TEST_F(ChatTerminal, PipeCommandsAndContinuation) {
   const std::string script = "/system Be brief.\n/help\nline a \\\nline b\n/save " + path("p.json") + "\n/reset\n/save " +
