@@ -265,7 +265,8 @@ Seq SchemaCompiler::value(const json& s, const std::string& path) {
       return any_value();
     }
   }
-  for (const auto& [k, v] : s.items()) {
+  for (const auto& item : s.items()) {
+    const std::string& k = item.key();  // not a structured binding: clang 14 cannot capture those
     if (k == "type" || kAnnotations.count(k)) continue;
     const bool known = std::any_of(types.begin(), types.end(), [&](const std::string& t) {
       auto tk = kTypeKeywords.find(t);
