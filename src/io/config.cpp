@@ -473,4 +473,13 @@ ModelConfig load_config(const std::string& path) {
   return parse_config(os.str(), file);
 }
 
+LayerSpec ModelConfig::layer_at(int64_t i) const {
+  if (i < 0) fail("layer ", i, " does not exist");
+  if (i < num_layers) return layers.at(size_t(i));
+  const size_t k = size_t(i - num_layers);
+  LayerSpec spec = k < mtp_layers.size() ? mtp_layers[k] : LayerSpec{};
+  spec.route = RouteKind::TopK;  // MTP blocks never hash-route
+  return spec;
+}
+
 }  // namespace dsv4

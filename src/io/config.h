@@ -88,6 +88,9 @@ struct ModelConfig {
   const RopeConfig& rope_for(const LayerSpec& l) const {
     return l.attn == AttnKind::Sliding ? rope_main : rope_compress;
   }
+  // Layer `i` of the forward: 0 .. num_layers-1 the main stack, num_layers + k MTP block k (routed
+  // top-k; a block the config does not describe is a sliding-window layer).
+  LayerSpec layer_at(int64_t i) const;
 };
 
 // Parses config.json text. `source` names the file in error messages. Throws dsv4::Error with a

@@ -2,6 +2,7 @@
 // checked against the ModelConfig. Views point into the checkpoint's mmap (nothing is copied here).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -124,5 +125,12 @@ struct Weights {
 // file, and the expected dtype/shape vs what was found. `problems`, when given, instead collects every
 // problem (one line each) and binding continues where possible (for `dsv4 inspect`).
 Weights bind_weights(const ModelConfig& cfg, const Checkpoint& ckpt, std::vector<std::string>* problems = nullptr);
+
+// Progress of a load: checkpoint bytes consumed so far (backends report it as weights land).
+struct LoadStatus {
+  uint64_t bytes_done = 0, bytes_total = 0;
+  size_t tensors_done = 0;
+};
+using LoadProgress = std::function<void(const LoadStatus&)>;
 
 }  // namespace dsv4

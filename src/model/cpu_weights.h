@@ -54,12 +54,6 @@ struct CpuWeights {
   std::vector<MtpF> mtp;
 };
 
-struct LoadStatus {
-  uint64_t bytes_done = 0, bytes_total = 0;
-  size_t tensors_done = 0;
-};
-using LoadProgress = std::function<void(const LoadStatus&)>;
-
 // Decodes every weight; `progress` (optional) is called after each tensor.
 CpuWeights to_cpu_weights(const Weights& w, uint64_t total_bytes = 0, LoadProgress progress = {});
 

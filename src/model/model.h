@@ -1,26 +1,30 @@
-// The DeepSeek-V4 model on the CPU backend: config + weights + the forward pass over a chunk of
-// tokens of one sequence, with its SequenceState (MODEL.md §2-§8).
+// The DeepSeek-V4 model: its config and a backend (backend/backend.h) holding the weights and the
+// sequences' state, and THE forward pass (forward.cpp), written once against the backend's ops: one
+// call takes a batch (a prefill chunk, a decode batch: the same call) through embedding, every layer
+// (mHC pre, norm, attention, mHC post; the same around the MoE), hc_head, norm and head, and samples
+// on the backend when asked. MTP blocks run through the same layer code (MODEL.md §8).
 #pragma once
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
 #include "core/tensor.h"
 #include "io/config.h"
-#include "io/safetensors.h"
 #include "io/weights.h"
-#include "model/cpu_weights.h"
-#include "model/state.h"
 
 namespace dsv4 {
 
-// reference: float32 everywhere, matches transformers. official: DeepSeek's QAT numerics (bf16
-// rounding, FP8 activation / KV and FP4 indexer quantization).
-enum class Numerics { Reference, Official };
-Numerics parse_numerics(const std::string& s);  // "reference" | "official"
-const char* numerics_name(Numerics n);
+// What one call computes besides the layers.
+struct StepPlan {
+  int64_t layers = -1;                    // main layers (-1: all; benchmarks time prefixes)
+  int64_t head_first = 0, head_rows = 0;  // logits of these rows of the call (0 rows: no head)
+  bool sample = false;                    // sample the head rows on the backend (set_sampling first)
+  bool graph = true;                      // the backend may capture the call into a graph
+};
 
+// Options of Model::forward, the one-sequence convenience (fixtures, `dsv4 logits`).
 struct ForwardOptions {
   bool all_logits = true;                // logits for every position of the chunk (else only the last)
   std::vector<Tensor>* hidden = nullptr;  // if set: streams at each layer boundary (fixtures' hidden_i)
@@ -29,50 +33,67 @@ struct ForwardOptions {
 
 class Model {
  public:
-  // Loads config.json and the safetensors of a model directory.
-  // `progress` (optional) is called as weights are decoded.
+  // config.json + safetensors of a model directory (mmapped; the backend copies what it keeps).
+  static std::unique_ptr<Model> load(const std::string& dir, const BackendOptions& o, const LoadProgress& progress = {});
+  // The CPU backend in `numerics` with room for any number of sequences (tests, tools).
   static std::unique_ptr<Model> load(const std::string& dir, Numerics numerics, const LoadProgress& progress = {});
-  Model(ModelConfig cfg, std::unique_ptr<Checkpoint> ckpt, Numerics numerics, const LoadProgress& progress = {});
+  // Random weights in the checkpoint formats for cfg (presets, benchmarks: io/dummy_weights.h).
+  static std::unique_ptr<Model> dummy(const ModelConfig& cfg, const BackendOptions& o, uint64_t seed = 1234,
+                                      const LoadProgress& progress = {});
+  Model(ModelConfig cfg, const Weights& w, uint64_t total_bytes, const BackendOptions& o,
+        const LoadProgress& progress = {});
 
   const ModelConfig& config() const { return cfg_; }
-  Numerics numerics() const { return numerics_; }
-  size_t num_mtp() const { return w_.mtp.size(); }
-  SequenceState new_state() const { return SequenceState(cfg_, w_.mtp.size()); }
+  Backend& backend() { return *be_; }
+  const Backend& backend() const { return *be_; }
+  Numerics numerics() const { return be_->numerics(); }
+  int64_t num_mtp() const { return be_->num_mtp(); }
 
-  // Feeds tokens at positions state.pos.. and advances the state. Returns logits [T or 1, vocab].
-  Tensor forward(SequenceState& state, const std::vector<int32_t>& tokens, const ForwardOptions& opt = {}) const;
+  // THE call: the batch through the model; the head over plan.head_* rows (read them with
+  // backend().logits / sampled). Batch sizes up to backend().capacity().max_tokens.
+  void step(const Batch& b, const StepPlan& plan);
+  // MTP block k on a batch: ids are the tokens that follow the main positions whose last-layer
+  // streams S [T, n, D] are given; positions are the block's own (its window ring), logits of every row.
+  void step_mtp(const Batch& b, const Tensor& S, int64_t k);
 
-  // MTP block k: inputs are the main model's last-layer streams X [T, n, D] (before hc_head) at
-  // positions state.mtp_pos.. and the ids of the tokens that follow them. Returns logits [T, vocab].
-  Tensor forward_mtp(SequenceState& state, const Tensor& streams, const std::vector<int32_t>& next_ids,
-                     size_t k = 0) const;
-
-  // Test access to sub-layers (tests/model_cuda compares the GPU layers with them): the attention of
-  // layer `layer` on x [T, D] (attn-normed) at positions p0.. with that layer's state, the MoE on x
-  // [T, D] (ffn-normed), and the hc_head collapse + final norm of streams X [T, n, D].
-  Tensor attention_layer(size_t layer, LayerState& st, const Tensor& x, int64_t p0) const {
-    return attention(w_.layers.at(layer).attn, cfg_.layers.at(layer), st, x, p0);
-  }
-  Tensor moe_layer(size_t layer, const Tensor& x, const std::vector<int32_t>& tokens) const {
-    return moe(w_.layers.at(layer).ffn, cfg_.layers.at(layer), x, tokens);
-  }
-  Tensor head_hidden_of(const Tensor& X) const { return head_hidden(w_.hc_head, w_.norm, X, 0); }
+  // One sequence in `slot`, a chunk at positions pos.. (split at the backend's max_tokens): logits
+  // [T, V] of every position (opt.all_logits) or [1, V] of the last.
+  Tensor forward(int slot, int64_t pos, const std::vector<int32_t>& tokens, const ForwardOptions& opt = {});
+  // MTP block k for one sequence: inputs are the main model's last-layer streams S [T, n, D] at
+  // positions pos.. of the block and the ids of the tokens that follow them. Returns logits [T, V].
+  Tensor forward_mtp(int slot, int64_t pos, const Tensor& S, const std::vector<int32_t>& next_ids, int64_t k = 0);
 
  private:
-  // Runs one decoder block over X [T, n, D] in place.
-  void block(const BlockF& w, const LayerSpec& spec, LayerState& st, Tensor& X, const std::vector<int32_t>& tokens,
-             int64_t p0) const;
-  Tensor attention(const AttentionF& w, const LayerSpec& spec, LayerState& st, const Tensor& x, int64_t p0) const;
-  Tensor moe(const MoeF& w, const LayerSpec& spec, const Tensor& x, const std::vector<int32_t>& tokens) const;
-  // hc_head collapse + final norm of rows first.. of X [T, n, D] -> [T - first, D]
-  Tensor head_hidden(const HcF& hc, const Tensor& norm, const Tensor& X, int64_t first) const;
-  Tensor head_logits(const HcF& hc, const Tensor& norm, const Tensor& X, bool all) const;
+  void body(const Batch& b, const StepPlan& plan, const ForwardOptions* capture);
+  void block(int64_t layer, const LayerSpec& spec, bool last);
+  Tensor logits_of(const Batch& b, int64_t head, bool all);  // head over the call's rows, in pieces
 
   ModelConfig cfg_;
-  std::unique_ptr<Checkpoint> ckpt_;
-  Weights views_;
-  CpuWeights w_;
-  Numerics numerics_;
+  std::unique_ptr<Backend> be_;
+};
+
+// A sequence of a model in one slot, fed chunk by chunk (tests, `dsv4 logits`, perplexity).
+class Sequence {
+ public:
+  explicit Sequence(Model& m, int slot = 0) : m_(m), slot_(slot) {}
+  // Logits of the chunk (see Model::forward); advances the position.
+  Tensor forward(const std::vector<int32_t>& tokens, const ForwardOptions& opt = {}) {
+    Tensor l = m_.forward(slot_, pos_, tokens, opt);
+    pos_ += int64_t(tokens.size());
+    return l;
+  }
+  Tensor forward_mtp(const Tensor& S, const std::vector<int32_t>& next_ids, int64_t k = 0) {
+    Tensor l = m_.forward_mtp(slot_, mtp_pos_, S, next_ids, k);
+    mtp_pos_ += int64_t(next_ids.size());
+    return l;
+  }
+  int64_t pos() const { return pos_; }
+  int slot() const { return slot_; }
+
+ private:
+  Model& m_;
+  int slot_;
+  int64_t pos_ = 0, mtp_pos_ = 0;
 };
 
 }  // namespace dsv4

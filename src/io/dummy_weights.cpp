@@ -1,4 +1,4 @@
-#include "model_cuda/dummy_weights.h"
+#include "io/dummy_weights.h"
 
 #include <algorithm>
 #include <cstring>
@@ -7,7 +7,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 
-namespace dsv4::cuda {
+namespace dsv4 {
 namespace {
 
 TensorView spec(DType t, Shape shape) {
@@ -222,4 +222,4 @@ DummyWeights::DummyWeights(const ModelConfig& cfg, uint64_t seed) {
   for_each_view(w_, [&](TensorView& v) { v.data = base.at(v.dtype); });
 }
 
-}  // namespace dsv4::cuda
+}  // namespace dsv4

@@ -14,7 +14,7 @@
 #include "io/config.h"
 #include "io/weights.h"
 
-namespace dsv4::cuda {
+namespace dsv4 {
 
 // Every TensorView of a Weights (linear weights and scales, norms, mHC, router tables, MTP blocks).
 void for_each_view(Weights& w, const std::function<void(TensorView&)>& fn);
@@ -36,4 +36,4 @@ class DummyWeights {
   std::vector<std::vector<uint8_t>> pools_;  // one per DType used
 };
 
-}  // namespace dsv4::cuda
+}  // namespace dsv4
