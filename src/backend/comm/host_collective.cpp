@@ -108,11 +108,16 @@ std::vector<std::byte> collective_output(std::span<const Contribution> all, int 
 
 namespace {
 
+// Appends n bytes (GCC 12 misreads vector::insert of an empty range as an overflow: memcpy instead).
+void put_bytes(std::vector<std::byte>& out, const void* p, size_t n) {
+  if (!n) return;
+  const size_t at = out.size();
+  out.resize(at + n);
+  std::memcpy(out.data() + at, p, n);
+}
 template <typename T>
 void put(std::vector<std::byte>& out, T v) {
-  const size_t at = out.size();
-  out.resize(at + sizeof(T));
-  std::memcpy(out.data() + at, &v, sizeof(T));
+  put_bytes(out, &v, sizeof(T));
 }
 
 class Reader {
@@ -141,14 +146,14 @@ class Reader {
 
 std::vector<std::byte> encode(const Contribution& c) {
   std::vector<std::byte> out;
+  out.reserve(1 + 4 + c.error.size() + 4 + 8 * c.sizes.size() + 8 + c.data.size());
   put<uint8_t>(out, uint8_t(c.op));
   put<uint32_t>(out, uint32_t(c.error.size()));
-  const auto* e = reinterpret_cast<const std::byte*>(c.error.data());
-  out.insert(out.end(), e, e + c.error.size());
+  put_bytes(out, c.error.data(), c.error.size());
   put<uint32_t>(out, uint32_t(c.sizes.size()));
   for (uint64_t s : c.sizes) put<uint64_t>(out, s);
   put<uint64_t>(out, uint64_t(c.data.size()));
-  out.insert(out.end(), c.data.begin(), c.data.end());
+  put_bytes(out, c.data.data(), c.data.size());
   return out;
 }
 
