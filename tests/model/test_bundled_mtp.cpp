@@ -35,19 +35,19 @@ Reference load_reference() {
 struct Outputs {
   Tensor main_logits, mtp_logits;
 };
-Outputs run(const Model& m, const std::vector<int32_t>& ids, int64_t prefill) {
+Outputs run(Model& m, const std::vector<int32_t>& ids, int64_t prefill) {
   const int64_t T = int64_t(ids.size()) - 1, V = m.config().vocab_size;
   const int64_t n = m.config().hc_mult, D = m.config().hidden_size;
-  SequenceState st = m.new_state();
+  Sequence st(m);
   Tensor streams;
   Outputs r;
-  r.main_logits = m.forward(st, std::vector<int32_t>(ids.begin(), ids.begin() + T), {.streams = &streams});
+  r.main_logits = st.forward(std::vector<int32_t>(ids.begin(), ids.begin() + T), {.streams = &streams});
   r.mtp_logits = Tensor({T, V});
   for (int64_t done = 0; done < T;) {
     const int64_t c = done == 0 ? prefill : 1;
     Tensor x({c, n, D});
     std::memcpy(x.ptr(), streams.row(done * n), size_t(c * n * D) * sizeof(float));
-    const Tensor l = m.forward_mtp(st, x, std::vector<int32_t>(ids.begin() + done + 1, ids.begin() + done + 1 + c));
+    const Tensor l = st.forward_mtp(x, std::vector<int32_t>(ids.begin() + done + 1, ids.begin() + done + 1 + c));
     std::memcpy(r.mtp_logits.row(done), l.ptr(), size_t(c * V) * sizeof(float));
     done += c;
   }
@@ -60,7 +60,7 @@ TEST(BundledMtp, ConfigAndCheckpointHaveOneSlidingBlock) {
   EXPECT_EQ(c.mtp_layers[0].attn, AttnKind::Sliding);
   EXPECT_EQ(c.mtp_layers[0].route, RouteKind::TopK);
   auto m = Model::load(test::bundled_model_dir(), Numerics::Reference);
-  EXPECT_EQ(m->num_mtp(), 1u);
+  EXPECT_EQ(m->num_mtp(), 1);
 }
 
 // Reference numerics are float32 throughout, as is the script's forward: the two differ only in
