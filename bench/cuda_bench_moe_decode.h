@@ -1,0 +1,13 @@
+// The routed-expert decode comparison of bench_cuda_ops --moe-decode (cuda_bench_moe_decode.cpp).
+#pragma once
+#include <cstdio>
+
+#include "backend/cuda/context.h"
+
+namespace dsv4::cuda {
+
+// Prints (and appends to json, when given) the per-pass times of every routed-expert path at 32-256
+// tokens; trials = timed graph replays per measurement.
+void bench_moe_decode(const DeviceContext& ctx, int trials, FILE* json);
+
+}  // namespace dsv4::cuda
