@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <functional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/buffer.h"
@@ -27,7 +28,7 @@
 
 namespace dsv4::cuda {
 
-void bench_moe_decode(const DeviceContext& ctx, int trials, FILE* json) {
+void bench_moe_decode(const DeviceContext& ctx, int trials, FILE* json, int only_tokens) {
   constexpr double kHbmTBs = 4.26;
   const int E = 256, k = 6;
   const int64_t D = 4096, I = 2048, Tmax = 256, nmax = Tmax * k;
@@ -52,6 +53,7 @@ void bench_moe_decode(const DeviceContext& ctx, int trials, FILE* json) {
   std::printf("routed FP4 experts, Flash decode (E %d, D %lld, I %lld, k %d); floor = active experts' bytes at %.2f TB/s\n",
               E, (long long)D, (long long)I, k, kHbmTBs);
   for (int64_t T : {32, 64, 128, 256}) {
+    if (only_tokens > 0 && T != only_tokens) continue;
     const int64_t n = T * k;
     std::vector<int32_t> ids(static_cast<size_t>(n));
     std::vector<int> hit(size_t(E), 0);
@@ -93,7 +95,7 @@ void bench_moe_decode(const DeviceContext& ctx, int trials, FILE* json) {
     ctx.synchronize();
 
     // fp4_grouped_decode: w1|w3 through the entries, w2 on plan rows.
-    auto decode = [&](bool up, int rows_per_tile) {
+    auto decode = [&](bool up, int rows_per_tile, const Fp4DecodeConfig* cfg = nullptr) {
       Fp4GroupedDecodeParams d;
       d.xq = up ? xq.get() : hq.get();
       d.xs = up ? xs.get() : hs.get();
@@ -112,7 +114,8 @@ void bench_moe_decode(const DeviceContext& ctx, int trials, FILE* json) {
       d.K = up ? D : I;
       d.E = E;
       d.tile_rows = rows_per_tile;
-      fp4_grouped_decode(ctx, d);
+      if (cfg) fp4_grouped_decode_config(ctx, d, *cfg);
+      else fp4_grouped_decode(ctx, d);
     };
     // Today's path: fp4_gemv expert tiles of 8 plan rows on plan-ordered (gathered) rows.
     auto gemv_tiles = [&](bool up) {
@@ -173,26 +176,34 @@ void bench_moe_decode(const DeviceContext& ctx, int trials, FILE* json) {
     std::printf("T=%lld: %d active experts, at most %d rows per expert; floor w1|w3 %.1f us, w2 %.1f us, both %.1f us\n",
                 (long long)T, active, max_rows, floor13, floor2, floor13 + floor2);
     struct Row {
-      const char* name;
+      std::string name;
       double us13, us2;
     };
     const double gather_us = time(gather);
-    const Row rows[] = {
-        {"fp4_grouped_decode tile 8", time([&] { decode(true, 8); }), time([&] { decode(false, 8); })},
-        {"fp4_grouped_decode tile 16", time([&] { decode(true, 16); }), time([&] { decode(false, 16); })},
-        {"fp4_gemv expert tiles (today)", time([&] { gemv_tiles(true); }), time([&] { gemv_tiles(false); })},
-        {"fp4_grouped_mma tile 64", time([&] { grouped_mma(true); }), time([&] { grouped_mma(false); })},
-    };
+    std::vector<Row> rows;
+    rows.push_back({"fp4_grouped_decode tile 8", time([&] { decode(true, 8); }), time([&] { decode(false, 8); })});
+    rows.push_back({"fp4_grouped_decode tile 16", time([&] { decode(true, 16); }), time([&] { decode(false, 16); })});
+    // Configurations (fp4_grouped_decode.h): stages / pipelined / output blocks per CTA.
+    const std::pair<int, Fp4DecodeConfig> configs[] = {
+        {8, {8, true, 1}}, {8, {8, false, 2}}, {8, {8, true, 2}}, {8, {8, true, 4}}, {8, {4, true, 2}},
+        {16, {8, false, 1}}, {16, {4, false, 2}}};
+    for (const auto& [tr, c] : configs) {
+      char name[64];
+      std::snprintf(name, sizeof name, "  tile %d s%d%s b%d", tr, c.stages, c.pipelined ? " pipe" : "", c.blocks_per_cta);
+      rows.push_back({name, time([&] { decode(true, tr, &c); }), time([&] { decode(false, tr, &c); })});
+    }
+    rows.push_back({"fp4_gemv expert tiles (today)", time([&] { gemv_tiles(true); }), time([&] { gemv_tiles(false); })});
+    rows.push_back({"fp4_grouped_mma tile 64", time([&] { grouped_mma(true); }), time([&] { grouped_mma(false); })});
     for (const Row& r : rows) {
       const double both = r.us13 + r.us2;
-      std::printf("  %-30s w1|w3 %8.1f us (%.2fx)  w2 %8.1f us (%.2fx)  both %8.1f us = %.2fx floor, %6.0f GB/s\n", r.name,
+      std::printf("  %-30s w1|w3 %8.1f us (%.2fx)  w2 %8.1f us (%.2fx)  both %8.1f us = %.2fx floor, %6.0f GB/s\n", r.name.c_str(),
                   r.us13, r.us13 / floor13, r.us2, r.us2 / floor2, both, both / (floor13 + floor2),
                   double(active) * double(b13 + b2) / both * 1e-3);
       if (json)
         std::fprintf(json,
                      "{\"op\": \"moe decode\", \"path\": \"%s\", \"T\": %lld, \"active\": %d, \"us_w13\": %.2f, \"us_w2\": %.2f, "
                      "\"floor_w13\": %.2f, \"floor_w2\": %.2f, \"ratio\": %.4f}\n",
-                     r.name, (long long)T, active, r.us13, r.us2, floor13, floor2, both / (floor13 + floor2));
+                     r.name.c_str(), (long long)T, active, r.us13, r.us2, floor13, floor2, both / (floor13 + floor2));
     }
     std::printf("  %-30s %8.1f us (today's path only: token rows into plan order)\n", "moe_gather", gather_us);
   }

@@ -154,11 +154,20 @@ void run_case(const Case& cs) {
   const std::vector<uint16_t> bits = y.download(what);
   const std::vector<float> got = from_bf16(bits);
 
-  // Deterministic: a second launch writes the same bits.
-  DSV4_CUDA_CHECK(cudaMemsetAsync(y.get(), 0xff, size_t(n * out) * 2, ctx.stream()));
-  fp4_grouped_decode(ctx, p);
-  ctx.synchronize();
-  EXPECT_EQ(y.download(what), bits) << what << ": a second run differs";
+  // Deterministic, and every kernel configuration (ring depth, pipelined promotion, several output
+  // blocks per CTA, a partial last group of blocks) writes the same bits as the default.
+  std::vector<Fp4DecodeConfig> configs = {{8, false, 1}, {4, false, 1}, {8, false, 2}};
+  if (cs.tile_rows == 8)
+    for (Fp4DecodeConfig c : {Fp4DecodeConfig{8, true, 1}, Fp4DecodeConfig{8, true, 2}, Fp4DecodeConfig{4, true, 3},
+                              Fp4DecodeConfig{8, false, 4}})
+      configs.push_back(c);
+  for (const Fp4DecodeConfig& c : configs) {
+    DSV4_CUDA_CHECK(cudaMemsetAsync(y.get(), 0xff, size_t(n * out) * 2, ctx.stream()));
+    fp4_grouped_decode_config(ctx, p, c);
+    ctx.synchronize();
+    EXPECT_EQ(y.download(what), bits) << what << ": stages " << c.stages << " pipelined " << c.pipelined
+                                      << " blocks " << c.blocks_per_cta << " differ from the default";
+  }
 
   if (cs.exact) {
     EXPECT_TRUE(compare(what, got, round_bf16(ref), Tol::Exact).ok);
@@ -220,6 +229,11 @@ TEST(CudaFp4GroupedDecode, RejectsBadShapes) {
   p.E = 2;
   p.tile_rows = 12;
   EXPECT_THROW(fp4_grouped_decode(ctx, p), Error);
+  p.tile_rows = 16;
+  EXPECT_THROW(fp4_grouped_decode_config(ctx, p, {8, true, 1}), Error);  // pipelined: 8-row tiles only
+  p.tile_rows = 8;
+  EXPECT_THROW(fp4_grouped_decode_config(ctx, p, {6, false, 1}), Error);
+  EXPECT_THROW(fp4_grouped_decode_config(ctx, p, {8, false, 0}), Error);
   p.tile_rows = 8;
   p.out = 100;
   EXPECT_THROW(fp4_grouped_decode(ctx, p), Error);

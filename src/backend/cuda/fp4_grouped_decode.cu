@@ -17,6 +17,7 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "backend/cuda/check.h"
 #include "backend/cuda/fp4_grouped_mma.h"
@@ -96,18 +97,25 @@ __device__ __forceinline__ void wgmma_rs<16>(float (&d)[8], const uint32_t (&a)[
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
 }
 
-template <int N, int S>
-__global__ void __launch_bounds__(kThreads, 2) grouped_decode_kernel(Fp4GroupedDecodeParams p) {
+// One CTA: tile blockIdx.y, output blocks blockIdx.x * nb .. (+ nb - 1) of 128 features one after the
+// other (the weight ring runs on across them, so a block after the first starts with its data in flight).
+// kPipe: the 4 MMAs of chunk c are promoted after chunk c + 1's are issued (wgmma.wait_group 1), so the
+// tensor-core latency overlaps the next chunk's loads and decode; else each chunk waits for its own.
+template <int N, int S, bool kPipe>
+__global__ void __launch_bounds__(kThreads, 2) grouped_decode_kernel(Fp4GroupedDecodeParams p, int nb) {
   static_assert(N == 8 || N == 16, "tile rows: the wgmma N");
   static_assert(S >= 2, "ring depth");
   constexpr int kAcc = N / 2;  // fp32 accumulators per thread of an m64nN tile
+  constexpr int kBufs = kPipe ? 2 : 1;
   const int tile = int(blockIdx.y);
   if (tile >= p.tiles[0]) return;
   const int e = p.tiles[1 + 2 * tile];
   const int row0 = p.tiles[2 + 2 * tile];
   const int row_end = p.offsets[e] + p.counts[e];
-  const int out0 = int(blockIdx.x) * kFp4DecodeTileOut;
   const int K = int(p.K), nC = K / kChunk;
+  const int ob0 = int(blockIdx.x) * nb;
+  const int nblk = min(nb, int(p.out / kFp4DecodeTileOut) - ob0);
+  const int total = nblk * nC;  // chunks this CTA streams per warp
 
   extern __shared__ __align__(128) uint8_t smem[];
   uint8_t* sB = smem;
@@ -117,21 +125,32 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_decode_kernel(Fp4GroupedD
   uint8_t* ring = smem + align16(int64_t(N) * K + int64_t(N) * nC * 4) + warp * S * kSlotBytes;
   const uint32_t ring_s = smem_u32(ring);
 
-  // This warp's 16 weight rows out0 + 16 warp ..: their tiled 1 KiB pieces and E8M0 rows.
-  const int64_t row16 = int64_t(out0) / 16 + warp;
-  const uint8_t* wsrc = p.w + int64_t(e) * p.out * K / 2 + row16 * nC * 1024 + lane * 16;
-  const uint8_t* ssrc = p.w_scales + (int64_t(e) * p.out + out0 + warp * 16 + (lane & 15)) * (K / 32);
-  auto issue = [&](int c) {
-    if (c < nC) {
-      const uint32_t slot = ring_s + uint32_t((c % S) * kSlotBytes);
-      cp_async16(slot + lane * 16, wsrc + int64_t(c) * 1024);
-      cp_async16(slot + 512 + lane * 16, wsrc + int64_t(c) * 1024 + 512);
-      if (lane < 16) cp_async4(slot + 1024 + lane * 4, ssrc + c * 4);
+  // This warp's 16 weight rows of block b: features (ob0 + b) * 128 + 16 warp ..; tiled 1 KiB pieces
+  // (16-row tile r, chunk c at (r * nC + c) KiB) and E8M0 rows. The issue pointer walks the CTA's chunks
+  // in order: within a block +1 KiB per chunk, to the next block +(7 nC + 1) KiB (8 tiles of 16 rows).
+  const uint8_t* wnext = p.w + int64_t(e) * p.out * K / 2 + (int64_t(ob0) * 8 + warp) * nC * 1024 + lane * 16;
+  const uint8_t* snext = p.w_scales + (int64_t(e) * p.out + int64_t(ob0) * 128 + warp * 16 + (lane & 15)) * (K / 32);
+  int issued = 0, issue_c = 0;
+  auto issue = [&]() {
+    if (issued < total) {
+      const uint32_t slot = ring_s + uint32_t((issued % S) * kSlotBytes);
+      cp_async16(slot + lane * 16, wnext);
+      cp_async16(slot + 512 + lane * 16, wnext + 512);
+      if (lane < 16) cp_async4(slot + 1024 + lane * 4, snext);
+      ++issued;
+      if (++issue_c == nC) {
+        issue_c = 0;
+        wnext += int64_t(7 * nC + 1) * 1024;
+        snext += int64_t(128) * (K / 32) - (K / 32) + 4;
+      } else {
+        wnext += 1024;
+        snext += 4;
+      }
     }
     cp_async_commit();  // an empty group past the end keeps the wait counts uniform
   };
 #pragma unroll
-  for (int c = 0; c < S - 1; ++c) issue(c);
+  for (int c = 0; c < S - 1; ++c) issue();
 
   // The tile's activation rows into B (overlapping the weight stream started above).
   int src[N];
@@ -165,77 +184,120 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_decode_kernel(Fp4GroupedD
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // B is read by the tensor cores
   __syncthreads();
 
-  float acc[kAcc], tmp[4][kAcc];
+  float acc[kAcc], tmp[kBufs][4][kAcc];
+  uint32_t a[kBufs][4][4], sc[kBufs][2];
 #pragma unroll
-  for (int j = 0; j < kAcc; ++j) {
-    acc[j] = 0.0f;
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) tmp[kk][j] = 0.0f;
-  }
-  for (int c = 0; c < nC; ++c) {
-    cp_async_wait<S - 2>();  // chunk c's group is complete for this thread
-    __syncwarp();            // ... and for the whole warp (the scale words come from other lanes)
-    const uint8_t* slot = ring + (c % S) * kSlotBytes;
-    const uint4 w0 = *reinterpret_cast<const uint4*>(slot + lane * 16);
-    const uint4 w1 = *reinterpret_cast<const uint4*>(slot + 512 + lane * 16);
-    const uint32_t s0 = *reinterpret_cast<const uint32_t*>(slot + 1024 + g * 4);
-    const uint32_t s1 = *reinterpret_cast<const uint32_t*>(slot + 1024 + (g + 8) * 4);
-    // Refill the slot every lane finished reading in the previous iteration (before the __syncwarp).
-    issue(c + S - 1);
-
-    uint32_t a[4][4];
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      e2m1x8_to_e4m3(word_of(w0, kk), a[kk][0], a[kk][2]);  // row g
-      e2m1x8_to_e4m3(word_of(w1, kk), a[kk][1], a[kk][3]);  // row g + 8
-#pragma unroll
-      for (int i = 0; i < 4; ++i) fence_u32(a[kk][i]);
-    }
-    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) wgmma_rs<N>(tmp[kk], a[kk], smem_desc(sB + (c * 4 + kk) * (N / 8) * 256, 128, 256));
-    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+  for (int h = 0; h < kBufs; ++h)
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk)
 #pragma unroll
-      for (int j = 0; j < kAcc; ++j) fence_f32(tmp[kk][j]);
+      for (int j = 0; j < kAcc; ++j) tmp[h][kk][j] = 0.0f;
+  int consumed = 0;
 
-    // Promotion: x weight scale per 32-block (row g: j % 4 < 2, row g + 8: j % 4 >= 2), then x the
-    // activation scale of the chunk per token column.
+  // Loads chunk c's weights from its ring slot (refilling the slot read one chunk earlier), decodes
+  // them and issues its 4 MMAs into tmp[h].
+  auto start_chunk = [&](int c, auto hc) {
+    constexpr int h = decltype(hc)::value;
+    cp_async_wait<S - 2>();  // the chunk's group is complete for this thread
+    __syncwarp();            // ... and for the whole warp (the scale words come from other lanes)
+    const uint8_t* slot = ring + (consumed % S) * kSlotBytes;
+    ++consumed;
+    const uint4 w0 = *reinterpret_cast<const uint4*>(slot + lane * 16);
+    const uint4 w1 = *reinterpret_cast<const uint4*>(slot + 512 + lane * 16);
+    sc[h][0] = *reinterpret_cast<const uint32_t*>(slot + 1024 + g * 4);
+    sc[h][1] = *reinterpret_cast<const uint32_t*>(slot + 1024 + (g + 8) * 4);
+    issue();  // refills the slot every lane finished reading before the __syncwarp above
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      e2m1x8_to_e4m3(word_of(w0, kk), a[h][kk][0], a[h][kk][2]);  // row g
+      e2m1x8_to_e4m3(word_of(w1, kk), a[h][kk][1], a[h][kk][3]);  // row g + 8
+#pragma unroll
+      for (int i = 0; i < 4; ++i) fence_u32(a[h][kk][i]);
+    }
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) wgmma_rs<N>(tmp[h][kk], a[h][kk], smem_desc(sB + (c * 4 + kk) * (N / 8) * 256, 128, 256));
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+  };
+  // After the wait for chunk c's MMAs: x weight scale per 32-block (row g: j % 4 < 2, row g + 8:
+  // j % 4 >= 2), then x the activation scale of the chunk per token column, into acc.
+  auto finish_chunk = [&](int c, auto hc) {
+    constexpr int h = decltype(hc)::value;
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+#pragma unroll
+      for (int j = 0; j < kAcc; ++j) fence_f32(tmp[h][kk][j]);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) fence_u32(a[h][kk][i]);  // the MMA's A registers live until here
+    }
     float part[kAcc];
 #pragma unroll
     for (int j = 0; j < kAcc; ++j) part[j] = 0.0f;
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
-      const float sw0 = e8m0_x64(s0, kk), sw1 = e8m0_x64(s1, kk);
+      const float sw0 = e8m0_x64(sc[h][0], kk), sw1 = e8m0_x64(sc[h][1], kk);
 #pragma unroll
-      for (int j = 0; j < kAcc; ++j) part[j] = fmaf(tmp[kk][j], (j & 2) ? sw1 : sw0, part[j]);
+      for (int j = 0; j < kAcc; ++j) part[j] = fmaf(tmp[h][kk][j], (j & 2) ? sw1 : sw0, part[j]);
     }
 #pragma unroll
     for (int j = 0; j < kAcc; ++j) {
       const int col = 8 * (j >> 2) + 2 * t + (j & 1);
       acc[j] = fmaf(part[j], sS[col * nC + c], acc[j]);
     }
-  }
+  };
+  using H0 = std::integral_constant<int, 0>;
+  using H1 = std::integral_constant<int, kBufs - 1>;
 
-  // Feature o = out0 + 16 warp + g (+ 8), token column 8 (j / 4) + 2t (+ 1).
+  for (int b = 0; b < nblk; ++b) {
 #pragma unroll
-  for (int j = 0; j < kAcc; ++j) {
-    const int col = 8 * (j >> 2) + 2 * t + (j & 1);
-    const int r = row0 + col;
-    const int o = out0 + warp * 16 + g + ((j & 2) ? 8 : 0);
-    if (r < row_end) p.y[int64_t(r) * p.out + o] = __float2bfloat16_rn(acc[j]);
+    for (int j = 0; j < kAcc; ++j) acc[j] = 0.0f;
+    if constexpr (kPipe) {
+      // Chunks in pairs (buffers 0, 1); the MMAs of one chunk are promoted after the next is issued.
+      int c = 0;
+      for (; c + 1 < nC; c += 2) {
+        start_chunk(c, H0{});
+        asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+        if (c > 0) finish_chunk(c - 1, H1{});
+        start_chunk(c + 1, H1{});
+        asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+        finish_chunk(c, H0{});
+      }
+      if (c < nC) {  // odd chunk count: the last one in buffer 0
+        start_chunk(c, H0{});
+        asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+        if (c > 0) finish_chunk(c - 1, H1{});
+        asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+        finish_chunk(c, H0{});
+      } else {
+        asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+        finish_chunk(nC - 1, H1{});
+      }
+    } else {
+      for (int c = 0; c < nC; ++c) {
+        start_chunk(c, H0{});
+        asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+        finish_chunk(c, H0{});
+      }
+    }
+    // Feature o = block start + 16 warp + g (+ 8), token column 8 (j / 4) + 2t (+ 1).
+    const int out0 = (ob0 + b) * kFp4DecodeTileOut;
+#pragma unroll
+    for (int j = 0; j < kAcc; ++j) {
+      const int col = 8 * (j >> 2) + 2 * t + (j & 1);
+      const int r = row0 + col;
+      const int o = out0 + warp * 16 + g + ((j & 2) ? 8 : 0);
+      if (r < row_end) p.y[int64_t(r) * p.out + o] = __float2bfloat16_rn(acc[j]);
+    }
   }
 }
 
-template <int N, int S>
-void launch(const DeviceContext& ctx, const Fp4GroupedDecodeParams& p) {
-  const auto kernel = grouped_decode_kernel<N, S>;
+template <int N, int S, bool kPipe>
+void launch(const DeviceContext& ctx, const Fp4GroupedDecodeParams& p, int nb) {
+  const auto kernel = grouped_decode_kernel<N, S, kPipe>;
   allow_max_dynamic_smem(ctx, kernel);
   const int64_t tiles = fp4_grouped_max_tiles(p.n, p.E, N);
-  const dim3 grid(unsigned(p.out / kFp4DecodeTileOut), unsigned(tiles));
-  kernel<<<grid, kThreads, size_t(smem_bytes(N, S, p.K)), ctx.stream()>>>(p);
+  const dim3 grid(unsigned(ceil_div(p.out / kFp4DecodeTileOut, nb)), unsigned(tiles));
+  kernel<<<grid, kThreads, size_t(smem_bytes(N, S, p.K)), ctx.stream()>>>(p, nb);
   DSV4_CUDA_CHECK_LAUNCH();
 }
 
@@ -259,23 +321,36 @@ void fp4_grouped_decode_check(const Fp4GroupedDecodeParams& p) {
     fail("fp4_grouped_decode: ", fp4_grouped_max_tiles(p.n, p.E, p.tile_rows), " tiles exceed the grid");
 }
 
-void fp4_grouped_decode(const DeviceContext& ctx, const Fp4GroupedDecodeParams& p) {
+void fp4_grouped_decode_config(const DeviceContext& ctx, const Fp4GroupedDecodeParams& p, const Fp4DecodeConfig& cfg) {
   fp4_grouped_decode_check(p);
+  if (cfg.blocks_per_cta < 1) fail("fp4_grouped_decode: blocks_per_cta = ", cfg.blocks_per_cta, " (>= 1)");
+  if (cfg.stages != 4 && cfg.stages != 8) fail("fp4_grouped_decode: stages = ", cfg.stages, " (4 or 8)");
+  if (cfg.pipelined && p.tile_rows != 8) fail("fp4_grouped_decode: the pipelined kernel takes 8-row tiles");
+  if (size_t(smem_bytes(p.tile_rows, cfg.stages, p.K)) > ctx.max_smem_per_block())
+    fail("fp4_grouped_decode: K = ", p.K, " with ", p.tile_rows, "-row tiles and ", cfg.stages,
+         " stages needs more shared memory than a block has");
   if (p.n == 0) return;
-  // The deepest ring that keeps two CTAs per SM (bytes in flight: 2 x 8 warps x (S - 1) KiB per SM).
-  auto fits = [&](int N, int S) {
-    const int64_t b = smem_bytes(N, S, p.K);
-    return size_t(b) <= ctx.max_smem_per_block() && 2 * (size_t(b) + 1024) <= kSmemPerSm;
-  };
-  auto fits_one = [&](int N, int S) { return size_t(smem_bytes(N, S, p.K)) <= ctx.max_smem_per_block(); };
+  const int nb = cfg.blocks_per_cta;
   if (p.tile_rows == 8) {
-    if (fits(8, 8)) return launch<8, 8>(ctx, p);
-    if (fits(8, 4) || fits_one(8, 4)) return launch<8, 4>(ctx, p);
-  } else {
-    if (fits(16, 8)) return launch<16, 8>(ctx, p);
-    if (fits(16, 4) || fits_one(16, 4)) return launch<16, 4>(ctx, p);
+    if (cfg.pipelined) return cfg.stages == 8 ? launch<8, 8, true>(ctx, p, nb) : launch<8, 4, true>(ctx, p, nb);
+    return cfg.stages == 8 ? launch<8, 8, false>(ctx, p, nb) : launch<8, 4, false>(ctx, p, nb);
   }
-  fail("fp4_grouped_decode: K = ", p.K, " with ", p.tile_rows, "-row tiles needs more shared memory than a block has");
+  return cfg.stages == 8 ? launch<16, 8, false>(ctx, p, nb) : launch<16, 4, false>(ctx, p, nb);
+}
+
+Fp4DecodeConfig fp4_grouped_decode_default(const DeviceContext& ctx, const Fp4GroupedDecodeParams& p) {
+  // The deepest ring that keeps two CTAs per SM (bytes in flight: 2 x 8 warps x (S - 1) KiB per SM).
+  const bool two = 2 * (size_t(smem_bytes(p.tile_rows, 8, p.K)) + 1024) <= kSmemPerSm &&
+                   size_t(smem_bytes(p.tile_rows, 8, p.K)) <= ctx.max_smem_per_block();
+  Fp4DecodeConfig c;
+  c.stages = two ? 8 : 4;
+  c.pipelined = false;
+  c.blocks_per_cta = 1;
+  return c;
+}
+
+void fp4_grouped_decode(const DeviceContext& ctx, const Fp4GroupedDecodeParams& p) {
+  fp4_grouped_decode_config(ctx, p, fp4_grouped_decode_default(ctx, p));
 }
 
 }  // namespace dsv4::cuda

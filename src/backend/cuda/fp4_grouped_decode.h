@@ -60,4 +60,14 @@ void fp4_grouped_decode(const DeviceContext& ctx, const Fp4GroupedDecodeParams& 
 // Throws dsv4::Error when the shapes or pointers break the contract above.
 void fp4_grouped_decode_check(const Fp4GroupedDecodeParams& p);
 
+// Kernel configurations, for tuning (bench_cuda_ops --moe-decode; docs/perf-log.md): every one computes
+// the same bits. fp4_grouped_decode runs fp4_grouped_decode_default's.
+struct Fp4DecodeConfig {
+  int stages = 8;          // 4 or 8 ring slots (1 KiB chunks) per warp
+  bool pipelined = false;  // promote chunk c after chunk c + 1's MMAs are issued (8-row tiles only)
+  int blocks_per_cta = 1;  // consecutive 128-feature blocks per CTA, the weight ring running across them
+};
+Fp4DecodeConfig fp4_grouped_decode_default(const DeviceContext& ctx, const Fp4GroupedDecodeParams& p);
+void fp4_grouped_decode_config(const DeviceContext& ctx, const Fp4GroupedDecodeParams& p, const Fp4DecodeConfig& cfg);
+
 }  // namespace dsv4::cuda
