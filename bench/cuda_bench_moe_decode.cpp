@@ -1,5 +1,5 @@
 // The routed FP4 experts of a Flash decode step (256 experts, D 4096, I 2048, 6 picks, uniform random
-// routing with distinct picks) at 32 / 64 / 128 / 256 tokens, every path on the same plan in one run:
+// routing with distinct picks) at 16 / 32 / 64 / 128 / 256 / 512 tokens, every path on the same plan in one run:
 //   * fp4_grouped_decode (fast tier, fp4_grouped_decode.h) with 8- and 16-row tiles;
 //   * the path moe_forward takes today from 16 to 512 tokens: fp4_gemv expert tiles of 8 rows (after a
 //     moe_gather of the token rows into plan order, timed apart);
@@ -31,7 +31,7 @@ namespace dsv4::cuda {
 void bench_moe_decode(const DeviceContext& ctx, int trials, FILE* json, int only_tokens) {
   constexpr double kHbmTBs = 4.26;
   const int E = 256, k = 6;
-  const int64_t D = 4096, I = 2048, Tmax = 256, nmax = Tmax * k;
+  const int64_t D = 4096, I = 2048, Tmax = 512, nmax = Tmax * k;
   const size_t b13 = size_t(2 * I * D / 2 + 2 * I * D / 32), b2 = size_t(D * I / 2 + D * I / 32);  // per expert
   DeviceBuffer<uint8_t> w13(size_t(E) * 2 * I * D / 2), w13s(size_t(E) * 2 * I * D / 32);
   DeviceBuffer<uint8_t> w2(size_t(E) * D * I / 2), w2s(size_t(E) * D * I / 32);
@@ -52,7 +52,7 @@ void bench_moe_decode(const DeviceContext& ctx, int trials, FILE* json, int only
   std::mt19937 rng(11);
   std::printf("routed FP4 experts, Flash decode (E %d, D %lld, I %lld, k %d); floor = active experts' bytes at %.2f TB/s\n",
               E, (long long)D, (long long)I, k, kHbmTBs);
-  for (int64_t T : {32, 64, 128, 256}) {
+  for (int64_t T : {16, 32, 64, 128, 256, 512}) {
     if (only_tokens > 0 && T != only_tokens) continue;
     const int64_t n = T * k;
     std::vector<int32_t> ids(static_cast<size_t>(n));
@@ -185,8 +185,8 @@ void bench_moe_decode(const DeviceContext& ctx, int trials, FILE* json, int only
     rows.push_back({"fp4_grouped_decode tile 16", time([&] { decode(true, 16); }), time([&] { decode(false, 16); })});
     // Configurations (fp4_grouped_decode.h): stages / pipelined / output blocks per CTA.
     const std::pair<int, Fp4DecodeConfig> configs[] = {
-        {8, {8, true, 1}}, {8, {8, false, 2}}, {8, {8, true, 2}}, {8, {8, true, 4}}, {8, {4, true, 2}},
-        {16, {8, false, 1}}, {16, {4, false, 2}}};
+        {8, {8, false, 1}}, {8, {8, true, 1}}, {8, {8, false, 2}}, {8, {8, true, 2}}, {8, {8, true, 4}},
+        {8, {4, true, 2}},  {8, {4, false, 1}}, {8, {4, false, 2}}, {8, {4, false, 4}}, {16, {4, false, 2}}};
     for (const auto& [tr, c] : configs) {
       char name[64];
       std::snprintf(name, sizeof name, "  tile %d s%d%s b%d", tr, c.stages, c.pipelined ? " pipe" : "", c.blocks_per_cta);

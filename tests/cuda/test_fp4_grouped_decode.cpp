@@ -156,10 +156,10 @@ void run_case(const Case& cs) {
 
   // Deterministic, and every kernel configuration (ring depth, pipelined promotion, several output
   // blocks per CTA, a partial last group of blocks) writes the same bits as the default.
-  std::vector<Fp4DecodeConfig> configs = {{8, false, 1}, {4, false, 1}, {8, false, 2}};
+  std::vector<Fp4DecodeConfig> configs = {{8, false, 1}, {4, false, 1}, {8, false, 2}, {4, false, 3}};
   if (cs.tile_rows == 8)
     for (Fp4DecodeConfig c : {Fp4DecodeConfig{8, true, 1}, Fp4DecodeConfig{8, true, 2}, Fp4DecodeConfig{4, true, 3},
-                              Fp4DecodeConfig{8, false, 4}})
+                              Fp4DecodeConfig{8, false, 4}, Fp4DecodeConfig{4, true, 2}, Fp4DecodeConfig{8, true, 4}})
       configs.push_back(c);
   for (const Fp4DecodeConfig& c : configs) {
     DSV4_CUDA_CHECK(cudaMemsetAsync(y.get(), 0xff, size_t(n * out) * 2, ctx.stream()));

@@ -339,13 +339,20 @@ void fp4_grouped_decode_config(const DeviceContext& ctx, const Fp4GroupedDecodeP
 }
 
 Fp4DecodeConfig fp4_grouped_decode_default(const DeviceContext& ctx, const Fp4GroupedDecodeParams& p) {
-  // The deepest ring that keeps two CTAs per SM (bytes in flight: 2 x 8 warps x (S - 1) KiB per SM).
-  const bool two = 2 * (size_t(smem_bytes(p.tile_rows, 8, p.K)) + 1024) <= kSmemPerSm &&
-                   size_t(smem_bytes(p.tile_rows, 8, p.K)) <= ctx.max_smem_per_block();
+  // From the H200 sweep (bench_cuda_ops --moe-decode, docs/perf-log.md 2026-12-01), Flash shapes at
+  // 32-256 tokens: several output blocks per CTA (the ring runs on across them: no CTA start-up per
+  // block) and the pipelined promotion; w1|w3 (K 4096) was fastest with 4-slot rings and 2 blocks per
+  // CTA, w2 (K 2048) with 8 slots and 4 blocks. 16-row tiles: 4 slots keep two CTAs per SM at K 4096.
   Fp4DecodeConfig c;
-  c.stages = two ? 8 : 4;
-  c.pipelined = false;
-  c.blocks_per_cta = 1;
+  if (p.tile_rows == 8) {
+    c.pipelined = true;
+    c.stages = p.K >= 4096 ? 4 : 8;
+    c.blocks_per_cta = p.K >= 4096 ? 2 : 4;
+  } else {
+    c.stages = 2 * (size_t(smem_bytes(16, 8, p.K)) + 1024) <= kSmemPerSm ? 8 : 4;
+    c.blocks_per_cta = 2;
+  }
+  if (size_t(smem_bytes(p.tile_rows, c.stages, p.K)) > ctx.max_smem_per_block()) c.stages = 4;
   return c;
 }
 
