@@ -6,7 +6,7 @@
 
 namespace dsv4::cuda {
 
-// Prints (and appends to json, when given) the per-pass times of every routed-expert path at 32-256
+// Prints (and appends to json, when given) the per-pass times of every routed-expert path at 16-512
 // tokens (only_tokens > 0: that batch alone); trials = timed graph replays per measurement.
 void bench_moe_decode(const DeviceContext& ctx, int trials, FILE* json, int only_tokens = 0);
 

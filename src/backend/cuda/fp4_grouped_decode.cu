@@ -339,10 +339,11 @@ void fp4_grouped_decode_config(const DeviceContext& ctx, const Fp4GroupedDecodeP
 }
 
 Fp4DecodeConfig fp4_grouped_decode_default(const DeviceContext& ctx, const Fp4GroupedDecodeParams& p) {
-  // From the H200 sweep (bench_cuda_ops --moe-decode, docs/perf-log.md 2026-12-01), Flash shapes at
-  // 32-256 tokens: several output blocks per CTA (the ring runs on across them: no CTA start-up per
-  // block) and the pipelined promotion; w1|w3 (K 4096) was fastest with 4-slot rings and 2 blocks per
-  // CTA, w2 (K 2048) with 8 slots and 4 blocks. 16-row tiles: 4 slots keep two CTAs per SM at K 4096.
+  // From the H200 sweeps (bench_cuda_ops --moe-decode, docs/perf-log.md 2026-12-01), Flash shapes at
+  // 16-256 tokens: several output blocks per CTA (the ring runs on across them: no CTA start-up per
+  // block, -8 to -12%) and the pipelined promotion; w1|w3 (K 4096) was fastest with 4-slot rings and 2
+  // blocks per CTA at 16-128 tokens, w2 (K 2048) with 8 slots and 4 blocks. 16-row tiles: 8 slots where
+  // two CTAs per SM fit, else 4 (K 4096).
   Fp4DecodeConfig c;
   if (p.tile_rows == 8) {
     c.pipelined = true;

@@ -19,6 +19,9 @@
 // feeds wgmma.m64nNk32.e4m3 (N = tile_rows) as register A; the activations are B from shared memory.
 // Each 32-k block is one MMA into a fresh accumulator, promoted on the CUDA cores with the weight scale
 // (x 2^6) per 32-block, and the activation scale per 128-block: the scaling is exact.
+// Speed (H200, Flash shapes, docs/perf-log.md 2026-12-01): w1|w3 + w2 at 1.08-1.16x of the active experts'
+// byte floor at 32-128 tokens, 1.2-1.3x at 256 with 8-row tiles; 16-row tiles win from ~384 tokens (512:
+// 1.57x vs 2.03x), where experts hold more than 8 rows and 8-row tiles read their weights twice.
 // Numerics (fast tier): every product exact (e2m1 x e4m3 fits the tensor core's product); the sum of a
 // 32-k block is the tensor core's FP8 accumulation (reduced precision, as cuBLASLt's FP8 GEMMs and
 // fp4_grouped_mma), the rest fp32 in a free order; bf16 output. Not bit-identical to fp4_gemv.
@@ -54,7 +57,7 @@ struct Fp4GroupedDecodeParams {
   int64_t n = 0;                     // plan rows (sum of counts)
   int64_t out = 0, K = 0;            // out % 128 == 0, K % 128 == 0, K <= 8192
   int E = 0;
-  int tile_rows = 8;                 // 8 or 16 (the wgmma N)
+  int tile_rows = 8;                 // 8 or 16 (the wgmma N): 8 up to ~256 tokens x 6 picks, 16 above
 };
 void fp4_grouped_decode(const DeviceContext& ctx, const Fp4GroupedDecodeParams& p);
 // Throws dsv4::Error when the shapes or pointers break the contract above.
