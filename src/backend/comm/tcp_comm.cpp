@@ -164,7 +164,11 @@ class TcpComm final : public HostCommunicator {
       all[0] = mine;
       for (int q = 1; q < r_.world_size; ++q) {
         raw[size_t(q)] = peers_[size_t(q)]->receive(deadline, what);
-        all[size_t(q)] = decode(raw[size_t(q)]);
+        try {
+          all[size_t(q)] = decode(raw[size_t(q)]);
+        } catch (const Error& e) {
+          fail("tcp comm: rank ", q, " sent a malformed ", what, " message: ", e.what());
+        }
       }
       std::string error;
       try {
