@@ -61,7 +61,7 @@ void log_softmax(const float* x, int64_t n, std::vector<float>& out) {
 
 }  // namespace
 
-bool device_samplable(const SamplingParams& p) {
+bool backend_samplable(const SamplingParams& p) {
   return p.repetition_penalty == 1 && p.presence_penalty == 0 && p.frequency_penalty == 0 && !p.grammar.grammar;
 }
 
