@@ -6,7 +6,7 @@
 #include "backend/cpu/ops.h"
 #include "core/dtype.h"
 #include "core/error.h"
-#include "model/rope_util.h"
+#include "backend/cpu/rope_util.h"
 #include "model_cuda/attention_layer.h"
 
 namespace dsv4::cuda {

@@ -22,7 +22,7 @@
 #include "backend/cuda/context.h"
 #include "core/tensor.h"
 #include "io/config.h"
-#include "model/cpu_weights.h"  // LoadProgress
+#include "backend/cpu/cpu_weights.h"  // LoadProgress
 #include "model_cuda/device_weights.h"
 
 namespace dsv4::cuda {

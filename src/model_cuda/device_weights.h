@@ -11,7 +11,7 @@
 #include "backend/cuda/context.h"
 #include "io/config.h"
 #include "io/weights.h"
-#include "model/cpu_weights.h"  // LoadProgress
+#include "backend/cpu/cpu_weights.h"  // LoadProgress
 #include "model_cuda/attention_layer.h"
 #include "model_cuda/ffn_layer.h"
 

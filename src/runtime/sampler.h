@@ -49,12 +49,6 @@ struct Logprobs {
 // are not computed there either (Runner::on_backend checks top_logprobs).
 bool backend_samplable(const SamplingParams& p);
 
-// The GPU sampler's CPU twin (no penalties; p.seed and `step` key the draw): greedy as Sampler; else
-// the candidates sorted by logit (ties: lower id) cut by top-k, top-p (the shortest prefix with mass
-// >= top_p, plus the candidates tied with its last logit) and min-p, then u = philox_uniform(seed,
-// step) x kept mass walked over the kept ids in increasing id order (the kernel's walk).
-int32_t sample_philox(const float* logits, int64_t vocab, const SamplingParams& p, uint64_t step);
-
 class Sampler {
  public:
   // `end_ids` (EOS, the stop ids): with a grammar, allowed exactly where the grammar may end.
