@@ -61,7 +61,7 @@ void GenOptions::add_to(CLI::App& c) {
   c.add_option("--frequency-penalty", frequency_penalty, "Subtract count x F from the logits of seen tokens")
       ->capture_default_str()
       ->check(number_in(-2, 2));
-  c.add_option("--seed", seed, "Random seed (same seed, same output on one device; cpu and cuda draw differently); default: random")
+  c.add_option("--seed", seed, "Random seed (same seed, same output; cpu and cuda exact kernels draw alike); default: random")
       ->check(int_in(0));
   c.add_option("--stop", stop, "Stop before this text (repeatable)")
       ->allow_extra_args(false)  // `--stop X PROMPT`: PROMPT is not a second stop string
