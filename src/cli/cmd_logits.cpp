@@ -81,7 +81,7 @@ void run_logits(const LogitsArgs& a) {
   const int64_t n = int64_t(ids.size()), V = model->config().vocab_size;
   std::vector<int64_t> chunks = parse_schedule(a.schedule, n);
   if (a.mtp && model->num_mtp() == 0) fail(a.model, ": --mtp: the checkpoint has no mtp.0 block");
-  SequenceState st = model->new_state();
+  Sequence st(*model);
   Tensor logits({n, V}), mtp_logits({std::max<int64_t>(n - 1, 0), V});
   int64_t done = 0;
   for (int64_t c : chunks) {
@@ -89,7 +89,7 @@ void run_logits(const LogitsArgs& a) {
     Tensor streams;
     ForwardOptions opt;
     opt.streams = a.mtp ? &streams : nullptr;
-    Tensor l = model->forward(st, part, opt);
+    Tensor l = st.forward(part, opt);
     std::copy(l.data.begin(), l.data.end(), logits.row(done));
     // MTP at position t: the main streams at t and the id of token t+1 (known for t < n-1).
     const int64_t m = std::min(c, n - 1 - done);
@@ -97,7 +97,7 @@ void run_logits(const LogitsArgs& a) {
       const int64_t width = streams.numel() / c;
       Tensor x({m, streams.dim(1), streams.dim(2)});
       std::copy(streams.ptr(), streams.ptr() + m * width, x.ptr());
-      Tensor ml = model->forward_mtp(st, x, std::vector<int32_t>(ids.begin() + done + 1, ids.begin() + done + 1 + m));
+      Tensor ml = st.forward_mtp(x, std::vector<int32_t>(ids.begin() + done + 1, ids.begin() + done + 1 + m));
       std::copy(ml.data.begin(), ml.data.end(), mtp_logits.row(done));
     }
     done += c;

@@ -11,7 +11,7 @@
 
 #include "core/tensor.h"
 #include "io/config.h"
-#include "model/cpu_weights.h"
+#include "backend/cpu/cpu_weights.h"
 #include "runtime/step_model.h"
 
 namespace CLI {

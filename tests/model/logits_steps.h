@@ -9,16 +9,16 @@
 
 namespace dsv4::test {
 
-inline Tensor logits_steps(const Model& m, const std::vector<int32_t>& ids, int64_t P) {
-  SequenceState st = m.new_state();
+inline Tensor logits_steps(Model& m, const std::vector<int32_t>& ids, int64_t P) {
+  Sequence st(m);
   const int64_t n = int64_t(ids.size()), V = m.config().vocab_size;
   Tensor out({n - P + 1, V});
   ForwardOptions last;
   last.all_logits = false;
-  Tensor l = m.forward(st, std::vector<int32_t>(ids.begin(), ids.begin() + P), last);
+  Tensor l = st.forward(std::vector<int32_t>(ids.begin(), ids.begin() + P), last);
   std::copy(l.data.begin(), l.data.end(), out.row(0));
   for (int64_t t = P; t < n; ++t) {
-    l = m.forward(st, {ids[size_t(t)]}, last);
+    l = st.forward({ids[size_t(t)]}, last);
     std::copy(l.data.begin(), l.data.end(), out.row(t - P + 1));
   }
   return out;

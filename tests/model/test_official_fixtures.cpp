@@ -62,10 +62,10 @@ TEST(OfficialShakespeare, PrefillAllLastRow) {
   if (!test::have_shared()) GTEST_SKIP() << "shared/fixtures not found";
   Golden g("tiny-shakespeare-fp8");
   auto m = Model::load(test::fixture_dir("tiny-shakespeare-fp8") + "/model", Numerics::Official);
-  SequenceState st = m->new_state();
+  Sequence st(*m);
   ForwardOptions last;
   last.all_logits = false;
-  Tensor got = m->forward(st, g.ids("input_ids"), last);
+  Tensor got = st.forward(g.ids("input_ids"), last);
   test::expect_rel_l2(got, g["logits_full_last"], 0.006, "tiny-shakespeare-fp8 official logits_full_last");
 }
 
@@ -100,12 +100,12 @@ TEST_P(Mtp, LogitsSteps) {
     std::copy(streams.row(from * n_hc), streams.row((from + count) * n_hc), x.ptr());
     return x;
   };
-  SequenceState st = m->new_state();
+  Sequence st(*m);
   Tensor got({n - P, V});
-  Tensor l = m->forward_mtp(st, rows(0, P), std::vector<int32_t>(ids.begin() + 1, ids.begin() + P + 1));
+  Tensor l = st.forward_mtp(rows(0, P), std::vector<int32_t>(ids.begin() + 1, ids.begin() + P + 1));
   std::copy(l.row(P - 1), l.row(P - 1) + V, got.row(0));
   for (int64_t i = 1; i < n - P; ++i) {
-    l = m->forward_mtp(st, rows(P - 1 + i, 1), {ids[size_t(P + i)]});
+    l = st.forward_mtp(rows(P - 1 + i, 1), {ids[size_t(P + i)]});
     std::copy(l.row(0), l.row(0) + V, got.row(i));
   }
   test::expect_rel_l2(got, want, tol, fixture + (official ? " mtp official" : " mtp reference vs unquantized"));

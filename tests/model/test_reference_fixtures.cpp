@@ -14,12 +14,12 @@ using test::Golden;
 constexpr double kTol = 1e-4;  // fixtures/README.md: reference numerics within relative L2 1e-4
 
 // Runs `ids` with the given chunk sizes and returns the logits of every position.
-Tensor run(const Model& m, const std::vector<int32_t>& ids, const std::vector<int64_t>& chunks) {
-  SequenceState st = m.new_state();
+Tensor run(Model& m, const std::vector<int32_t>& ids, const std::vector<int64_t>& chunks) {
+  Sequence st(m);
   Tensor out({int64_t(ids.size()), m.config().vocab_size});
   int64_t done = 0;
   for (int64_t c : chunks) {
-    Tensor l = m.forward(st, std::vector<int32_t>(ids.begin() + done, ids.begin() + done + c));
+    Tensor l = st.forward(std::vector<int32_t>(ids.begin() + done, ids.begin() + done + c));
     std::copy(l.data.begin(), l.data.end(), out.row(done));
     done += c;
   }
@@ -54,10 +54,10 @@ TEST_P(ReferenceFixture, HiddenStates) {
   auto m = Model::load(test::fixture_dir(GetParam()) + "/model", Numerics::Reference);
   const auto ids = g.ids("input_ids");
   std::vector<Tensor> hidden;
-  SequenceState st = m->new_state();
+  Sequence st(*m);
   ForwardOptions opt;
   opt.hidden = &hidden;
-  m->forward(st, ids, opt);
+  st.forward(ids, opt);
   ASSERT_EQ(hidden.size(), size_t(m->config().num_layers + 1));
   for (size_t i = 0; i < hidden.size(); ++i)
     test::expect_rel_l2(hidden[i], g["hidden_" + std::to_string(i)], kTol, GetParam() + " hidden_" + std::to_string(i));
@@ -67,16 +67,16 @@ TEST_P(ReferenceFixture, GreedyTokens) {
   Golden g(GetParam());
   auto m = Model::load(test::fixture_dir(GetParam()) + "/model", Numerics::Reference);
   const auto prompt = g.ids("greedy_prompt"), want = g.ids("greedy_tokens");
-  SequenceState st = m->new_state();
+  Sequence st(*m);
   ForwardOptions last;
   last.all_logits = false;
-  Tensor l = m->forward(st, prompt, last);
+  Tensor l = st.forward(prompt, last);
   std::vector<int32_t> got;
   while (got.size() < want.size()) {
     const float* r = l.row(0);
     int32_t next = int32_t(std::max_element(r, r + m->config().vocab_size) - r);
     got.push_back(next);
-    l = m->forward(st, {next}, last);
+    l = st.forward({next}, last);
   }
   EXPECT_EQ(got, want);
 }

@@ -26,9 +26,9 @@ std::vector<int32_t> token_ids(int64_t n, int64_t vocab) {
   return ids;
 }
 
-Tensor logits(const Model& m, const std::vector<int32_t>& ids) {
-  SequenceState st = m.new_state();
-  return m.forward(st, ids);
+Tensor logits(Model& m, const std::vector<int32_t>& ids) {
+  Sequence st(m);
+  return st.forward(ids);
 }
 
 // The source fixture's routed experts: largest spread, in binades, between the E8M0 sub-scales of one
@@ -84,13 +84,13 @@ TEST_P(Variants, NvFp4CastKeepsMtpInMxfp4) {
   auto a = Model::load(src, GetParam()), b = Model::load(dst, GetParam());
   const std::vector<int32_t> ids = token_ids(20, cfg.vocab_size);
   Tensor xa, xb;
-  SequenceState sa = a->new_state(), sb = b->new_state();
-  EXPECT_EQ(b->forward(sb, ids, {.streams = &xb}).data, a->forward(sa, ids, {.streams = &xa}).data);
+  Sequence sa(*a), sb(*b);
+  EXPECT_EQ(sb.forward(ids, {.streams = &xb}).data, sa.forward(ids, {.streams = &xa}).data);
   const std::vector<int32_t> next(ids.begin() + 1, ids.end());
   Tensor ha({int64_t(next.size()), xa.dim(1), xa.dim(2)}), hb = ha;  // streams of the positions with a next id
   std::copy_n(xa.ptr(), ha.numel(), ha.ptr());
   std::copy_n(xb.ptr(), hb.numel(), hb.ptr());
-  EXPECT_EQ(b->forward_mtp(sb, hb, next).data, a->forward_mtp(sa, ha, next).data);
+  EXPECT_EQ(sb.forward_mtp(hb, next).data, sa.forward_mtp(ha, next).data);
 }
 
 // FP4 -> FP8 re-encode (FORMATS.md 4.2): the tile scale is s = 2^(k_max - 6) (amax = 6 * 2^k_max, and
@@ -191,12 +191,12 @@ TEST(VariantsPro, ProShapedStackRuns) {
   const std::vector<int32_t> ids = token_ids(140, cfg.vocab_size);
   const Tensor full = logits(*m, ids);
   for (float v : full.data) ASSERT_TRUE(std::isfinite(v));
-  SequenceState st = m->new_state();
+  Sequence st(*m);
   Tensor steps({int64_t(ids.size()), cfg.vocab_size});
-  const Tensor pre = m->forward(st, std::vector<int32_t>(ids.begin(), ids.begin() + 120));
+  const Tensor pre = st.forward(std::vector<int32_t>(ids.begin(), ids.begin() + 120));
   std::copy(pre.data.begin(), pre.data.end(), steps.ptr());
   for (size_t t = 120; t < ids.size(); ++t) {
-    const Tensor l = m->forward(st, {ids[t]});
+    const Tensor l = st.forward({ids[t]});
     std::copy(l.data.begin(), l.data.end(), steps.row(int64_t(t)));
   }
   test::expect_rel_l2(steps, full, 1e-4, "pro-shaped prefill + decode vs prefill");

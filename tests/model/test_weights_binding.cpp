@@ -174,16 +174,16 @@ TEST_F(EditedModel, VariantNamesGiveSameModel) {
   auto a = Model::load(dir, Numerics::Reference);
   auto b = Model::load(test::fixture_dir("tiny-q") + "/model", Numerics::Reference);
   const std::vector<int32_t> ids = {5, 17, 300, 2, 99, 41, 7, 8, 9, 10, 11, 12, 13};
-  SequenceState sa = a->new_state(), sb = b->new_state();
-  EXPECT_EQ(a->forward(sa, ids).data, b->forward(sb, ids).data);
+  Sequence sa(*a), sb(*b);
+  EXPECT_EQ(sa.forward(ids).data, sb.forward(ids).data);
   EXPECT_EQ(a->num_mtp(), 1u);
 }
 
 TEST_F(EditedModel, TokenOutsideVocabulary) {
   auto m = Model::load(test::fixture_dir("tiny-a") + "/model", Numerics::Reference);
-  SequenceState st = m->new_state();
+  Sequence st(*m);
   try {
-    m->forward(st, {1, 2, 512});
+    st.forward({1, 2, 512});
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("token id 512 is outside the vocabulary [0, 512)"), std::string::npos);

@@ -3,10 +3,10 @@
 #include <cstring>
 #include <vector>
 
-#include "backend/cpu/ops.h"  // rope_inv_freq: the CPU twin's table, so both backends rotate alike
 #include "backend/cuda/attention_sublayer.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "io/rope_freq.h"
 
 namespace dsv4::cuda {
 namespace {
@@ -82,11 +82,7 @@ DevAttentionWeights upload_attention_weights(const DeviceContext& ctx, const Att
   d.q_norm = upload_f32(w.q_norm, "q_norm");
   d.kv_norm = upload_f32(w.kv_norm, "kv_norm");
   d.sink = upload_f32(w.attn_sink, "attn_sink");
-  const RopeConfig& r = cfg.rope_for(spec);
-  d.inv_freq = DeviceBuffer<float>(cpu::rope_inv_freq(
-      cfg.rope_dim, {.theta = r.theta, .yarn = r.yarn, .factor = r.factor,
-                     .original_max_position = double(r.original_max_position), .beta_fast = r.beta_fast,
-                     .beta_slow = r.beta_slow}));
+  d.inv_freq = DeviceBuffer<float>(rope_inv_freq(cfg.rope_dim, cfg.rope_for(spec)));
   if (spec.attn != AttnKind::Sliding) {
     if (!w.compressor) fail("upload_attention_weights: a compressed layer without compressor weights");
     d.comp = upload_compressor(*w.compressor, spec.ratio, int(cfg.head_dim), spec.attn == AttnKind::CSA);

@@ -239,7 +239,7 @@ void CudaBackend::head(int64_t head, int64_t first, int64_t rows) {
     fail("cuda backend: head rows [", first, ", ", first + rows, ") of a call of ", T_, " tokens (at most ",
          logit_rows_, " rows)");
   head_forward(*ctx_, w_.head, X_.get() + first * cfg_.hc_mult * cfg_.hidden_size, rows, h_.get(), logits_.get(),
-               head_plan(rows));
+               linear_kernel(LinearSite::Head, rows, opt_.kernels), head_plan(rows));
 }
 
 void CudaBackend::sample(int64_t rows) {

@@ -4,6 +4,7 @@
 #include "backend/cuda/attn_ops.h"
 #include "backend/cuda/device_weights.h"
 #include "backend/cuda/embed_head.h"
+#include "backend/cuda/linear_choice.h"
 #include "backend/cuda/ops.h"
 #include "core/error.h"
 
@@ -70,18 +71,23 @@ void head_hidden_forward(const DeviceContext& ctx, const DevHeadWeights& w, cons
 }
 
 void head_forward(const DeviceContext& ctx, const DevHeadWeights& w, const bf16* X, int64_t T, bf16* h,
-                  float* logits, LtMatmul* plan) {
+                  float* logits, LinearKernel kernel, LtMatmul* plan) {
   head_hidden_forward(ctx, w, X, T, h);
-  LinearF32Params m;
-  m.x = h;
-  m.x_stride = w.D;
-  m.w = w.head.get();
-  m.y = logits;
-  m.tokens = T;
-  m.out = int(w.vocab);
-  m.in = int(w.D);
-  m.plan = plan;
-  linear_f32(ctx, m);
+  const int in = int(w.D), out = int(w.vocab);
+  switch (kernel) {
+    case LinearKernel::Exact:
+    case LinearKernel::FastGemv:
+      return run_linear_kernel(ctx, kernel, {.x = h, .x_stride = w.D, .w16 = w.head.get(), .y_f32 = logits,
+                                             .y_stride = out, .tokens = T, .out = out, .in = in});
+    case LinearKernel::Lt:
+      if (!plan) fail("head_forward: the cuBLASLt path without a plan");
+      return linear_f32(ctx, {.x = h, .w = w.head.get(), .y = logits, .tokens = T, .x_stride = w.D, .in = in,
+                              .out = out, .plan = plan});
+    case LinearKernel::Warp:  // linear_f32 without a plan above kExactLinearMaxTokens tokens
+      if (T <= kExactLinearMaxTokens) fail("head_forward: the warp kernel runs above ", kExactLinearMaxTokens, " rows");
+      return linear_f32(ctx, {.x = h, .w = w.head.get(), .y = logits, .tokens = T, .x_stride = w.D, .in = in,
+                              .out = out});
+  }
 }
 
 }  // namespace dsv4::cuda

@@ -8,6 +8,7 @@
 #include "backend/cuda/buffer.h"
 #include "backend/cuda/context.h"
 #include "backend/cuda/gemm.h"
+#include "backend/cuda/linear_choice.h"
 #include "io/config.h"
 #include "io/weights.h"
 
@@ -43,9 +44,9 @@ DevHeadWeights upload_head_weights(const DeviceContext& ctx, const HcWeights& hc
                                    const LinearWeight& head, const ModelConfig& cfg);
 // h [T, D] bf16 (workspace of the caller) = norm(collapse(X)); X [T, n, D]. Then logits [T, V] fp32.
 void head_hidden_forward(const DeviceContext& ctx, const DevHeadWeights& w, const bf16* X, int64_t T, bf16* h);
-// The logits' kernel is the table's (linear_choice.h, LinearSite::Head); `plan` ([vocab, D] x T
-// Bf16F32Out, CudaBackend::head_plan) where it picks cuBLASLt.
+// The logits through `kernel`, the table's choice (linear_choice.h, LinearSite::Head); `plan` ([vocab, D]
+// x T Bf16F32Out, CudaBackend::head_plan) where it picks cuBLASLt.
 void head_forward(const DeviceContext& ctx, const DevHeadWeights& w, const bf16* X, int64_t T, bf16* h,
-                  float* logits, LtMatmul* plan = nullptr);
+                  float* logits, LinearKernel kernel, LtMatmul* plan = nullptr);
 
 }  // namespace dsv4::cuda

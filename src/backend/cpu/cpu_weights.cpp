@@ -1,4 +1,4 @@
-#include "model/cpu_weights.h"
+#include "backend/cpu/cpu_weights.h"
 
 namespace dsv4 {
 namespace {

@@ -3,9 +3,9 @@
 
 #include "core/tensor.h"
 #include "io/config.h"
-#include "model/cpu_weights.h"
-#include "model/quantize.h"
-#include "model/state.h"
+#include "backend/cpu/cpu_weights.h"
+#include "backend/cpu/quantize.h"
+#include "backend/cpu/state.h"
 
 namespace dsv4 {
 

@@ -1,15 +1,15 @@
-// Mixture of experts (MODEL.md §7): sqrt-softplus router in fp32, hash or biased top-k selection,
+// The CPU backend's MoE ops (MODEL.md §7): sqrt-softplus router in fp32, hash or biased top-k selection,
 // renormalized weights x routed_scaling_factor, clamped SwiGLU experts, shared expert.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 
+#include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/ops.h"
+#include "backend/cpu/quantize.h"
 #include "core/error.h"
-#include "model/model.h"
-#include "model/quantize.h"
 
-namespace dsv4 {
+namespace dsv4::cpu {
 namespace {
 
 // SwiGLU expert on rows x[T, D]; `weight[t]` multiplies the activation before the down projection.
@@ -28,7 +28,7 @@ Tensor expert_forward(const ExpertF& e, const Tensor& x, const std::vector<float
         gv = std::min(gv, limit);
         uv = std::clamp(uv, -limit, limit);
       }
-      gt[i] = weight[size_t(t)] * (cpu::silu(gv) * uv);
+      gt[i] = weight[size_t(t)] * (silu(gv) * uv);
     }
   }
   q.bf16(g.ptr(), g.numel());
@@ -38,24 +38,24 @@ Tensor expert_forward(const ExpertF& e, const Tensor& x, const std::vector<float
 
 }  // namespace
 
-Tensor Model::moe(const MoeF& w, const LayerSpec& spec, const Tensor& x, const std::vector<int32_t>& tokens) const {
-  const int64_t T = x.dim(0), D = x.dim(1), E = cfg_.n_routed_experts, K = cfg_.experts_per_tok;
-  const float limit = float(cfg_.swiglu_limit);
-  const QuantSim q(numerics_);
-
+void CpuBackend::moe_route(int64_t layer) {
+  const MoeF& w = block_w(layer).ffn;
+  const LayerSpec spec = cfg_.layer_at(layer);
+  const int64_t T = batch_.size(), D = cfg_.hidden_size, E = cfg_.n_routed_experts, K = cfg_.experts_per_tok;
   // Router in fp32.
   Tensor logits({T, E});
-  cpu::matmul(x.ptr(), T, D, w.gate.ptr(), E, logits.ptr());
-  std::vector<std::vector<std::pair<int64_t, float>>> picks(static_cast<size_t>(T));  // (expert, weight) per token
+  matmul(u_.ptr(), T, D, w.gate.ptr(), E, logits.ptr());
+  picks_.assign(size_t(T), {});  // (expert, weight) per token
   std::vector<int64_t> order(static_cast<size_t>(E));
   for (int64_t t = 0; t < T; ++t) {
     float* s = logits.row(t);
-    for (int64_t e = 0; e < E; ++e) s[e] = std::sqrt(cpu::softplus(s[e]));
-    auto& p = picks[size_t(t)];
+    for (int64_t e = 0; e < E; ++e) s[e] = std::sqrt(softplus(s[e]));
+    auto& p = picks_[size_t(t)];
     if (spec.route == RouteKind::Hash) {
+      const int32_t id = batch_.ids[size_t(t)];
       for (int64_t i = 0; i < K; ++i) {
-        const int32_t e = w.tid2eid[size_t(int64_t(tokens[size_t(t)]) * K + i)];
-        if (e < 0 || e >= E) fail("tid2eid[", tokens[size_t(t)], "] names expert ", e, ", expected 0..", E - 1);
+        const int32_t e = w.tid2eid[size_t(int64_t(id) * K + i)];
+        if (e < 0 || e >= E) fail("tid2eid[", id, "] names expert ", e, ", expected 0..", E - 1);
         p.emplace_back(e, s[e]);
       }
     } else {
@@ -71,14 +71,21 @@ Tensor Model::moe(const MoeF& w, const LayerSpec& spec, const Tensor& x, const s
     for (auto& [e, v] : p) sum += v;
     for (auto& [e, v] : p) v = (cfg_.norm_topk_prob ? v / sum : v) * float(cfg_.routed_scaling_factor);
   }
+}
 
+void CpuBackend::moe_experts(int64_t layer) {
+  const MoeF& w = block_w(layer).ffn;
+  const Tensor& x = u_;
+  const int64_t T = batch_.size(), D = cfg_.hidden_size, E = cfg_.n_routed_experts;
+  const float limit = float(cfg_.swiglu_limit);
+  const QuantSim q(numerics_);
   // Routed experts in ascending id order, each over the tokens that picked it; fp32 accumulation.
   Tensor y({T, D});
   for (int64_t e = 0; e < E; ++e) {
     std::vector<int64_t> rows;
     std::vector<float> weight;
     for (int64_t t = 0; t < T; ++t)
-      for (auto& [pe, v] : picks[size_t(t)])
+      for (auto& [pe, v] : picks_[size_t(t)])
         if (pe == e) {
           rows.push_back(t);
           weight.push_back(v);
@@ -95,7 +102,7 @@ Tensor Model::moe(const MoeF& w, const LayerSpec& spec, const Tensor& x, const s
     for (int64_t i = 0; i < y.numel(); ++i) y.data[size_t(i)] += ys.data[size_t(i)];
   }
   q.bf16(y.ptr(), y.numel());
-  return y;
+  y_ = std::move(y);
 }
 
-}  // namespace dsv4
+}  // namespace dsv4::cpu

@@ -6,8 +6,8 @@
 #include <numeric>
 
 #include "backend/cpu/ops.h"
-#include "model/rope_util.h"
-#include "model/compressor.h"
+#include "backend/cpu/rope_util.h"
+#include "backend/cpu/compressor.h"
 
 namespace dsv4 {
 

@@ -4,8 +4,8 @@
 #include <cstdint>
 
 #include "core/tensor.h"
-#include "model/cpu_weights.h"
-#include "model/model.h"
+#include "backend/cpu/cpu_weights.h"
+#include "backend/backend.h"
 
 namespace dsv4 {
 

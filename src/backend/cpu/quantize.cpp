@@ -1,4 +1,4 @@
-#include "model/quantize.h"
+#include "backend/cpu/quantize.h"
 
 #include <cmath>
 

@@ -5,8 +5,8 @@
 #include <numeric>
 
 #include "backend/cpu/ops.h"
-#include "model/rope_util.h"
-#include "model/indexer.h"
+#include "backend/cpu/rope_util.h"
+#include "backend/cpu/indexer.h"
 
 namespace dsv4 {
 

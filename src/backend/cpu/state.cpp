@@ -1,4 +1,4 @@
-#include "model/state.h"
+#include "backend/cpu/state.h"
 
 namespace dsv4 {
 
@@ -13,9 +13,7 @@ CompressorState::CompressorState(int64_t ratio_, int64_t dc_, bool overlap_)
   }
 }
 
-namespace {
-
-LayerState make_layer(const ModelConfig& cfg, const LayerSpec& spec) {
+LayerState make_layer_state(const ModelConfig& cfg, const LayerSpec& spec) {
   LayerState s;
   s.ring.assign(size_t(cfg.sliding_window * cfg.head_dim), 0.0f);
   if (spec.attn != AttnKind::Sliding) s.comp.emplace(spec.ratio, cfg.head_dim, spec.attn == AttnKind::CSA);
@@ -23,14 +21,8 @@ LayerState make_layer(const ModelConfig& cfg, const LayerSpec& spec) {
   return s;
 }
 
-}  // namespace
-
-SequenceState::SequenceState(const ModelConfig& cfg, size_t n_mtp) {
-  for (const auto& l : cfg.layers) layers.push_back(make_layer(cfg, l));
-  for (size_t k = 0; k < n_mtp; ++k) {
-    LayerSpec spec = k < cfg.mtp_layers.size() ? cfg.mtp_layers[k] : LayerSpec{};
-    mtp.push_back(make_layer(cfg, spec));
-  }
+SlotState::SlotState(const ModelConfig& cfg, int64_t n_mtp) {
+  for (int64_t i = 0; i < cfg.num_layers + n_mtp; ++i) layers.push_back(make_layer_state(cfg, cfg.layer_at(i)));
 }
 
 }  // namespace dsv4

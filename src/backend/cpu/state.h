@@ -1,5 +1,6 @@
-// Per-sequence decode state (DESIGN.md "State a sequence carries"): per layer the window ring, and for
-// compressed layers the emitted entries plus the compressor's partial block (incl. the CSA overlap).
+// The CPU backend's storage of a slot's state (DESIGN.md "State a sequence carries"): per layer the
+// window ring, and for compressed layers the emitted entries plus the compressor's partial block (incl.
+// the CSA overlap). Layers 0 .. L-1 the main stack, L + k MTP block k (backend/backend.h).
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -31,14 +32,13 @@ struct LayerState {
   std::optional<CompressorState> idx_comp;  // indexer compressor (CSA)
 };
 
-struct SequenceState {
-  int64_t pos = 0;  // number of tokens consumed so far (next position)
-  std::vector<LayerState> layers;
-  std::vector<LayerState> mtp;  // one per MTP block
-  int64_t mtp_pos = 0;
+// A fresh layer's state (what a run at position 0 starts from).
+LayerState make_layer_state(const ModelConfig& cfg, const LayerSpec& spec);
 
-  SequenceState() = default;
-  SequenceState(const ModelConfig& cfg, size_t n_mtp);
+struct SlotState {
+  std::vector<LayerState> layers;  // main stack, then the MTP blocks
+
+  SlotState(const ModelConfig& cfg, int64_t n_mtp);
 };
 
 }  // namespace dsv4
