@@ -25,6 +25,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -114,6 +115,16 @@ struct StepShape {
   auto key() const { return std::tuple(tokens, run_len, layers, head, head_first, head_rows, sample, mtp); }
 };
 
+// A slot's whole state at a position, as a backend keeps it (opaque above the backend): what a prefix
+// cache keeps at 128-token boundaries and what speculative decoding restores after rejected drafts.
+class SlotSnapshot {
+ public:
+  virtual ~SlotSnapshot() = default;
+  virtual uint64_t bytes() const = 0;  // memory it holds (for a cache's budget)
+  int64_t pos = 0;                     // the main position the slot was at
+  int64_t mtp_pos = 0;                 // the MTP blocks' position
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -154,6 +165,15 @@ class Backend {
   // hc_head collapse, final norm and logits of X rows [first, first + rows) into logits rows [0, rows).
   virtual void head(int64_t head, int64_t first, int64_t rows) = 0;
   virtual void sample(int64_t rows) = 0;         // the head rows' ids (parameters: set_sampling)
+
+  // ---- slot state (outside a call)
+  // A copy of everything `slot` carries (every layer's ring, compressor partial windows with the CSA
+  // overlap, compressed entries, indexer keys; MTP blocks too). pos / mtp_pos: the caller's positions
+  // the state is at (recorded, not checked).
+  virtual std::shared_ptr<const SlotSnapshot> snapshot(int slot, int64_t pos, int64_t mtp_pos) = 0;
+  // Makes `slot` carry exactly the snapshot's state (of this backend; another slot's is fine), so the
+  // next call continues at snapshot.pos as the snapshotted sequence would have.
+  virtual void restore(int slot, const SlotSnapshot& s) = 0;
 
   // ---- outputs and inputs outside the ops (synchronize)
   virtual int64_t max_logit_rows() const = 0;    // rows one head op may produce

@@ -32,6 +32,47 @@ Tensor CpuBackend::rows_of(const Tensor& x, const Run& r) const {
   return out;
 }
 
+SlotState& CpuBackend::slot_state(int slot) {
+  if (slot < 0 || slot >= cap_.max_seqs) fail("cpu backend: slot ", slot, " outside [0, ", cap_.max_seqs, ")");
+  if (size_t(slot) >= slots_.size()) slots_.resize(size_t(slot) + 1);
+  if (!slots_[size_t(slot)]) slots_[size_t(slot)] = std::make_unique<SlotState>(cfg_, num_mtp());
+  return *slots_[size_t(slot)];
+}
+
+namespace {
+
+struct CpuSnapshot final : SlotSnapshot {
+  explicit CpuSnapshot(const SlotState& s) : state(s) {}
+  uint64_t bytes() const override {
+    uint64_t n = 0;
+    auto comp = [&](const std::optional<CompressorState>& c) {
+      if (c) n += (c->cur_a.size() + c->cur_g.size() + c->prev_a.size() + c->prev_g.size() + c->entries.size()) * 4;
+    };
+    for (const LayerState& l : state.layers) {
+      n += l.ring.size() * 4;
+      comp(l.comp);
+      comp(l.idx_comp);
+    }
+    return n;
+  }
+  SlotState state;
+};
+
+}  // namespace
+
+std::shared_ptr<const SlotSnapshot> CpuBackend::snapshot(int slot, int64_t pos, int64_t mtp_pos) {
+  auto s = std::make_shared<CpuSnapshot>(slot_state(slot));
+  s->pos = pos;
+  s->mtp_pos = mtp_pos;
+  return s;
+}
+
+void CpuBackend::restore(int slot, const SlotSnapshot& s) {
+  const auto* c = dynamic_cast<const CpuSnapshot*>(&s);
+  if (!c) fail("cpu backend: a snapshot of another backend cannot be restored here");
+  slot_state(slot) = c->state;
+}
+
 void CpuBackend::begin(const Batch& b) {
   const int64_t T = b.size();
   if (T < 1 || T > cap_.max_tokens) fail("cpu backend: ", T, " tokens in one call, at most ", cap_.max_tokens);
@@ -52,8 +93,7 @@ void CpuBackend::begin(const Batch& b) {
         fail("cpu backend: the run at row ", t0, " is not consecutive positions of one slot");
     for (const Run& o : runs_)
       if (o.slot == r.slot) fail("cpu backend: slot ", r.slot, " appears in two runs of one call");
-    if (size_t(r.slot) >= slots_.size()) slots_.resize(size_t(r.slot) + 1);
-    if (!slots_[size_t(r.slot)]) slots_[size_t(r.slot)] = std::make_unique<SlotState>(cfg_, num_mtp());
+    slot_state(r.slot);
     runs_.push_back(r);
   }
   batch_ = b;

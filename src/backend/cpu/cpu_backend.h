@@ -47,6 +47,9 @@ class CpuBackend final : public Backend {
   void head(int64_t head, int64_t first, int64_t rows) override;
   void sample(int64_t rows) override;
 
+  std::shared_ptr<const SlotSnapshot> snapshot(int slot, int64_t pos, int64_t mtp_pos) override;
+  void restore(int slot, const SlotSnapshot& s) override;
+
   int64_t max_logit_rows() const override { return cap_.max_tokens; }
   Tensor logits(int64_t rows) override;
   std::vector<int32_t> sampled(int64_t rows) override;
@@ -61,6 +64,7 @@ class CpuBackend final : public Backend {
     int64_t t0 = 0, n = 0, p0 = 0;
   };
   const BlockF& block_w(int64_t layer) const;
+  SlotState& slot_state(int slot);  // made on first use
   LayerState& state(const Run& r, int64_t layer) { return slots_[size_t(r.slot)]->layers[size_t(layer)]; }
   Tensor rows_of(const Tensor& x, const Run& r) const;  // rows of this run (x itself for a one-run call)
   const std::vector<float>& inv_freq(int64_t layer) const { return inv_freq_[size_t(layer)]; }

@@ -1,0 +1,331 @@
+#include "io/memory_plan.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "core/dtype.h"
+#include "core/error.h"
+
+namespace dsv4 {
+
+uint64_t WeightInventory::routed() const {
+  uint64_t s = 0;
+  for (const auto& block : experts)
+    for (uint64_t e : block) s += e;
+  return s;
+}
+
+double gib(uint64_t bytes) { return double(bytes) / double(uint64_t(1) << 30); }
+
+namespace {
+
+constexpr uint64_t kBf16 = 2, kF32 = 4, kI32 = 4;
+
+uint64_t ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
+uint64_t round16(uint64_t n) { return ceil_div(n, 16) * 16; }
+
+// ---- Weights as the GPU holds them (memory_plan.h).
+
+// Tensor sizes of one part (a block, the root tensors) as stored and as the GPU holds them.
+struct Bytes {
+  uint64_t device = 0, stored = 0;
+  // A linear weight: `as_bf16` for the ones the GPU runs as a bf16 matmul whatever their storage.
+  void linear(const LinearWeight& l, bool as_bf16 = false) {
+    if (l.weight.nbytes == 0) return;  // absent (bind_weights reported it)
+    stored += l.bytes();
+    const uint64_t out = uint64_t(l.out), in = uint64_t(l.in);
+    if (as_bf16 || l.format == WeightFormat::Dense)
+      device += out * in * kBf16;
+    else if (l.format == WeightFormat::FP8)  // codes + fp32 scales, rows of blocks padded to 4 (upload_fp8_weight)
+      device += out * in + ceil_div(out, 128) * (ceil_div(ceil_div(in, 128), 4) * 4) * kF32;
+    else  // packed FP4 / NVFP4: as stored (re-tiled, same bytes)
+      device += l.bytes();
+  }
+  void param(const TensorView& v, uint64_t element_bytes = kF32) {
+    stored += v.nbytes;
+    if (v.nbytes) device += uint64_t(v.numel()) * element_bytes;
+  }
+  void hc(const HcWeights& h) { param(h.fn), param(h.base), param(h.scale); }
+  void compressor(const CompressorWeights& c) {
+    linear(c.wkv, true), linear(c.wgate, true), param(c.ape), param(c.norm);
+  }
+};
+
+// One block: the replicated part into `inv.replicated`, each routed expert into a new `inv.experts` row.
+void add_block(const ModelConfig& cfg, const BlockWeights& b, WeightInventory& inv) {
+  Bytes r;
+  r.hc(b.hc_attn), r.hc(b.hc_ffn), r.param(b.attn_norm), r.param(b.ffn_norm);
+  const AttentionWeights& a = b.attn;
+  r.linear(a.wq_a), r.linear(a.wq_b), r.linear(a.wkv), r.linear(a.wo_b), r.linear(a.wo_a, true);
+  r.param(a.q_norm), r.param(a.kv_norm), r.param(a.attn_sink);
+  r.device += uint64_t(cfg.rope_dim / 2) * kF32;  // the layer's RoPE inverse frequencies
+  if (a.compressor) r.compressor(*a.compressor);
+  if (a.indexer) r.linear(a.indexer->wq_b), r.linear(a.indexer->weights_proj, true), r.compressor(a.indexer->compressor);
+  const MoeWeights& m = b.ffn;
+  r.linear(m.gate, true), r.param(m.bias), r.param(m.tid2eid, kI32);
+  r.linear(m.shared.w1), r.linear(m.shared.w2), r.linear(m.shared.w3);
+  inv.replicated += r.device;
+  inv.stored += r.stored;
+  std::vector<uint64_t> row;
+  for (const ExpertWeights& e : m.experts) {
+    Bytes x;
+    x.linear(e.w1), x.linear(e.w2), x.linear(e.w3);
+    row.push_back(x.device);
+    inv.stored += x.stored;
+  }
+  inv.experts.push_back(std::move(row));
+}
+
+// ---- The published formats from shapes (FORMATS.md §3.2-3.4), for published_weight_inventory.
+
+TensorView shaped(DType t, Shape s, uint64_t nbytes) {
+  TensorView v;
+  v.dtype = t;
+  v.shape = std::move(s);
+  v.nbytes = size_t(nbytes);
+  return v;
+}
+TensorView shaped(DType t, Shape s) {
+  const uint64_t n = uint64_t(numel(s));
+  return shaped(t, s, n * uint64_t(dtype_bits(t)) / 8);
+}
+
+LinearWeight fp8_linear(int64_t out, int64_t in) {
+  LinearWeight l;
+  l.format = WeightFormat::FP8;
+  l.out = out, l.in = in;
+  l.weight = shaped(DType::F8_E4M3, {out, in});
+  l.scale = shaped(DType::F8_E8M0, {(out + 127) / 128, (in + 127) / 128});
+  return l;
+}
+LinearWeight fp4_linear(int64_t out, int64_t in) {
+  LinearWeight l;
+  l.format = WeightFormat::FP4;
+  l.out = out, l.in = in;
+  l.weight = shaped(DType::F4_E2M1, {out, in}, uint64_t(out) * uint64_t(in) / 2);
+  l.scale = shaped(DType::F8_E8M0, {out, in / 32});
+  return l;
+}
+LinearWeight bf16_linear(int64_t out, int64_t in) {
+  LinearWeight l;
+  l.out = out, l.in = in;
+  l.weight = shaped(DType::BF16, {out, in});
+  return l;
+}
+
+HcWeights published_hc(int64_t rows, int64_t width, int64_t nscale) {
+  return {shaped(DType::F32, {rows, width}), shaped(DType::F32, {rows}), shaped(DType::F32, {nscale})};
+}
+
+CompressorWeights published_compressor(int64_t ratio, int64_t dc, int64_t c, int64_t D) {
+  return {bf16_linear(c * dc, D), bf16_linear(c * dc, D), shaped(DType::F32, {ratio, c * dc}),
+          shaped(DType::BF16, {dc})};
+}
+
+// The shapes of bind_block (io/weights.cpp), in the published dtypes.
+BlockWeights published_block(const ModelConfig& cfg, const LayerSpec& spec) {
+  const int64_t D = cfg.hidden_size, n = cfg.hc_mult, H = cfg.num_heads, d = cfg.head_dim;
+  BlockWeights w;
+  w.hc_attn = published_hc((2 + n) * n, n * D, 3);
+  w.hc_ffn = published_hc((2 + n) * n, n * D, 3);
+  w.attn_norm = shaped(DType::BF16, {D});
+  w.ffn_norm = shaped(DType::BF16, {D});
+  AttentionWeights& a = w.attn;
+  a.wq_a = fp8_linear(cfg.q_lora_rank, D);
+  a.q_norm = shaped(DType::BF16, {cfg.q_lora_rank});
+  a.wq_b = fp8_linear(H * d, cfg.q_lora_rank);
+  a.wkv = fp8_linear(d, D);
+  a.kv_norm = shaped(DType::BF16, {d});
+  a.wo_a = fp8_linear(cfg.o_groups * cfg.o_lora_rank, H * d / cfg.o_groups);
+  a.wo_b = fp8_linear(D, cfg.o_groups * cfg.o_lora_rank);
+  a.attn_sink = shaped(DType::F32, {H});
+  if (spec.attn != AttnKind::Sliding)
+    a.compressor = published_compressor(spec.ratio, d, spec.attn == AttnKind::CSA ? 2 : 1, D);
+  if (spec.attn == AttnKind::CSA)
+    a.indexer = IndexerWeights{fp8_linear(cfg.index_n_heads * cfg.index_head_dim, cfg.q_lora_rank),
+                               bf16_linear(cfg.index_n_heads, D),
+                               published_compressor(spec.ratio, cfg.index_head_dim, 2, D)};
+  MoeWeights& m = w.ffn;
+  const int64_t E = cfg.n_routed_experts, I = cfg.moe_inter_dim, Is = I * cfg.n_shared_experts;
+  m.gate = bf16_linear(E, D);
+  if (spec.route == RouteKind::TopK)
+    m.bias = shaped(DType::F32, {E});
+  else
+    m.tid2eid = shaped(DType::I64, {cfg.vocab_size, cfg.experts_per_tok});
+  for (int64_t e = 0; e < E; ++e) m.experts.push_back({fp4_linear(I, D), fp4_linear(D, I), fp4_linear(I, D)});
+  if (cfg.n_shared_experts > 0) m.shared = {fp8_linear(Is, D), fp8_linear(D, Is), fp8_linear(Is, D)};
+  return w;
+}
+
+Weights published_weights(const ModelConfig& cfg) {
+  if (cfg.dspark.present())
+    fail(cfg.source, ": a DSpark config (dspark_* fields): its stages' sizes come from the checkpoint, not the config");
+  const int64_t D = cfg.hidden_size, n = cfg.hc_mult, V = cfg.vocab_size;
+  Weights w;
+  w.embed = shaped(DType::BF16, {V, D});
+  w.head = bf16_linear(V, D);
+  w.norm = shaped(DType::BF16, {D});
+  w.hc_head = published_hc(n, n * D, 1);
+  for (int64_t i = 0; i < cfg.num_layers; ++i) w.layers.push_back(published_block(cfg, cfg.layers[size_t(i)]));
+  for (const LayerSpec& s : cfg.mtp_layers) {
+    LayerSpec spec = s;
+    spec.route = RouteKind::TopK;  // as bind_weights: MTP blocks route by score
+    MtpWeights m;
+    m.block = published_block(cfg, spec);
+    m.e_proj = fp8_linear(D, D);
+    m.h_proj = fp8_linear(D, D);
+    m.enorm = m.hnorm = m.norm = shaped(DType::BF16, {D});
+    m.hc_head = published_hc(n, n * D, 1);
+    w.mtp.push_back(std::move(m));
+  }
+  return w;
+}
+
+// ---- KV and workspace.
+
+int64_t max_entries(const LayerSpec& l, int64_t context) { return l.attn == AttnKind::Sliding ? 0 : context / l.ratio; }
+
+void check_options(const ModelConfig& cfg, const MemoryPlanOptions& o) {
+  if (o.gpus < 1) fail("--gpus: expected at least 1, got ", o.gpus);
+  if (cfg.n_routed_experts > 0 && o.gpus > cfg.n_routed_experts)
+    fail("--gpus ", o.gpus, ": the model has ", cfg.n_routed_experts,
+         " routed experts per layer; expert parallelism needs at most one GPU per expert");
+  if (o.context < 1) fail("memory plan: the context must be at least 1 position, got ", o.context);
+  if (o.sequences < 1) fail("memory plan: the number of sequences must be at least 1, got ", o.sequences);
+  if (o.max_tokens < 1) fail("memory plan: max_tokens must be at least 1, got ", o.max_tokens);
+}
+
+}  // namespace
+
+WeightInventory weight_inventory(const ModelConfig& cfg, const Weights& w) {
+  WeightInventory inv;
+  Bytes root;
+  root.param(w.embed, kBf16);
+  root.linear(w.head, true);
+  root.param(w.norm);
+  root.hc(w.hc_head);
+  for (const BlockWeights& b : w.layers) add_block(cfg, b, inv);
+  for (const MtpWeights& m : w.mtp) {
+    add_block(cfg, m.block, inv);
+    root.linear(m.e_proj), root.linear(m.h_proj);
+    root.param(m.enorm), root.param(m.hnorm), root.param(m.norm), root.hc(m.hc_head);
+  }
+  for (const DSparkWeights& s : w.dspark) {
+    add_block(cfg, s.block, inv);
+    root.linear(s.main_proj), root.param(s.main_norm), root.param(s.norm), root.hc(s.hc_head);
+    root.linear(s.markov_w1), root.linear(s.markov_w2), root.param(s.confidence);
+  }
+  inv.replicated += root.device;
+  inv.stored += root.stored;
+  return inv;
+}
+
+WeightInventory published_weight_inventory(const ModelConfig& cfg) { return weight_inventory(cfg, published_weights(cfg)); }
+
+const GpuPlan& MemoryPlan::largest() const {
+  return *std::max_element(gpus.begin(), gpus.end(),
+                           [](const GpuPlan& a, const GpuPlan& b) { return a.total() < b.total(); });
+}
+
+uint64_t kv_bytes(const ModelConfig& cfg, int64_t seqs, int64_t context, int64_t max_tokens) {
+  const uint64_t S = uint64_t(seqs), d = uint64_t(cfg.head_dim), dI = uint64_t(cfg.index_head_dim);
+  const uint64_t W = uint64_t(cfg.sliding_window);
+  uint64_t total = 0;
+  for (const LayerSpec& l : cfg.layers) {
+    const uint64_t E = uint64_t(max_entries(l, context)), m = uint64_t(l.ratio);
+    total += (S * W + round16(uint64_t(max_tokens)) + S * E) * d * kBf16;  // ring | chunk | compressed pool
+    if (l.attn != AttnKind::Sliding) {
+      const uint64_t c = l.attn == AttnKind::CSA ? 2 : 1;
+      total += 2 * S * m * c * d * kF32;                                // cur_a, cur_g
+      if (c == 2) total += 2 * S * m * d * kF32;                        // prev_a, prev_g
+    }
+    if (l.attn == AttnKind::CSA)
+      total += 2 * S * m * 2 * dI * kF32 + 2 * S * m * dI * kF32 + S * E * dI * kBf16;  // indexer state + keys
+  }
+  return total;
+}
+
+uint64_t workspace_bytes(const ModelConfig& cfg, int gpus, int64_t seqs, int64_t context, int64_t max_tokens) {
+  const uint64_t T = uint64_t(std::max(max_tokens, seqs)), P = round16(T);
+  const uint64_t D = uint64_t(cfg.hidden_size), H = uint64_t(cfg.num_heads), d = uint64_t(cfg.head_dim);
+  const uint64_t qr = uint64_t(cfg.q_lora_rank), G = uint64_t(cfg.o_groups), ro = uint64_t(cfg.o_lora_rank);
+  const uint64_t HI = uint64_t(cfg.index_n_heads), dI = uint64_t(cfg.index_head_dim), n = uint64_t(cfg.hc_mult);
+  const uint64_t V = uint64_t(cfg.vocab_size), E = uint64_t(cfg.n_routed_experts);
+  const uint64_t I = uint64_t(cfg.moe_inter_dim), Tk = T * uint64_t(cfg.experts_per_tok);
+  const uint64_t gin = G ? H * d / G : 0;
+  // Attention (AttentionWorkspace).
+  bool any_csa = false;
+  uint64_t keys = 0, entries = 0;
+  for (const LayerSpec& l : cfg.layers) {
+    const uint64_t e = uint64_t(max_entries(l, context));
+    keys = std::max(keys, uint64_t(cfg.sliding_window) + (l.attn == AttnKind::CSA ? uint64_t(cfg.index_topk) : e));
+    if (l.attn == AttnKind::CSA) any_csa = true, entries = std::max(entries, e);
+  }
+  const uint64_t max_in = std::max({D, qr, G * ro}), dc = std::max(d, any_csa ? dI : 0);
+  uint64_t s = P * max_in + ceil_div(max_in, 128) * P * kF32;
+  s += (P * qr + P * H * d + T * H * d + T * gin + T * ro + P * G * ro + P * D) * kBf16;
+  s += 2 * T * 2 * dc * kF32 + T * dc * kBf16 + T * keys * kI32;
+  if (any_csa) s += (P * HI * dI + T * HI) * kBf16 + T * std::max<uint64_t>(entries, 1) * kF32 + T * uint64_t(cfg.index_topk) * kI32;
+  // MoE (MoeWorkspace).
+  s += T * E * kF32 + 2 * Tk * 4 + P * D + P * (D / 128) * kF32 + Tk * D + Tk * (D / 128) * kF32;
+  s += (Tk * 2 * I + Tk * I + Tk * D) * kBf16 + Tk * I + Tk * (I / 128) * kF32;
+  s += 3 * P * I * kBf16 + P * I + P * (I / 128) * kF32 + P * D * kBf16;
+  // Residual streams, sub-layer in/out, head (CudaModel): logits in pieces of at most ~256 MiB.
+  const uint64_t logit_rows = std::min(T, std::max(uint64_t(seqs), (uint64_t(256) << 20) / std::max<uint64_t>(V * 4, 1)));
+  s += (P * n * D + 2 * P * D + logit_rows * D) * kBf16 + logit_rows * V * kF32 + (2 * T * n + T * n * n) * kF32;
+  s += uint64_t(64) << 20;  // the context's cuBLASLt workspace
+  // Expert parallelism: this GPU's T*k (token, pick) rows out and back (bf16), and up to every GPU's
+  // rows in and out when they all pick this GPU's experts.
+  if (gpus > 1) s += 2 * (Tk * D * kBf16) + 2 * (uint64_t(gpus) * Tk * D * kBf16);
+  return s;
+}
+
+MemoryPlan plan_memory(const ModelConfig& cfg, const WeightInventory& w, const MemoryPlanOptions& o) {
+  check_options(cfg, o);
+  MemoryPlan p;
+  p.options = o;
+  const int64_t seqs = (o.sequences + o.gpus - 1) / o.gpus;  // data-parallel attention: the same slots on every GPU
+  const int64_t T = std::max(o.max_tokens, seqs);  // a decode batch of every slot is one call
+  const uint64_t kv = kv_bytes(cfg, seqs, o.context, T);
+  const uint64_t ws = workspace_bytes(cfg, o.gpus, seqs, o.context, T);
+  for (int g = 0; g < o.gpus; ++g) {
+    GpuPlan gp;
+    gp.gpu = g;
+    gp.sequences = seqs;
+    gp.weights = w.replicated;
+    gp.kv = kv;
+    gp.workspace = ws;
+    const int64_t E = cfg.n_routed_experts;
+    gp.first_expert = g * E / o.gpus;
+    gp.experts = (g + 1) * E / o.gpus - gp.first_expert;
+    for (const auto& block : w.experts)
+      for (int64_t e = gp.first_expert; e < gp.first_expert + gp.experts && e < int64_t(block.size()); ++e)
+        gp.weights += block[size_t(e)];
+    p.gpus.push_back(gp);
+  }
+  return p;
+}
+
+MemoryPlan check_memory(const ModelConfig& cfg, const WeightInventory& w, const MemoryPlanOptions& o,
+                        uint64_t gpu_bytes) {
+  MemoryPlan p = plan_memory(cfg, w, o);
+  const GpuPlan& g = p.largest();
+  if (g.total() <= gpu_bytes) return p;
+  std::string hint;
+  const int most = int(std::max<int64_t>(cfg.n_routed_experts, 1));
+  for (int n = o.gpus + 1; n <= most && hint.empty(); ++n) {
+    MemoryPlanOptions more = o;
+    more.gpus = n;
+    if (plan_memory(cfg, w, more).largest().total() <= gpu_bytes) hint = cat("use --gpus ", n);
+  }
+  if (hint.empty())
+    hint = o.gpus >= most ? "a shorter context or fewer sequences may fit"
+                          : cat("no number of GPUs up to ", most, " fits: use a shorter context or fewer sequences");
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "needs %.2f GiB per GPU on %d GPU(s) (weights %.2f, KV %.2f, workspace %.2f), the GPU has %.2f GiB; %s",
+                gib(g.total()), o.gpus, gib(g.weights), gib(g.kv), gib(g.workspace), gib(gpu_bytes), hint.c_str());
+  throw Error(buf);
+}
+
+}  // namespace dsv4
