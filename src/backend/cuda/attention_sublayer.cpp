@@ -59,6 +59,24 @@ AttentionLayerState::AttentionLayerState(const ModelConfig& cfg, const LayerSpec
   }
 }
 
+std::vector<AttentionLayerState::Piece> AttentionLayerState::slot_pieces(int64_t slot) {
+  if (slot < 0 || slot >= max_seqs) fail("attention state: slot ", slot, " outside [0, ", max_seqs, ")");
+  std::vector<Piece> out;
+  auto rows = [&](int64_t first, int64_t n) {
+    if (n > 0) out.push_back({kv.get() + first * head_dim, size_t(n * head_dim) * sizeof(bf16)});
+  };
+  rows(ring_base() + slot * window, window);
+  rows(pool_base() + slot * max_entries, max_entries);
+  auto per_slot = [&](auto& b) {
+    if (b.size() == 0) return;
+    const size_t n = b.size() / size_t(max_seqs);
+    out.push_back({b.get() + size_t(slot) * n, n * sizeof(*b.get())});
+  };
+  for (DeviceBuffer<float>* b : {&cur_a, &cur_g, &prev_a, &prev_g, &icur_a, &icur_g, &iprev_a, &iprev_g}) per_slot(*b);
+  per_slot(index_keys);
+  return out;
+}
+
 AttentionWorkspace::AttentionWorkspace(const ModelConfig& cfg, int64_t max_tokens, int64_t max_ctx)
     : max_tokens_(max_tokens), max_padded_(round16(max_tokens)) {
   if (max_tokens <= 0) fail("AttentionWorkspace: max_tokens must be positive");

@@ -24,6 +24,7 @@
 #include <memory>
 #include <optional>
 #include <tuple>
+#include <vector>
 
 #include "backend/cuda/buffer.h"
 #include "backend/cuda/context.h"
@@ -97,6 +98,14 @@ struct AttentionLayerState {
   // Indexer (CSA).
   DeviceBuffer<float> icur_a, icur_g, iprev_a, iprev_g;  // as above with dc = dI
   DeviceBuffer<bf16> index_keys;       // [max_seqs, max_entries, dI] Hadamard + FP4 keys
+
+  // What slot `slot` owns, as contiguous device byte ranges (ring rows, pool entries, compressor and
+  // indexer partial windows, indexer keys): a slot snapshot copies these.
+  struct Piece {
+    void* data = nullptr;
+    size_t bytes = 0;
+  };
+  std::vector<Piece> slot_pieces(int64_t slot);
 };
 
 // Scratch of attention_forward for up to `max_tokens` tokens per call, shared by all layers of a

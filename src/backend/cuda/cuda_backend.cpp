@@ -255,6 +255,52 @@ void CudaBackend::sample(int64_t rows) {
                         .logits_stride = cfg_.vocab_size});
 }
 
+// ---- slot state
+
+namespace {
+
+// A slot's device state: the bytes of every layer's pieces (AttentionLayerState::slot_pieces) in
+// order, in one device buffer. Taken and restored by copies on the backend's stream (no host sync):
+// they land between the calls around them.
+struct CudaSnapshot final : SlotSnapshot {
+  uint64_t bytes() const override { return data.bytes(); }
+  const void* owner = nullptr;  // the backend it belongs to
+  DeviceBuffer<uint8_t> data;
+};
+
+}  // namespace
+
+std::shared_ptr<const SlotSnapshot> CudaBackend::snapshot(int slot, int64_t pos, int64_t mtp_pos) {
+  std::vector<AttentionLayerState::Piece> pieces;
+  for (AttentionLayerState& st : states_)
+    for (const auto& p : st.slot_pieces(slot)) pieces.push_back(p);
+  size_t total = 0;
+  for (const auto& p : pieces) total += p.bytes;
+  auto s = std::make_shared<CudaSnapshot>();
+  s->pos = pos;
+  s->mtp_pos = mtp_pos;
+  s->owner = this;
+  s->data = DeviceBuffer<uint8_t>(total);
+  size_t off = 0;
+  for (const auto& p : pieces) {
+    DSV4_CUDA_CHECK(cudaMemcpyAsync(s->data.get() + off, p.data, p.bytes, cudaMemcpyDeviceToDevice, ctx_->stream()));
+    off += p.bytes;
+  }
+  return s;
+}
+
+void CudaBackend::restore(int slot, const SlotSnapshot& s) {
+  const auto* c = dynamic_cast<const CudaSnapshot*>(&s);
+  if (!c || c->owner != this) fail("cuda backend: a snapshot of another backend cannot be restored here");
+  size_t off = 0;
+  for (AttentionLayerState& st : states_)
+    for (const auto& p : st.slot_pieces(slot)) {
+      if (off + p.bytes > c->data.bytes()) fail("cuda backend: the snapshot does not match the slot layout");
+      DSV4_CUDA_CHECK(cudaMemcpyAsync(p.data, c->data.get() + off, p.bytes, cudaMemcpyDeviceToDevice, ctx_->stream()));
+      off += p.bytes;
+    }
+}
+
 // ---- outputs
 
 Tensor CudaBackend::logits(int64_t rows) {

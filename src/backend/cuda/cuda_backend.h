@@ -61,6 +61,9 @@ class CudaBackend final : public Backend {
   void head(int64_t head, int64_t first, int64_t rows) override;
   void sample(int64_t rows) override;
 
+  std::shared_ptr<const SlotSnapshot> snapshot(int slot, int64_t pos, int64_t mtp_pos) override;
+  void restore(int slot, const SlotSnapshot& s) override;
+
   int64_t max_logit_rows() const override { return logit_rows_; }
   Tensor logits(int64_t rows) override;
   std::vector<int32_t> sampled(int64_t rows) override;
