@@ -13,6 +13,10 @@
 // the median over timed replays with CUDA events.
 //
 //   bench_cuda_ops [--json FILE] [--quick] [--sweep] [--fp4-only] [--exact-only] [--exact-sweep] [--fast-only]
+//                  [--moe-decode [--moe-tokens T]]
+// --moe-decode: the routed FP4 experts of a Flash decode step at 32-256 tokens, fp4_grouped_decode beside
+// today's fp4_gemv expert tiles and fp4_grouped_mma (cuda_bench_moe_decode.cpp), then exits; --moe-tokens:
+// one batch size only (for profiling).
 // --fast-only: the fast tier's fast_gemv at 1-32 tokens beside exact_linear and cuBLASLt (FP8 at 16-64
 // tokens, the head's bf16 -> fp32 GEMM at 32-128).
 // --sweep adds the GEMV configuration sweep; --fp4-only skips the GEMMs (for profiling the GEMV);
@@ -22,6 +26,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -37,6 +42,7 @@
 #include "backend/cuda/linear_exact_reg.h"
 #include "backend/cuda/linear_fast.h"
 #include "cuda_bench_kernels.h"
+#include "cuda_bench_moe_decode.h"
 #include "cuda_graph_timer.h"
 
 using namespace dsv4::cuda;
@@ -49,7 +55,8 @@ constexpr double kFp32PeakTflops = 67.0;   // H200 fp32 FMA (non-tensor) peak
 constexpr double kHbmTBs = 4.26;           // device-to-device copy, bytes read + written
 constexpr size_t kRotateBytes = size_t(320) << 20;  // weights cycled per graph: > 5x the L2
 
-bool g_fast_only = false, g_quick = false, g_sweep = false, g_fp4_only = false, g_exact_only = false, g_exact_sweep = false;
+int g_moe_tokens = 0;  // --moe-tokens T: only that batch
+bool g_moe_decode = false, g_fast_only = false, g_quick = false, g_sweep = false, g_fp4_only = false, g_exact_only = false, g_exact_sweep = false;
 FILE* g_json = nullptr;
 
 // Median time of one call of `launch(i)` (i = 0..batch-1 inside a captured graph), in microseconds.
@@ -278,8 +285,13 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--exact-only")) g_exact_only = true;
     else if (!std::strcmp(argv[i], "--exact-sweep")) g_exact_sweep = true;
     else if (!std::strcmp(argv[i], "--fast-only")) g_fast_only = true;
+    else if (!std::strcmp(argv[i], "--moe-decode")) g_moe_decode = true;
+    else if (!std::strcmp(argv[i], "--moe-tokens") && i + 1 < argc) g_moe_tokens = std::atoi(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: %s [--json FILE] [--quick] [--sweep] [--fp4-only] [--exact-only] [--exact-sweep] [--fast-only]\n", argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [--json FILE] [--quick] [--sweep] [--fp4-only] [--exact-only] [--exact-sweep] [--fast-only] "
+                   "[--moe-decode [--moe-tokens T]]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -293,6 +305,11 @@ int main(int argc, char** argv) {
     std::printf("device: %s, %d SMs; ceilings: FP8 %.0f TFLOP/s, bf16 %.0f TFLOP/s, HBM %.2f TB/s\n",
                 ctx.name().c_str(), ctx.sm_count(), kFp8PeakTflops, kBf16PeakTflops, kHbmTBs);
     bench_bf16(ctx, 8192);  // first: it also brings the clocks up
+    if (g_moe_decode) {
+      bench_moe_decode(ctx, g_quick ? 5 : 15, g_json, g_moe_tokens);
+      if (g_json) std::fclose(g_json);
+      return 0;
+    }
     if (g_fast_only) {
       bench_fast(ctx);
       if (g_json) std::fclose(g_json);

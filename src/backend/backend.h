@@ -36,6 +36,10 @@
 
 namespace dsv4 {
 
+namespace comm {
+class Communicator;  // backend/comm/communicator.h
+}
+
 // reference: float32 everywhere, matches transformers. official: DeepSeek's QAT numerics (bf16
 // rounding, FP8 activation / KV and FP4 indexer quantization).
 enum class Numerics : uint8_t { Reference, Official };
@@ -67,6 +71,12 @@ struct BackendOptions {
   // the per-(token, pick) GEMVs at any size (bit-identical to the CPU, slow for long prompts).
   bool grouped_moe_prefill = true;
   int gpu = 0;                      // cuda: device ordinal
+  // Expert parallelism (docs/multi-gpu.md): this backend is rank comm->rank() of comm->size(). It holds
+  // every dense weight and the routed experts [rank * E/N, (rank+1) * E/N); the MoE sends each token
+  // row to the ranks of its picked experts and combines what comes back in ascending expert order (so
+  // the logits equal one rank's bit for bit). Every rank calls every op of every call in step with the
+  // others: a rank with no tokens runs calls of 0 tokens. Null: one rank. Not owned.
+  comm::Communicator* comm = nullptr;
 };
 
 // One call's tokens: runs of `run_len` consecutive tokens, each run one sequence (decode: run_len 1,

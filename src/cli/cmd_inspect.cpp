@@ -9,6 +9,7 @@
 #include "cli/flags.h"
 #include "core/error.h"
 #include "io/config.h"
+#include "io/kv_size.h"
 #include "io/safetensors.h"
 #include "io/variant.h"
 #include "io/weights.h"
@@ -26,6 +27,24 @@ std::string human_bytes(double b) {
   char buf[32];
   std::snprintf(buf, sizeof buf, u ? "%.2f %s" : "%.0f %s", b, units[u]);
   return buf;
+}
+
+// KV cache per token of context (compact records vs today's bf16 rows) and the window rings every
+// sequence holds (io/kv_size.h, docs/kv-records.md).
+void print_kv_cache(const ModelConfig& c) {
+  const KvBytes bf = kv_bytes(c, KvStorage::Bf16);
+  try {
+    const KvBytes k = kv_bytes(c, KvStorage::Compact);
+    std::printf("kv cache    %.6g B per token of context in compact records (entry %lld B, indexer key %lld B); "
+                "bf16 rows today %.6g B\n",
+                k.per_token(), (long long)k.entry_bytes, (long long)k.index_key_bytes, bf.per_token());
+    std::printf("            window rings %s per sequence (%lld layers x %lld rows; bf16 today %s)\n",
+                human_bytes(double(k.window_per_sequence)).c_str(), (long long)k.window_layers,
+                (long long)c.sliding_window, human_bytes(double(bf.window_per_sequence)).c_str());
+  } catch (const Error& e) {
+    std::printf("kv cache    %.6g B per token of context as bf16 rows, window rings %s per sequence; %s\n",
+                bf.per_token(), human_bytes(double(bf.window_per_sequence)).c_str(), e.what());
+  }
 }
 
 void print_config(const ModelConfig& c) {
@@ -67,6 +86,7 @@ void print_config(const ModelConfig& c) {
     for (int64_t t : c.dspark.target_layer_ids) std::printf(" %lld", (long long)t);
     std::printf("\n");
   }
+  print_kv_cache(c);
   if (!c.expert_dtype.empty() || !c.moe_quant_algo.empty())
     std::printf("quant       expert_dtype %s, moe_quant_algo %s (the loader reads each tensor's format)\n",
                 c.expert_dtype.empty() ? "-" : c.expert_dtype.c_str(), c.moe_quant_algo.empty() ? "-" : c.moe_quant_algo.c_str());

@@ -43,8 +43,7 @@ void Model::body(const Batch& b, const StepPlan& plan, const ForwardOptions* cap
 }
 
 void Model::step(const Batch& b, const StepPlan& plan) {
-  const int64_t T = b.size();
-  if (T == 0) fail("forward: empty chunk");
+  const int64_t T = b.size();  // 0: an idle rank of an expert-parallel group (the backend checks)
   if (plan.head_rows < 0 || plan.head_first < 0 || plan.head_first + plan.head_rows > T)
     fail("forward: head rows [", plan.head_first, ", ", plan.head_first + plan.head_rows, ") outside the call's ", T);
   if (plan.head_rows > be_->max_logit_rows())

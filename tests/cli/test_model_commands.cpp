@@ -43,6 +43,25 @@ TEST(Inspect, BundledModelPassesEveryCheck) {
   EXPECT_NE(r.output.find("checks      all passed"), std::string::npos) << r.output;
 }
 
+TEST(Inspect, KvCacheBytes) {
+  // io/kv_size.h on the bundled model: 2 CSA + 2 HCA layers of 200-byte entries, 68-byte indexer keys.
+  auto r = run_command(bin() + " inspect");
+  EXPECT_NE(r.output.find("kv cache    146.5 B per token of context in compact records (entry 200 B, indexer key "
+                          "68 B); bf16 rows today 272 B"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("window rings 37.50 KiB per sequence (6 layers x 32 rows; bf16 today 48.00 KiB)"),
+            std::string::npos)
+      << r.output;
+}
+
+TEST(Inspect, KvCacheWithoutCompactRecords) {
+  if (!test::have_shared()) GTEST_SKIP();
+  auto r = run_command(bin() + " inspect " + test::fixture_dir("tiny-a") + "/model");  // head 64, rope 8
+  EXPECT_NE(r.output.find("kv cache    112 B per token of context as bf16 rows"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("= 56 must be a multiple of the FP8 block of 64"), std::string::npos) << r.output;
+}
+
 TEST(Inspect, PublishedFormatShowsFormats) {
   if (!test::have_shared()) GTEST_SKIP();
   auto r = run_command(bin() + " inspect " + test::fixture_dir("tiny-q") + "/model --tensors");

@@ -163,8 +163,9 @@ TEST(SafetensorsFixtures, RepositoryModel) {
   const std::string dir = test::bundled_model_dir();
   if (!fs::exists(dir + "/model.safetensors")) GTEST_SKIP() << "no bundled model";
   auto ck = Checkpoint::open(dir);
-  EXPECT_EQ(ck->all().size(), 304u);
+  EXPECT_EQ(ck->all().size(), 304u + 53u);  // the main model, then its trained MTP block mtp.0.*
   EXPECT_EQ(get(*ck, "embed.weight").view.shape, (Shape{1026, 256}));
+  EXPECT_EQ(get(*ck, "mtp.0.e_proj.weight").view.shape, (Shape{256, 256}));
 }
 
 TEST(SafetensorsWrite, RoundTrip) {

@@ -9,13 +9,27 @@
 #include "backend/cpu/quantize.h"
 #include "backend/cpu/rope_util.h"
 #include "backend/cpu/sampling.h"
+#include "backend/comm/communicator.h"
 #include "core/error.h"
 
 namespace dsv4::cpu {
 
+namespace {
+
+ExpertRange experts_of(const ModelConfig& cfg, const comm::Communicator* c) {
+  if (!c || c->size() == 1) return {};
+  const int64_t E = cfg.n_routed_experts, N = c->size();
+  if (E % N != 0) fail("expert parallelism: ", E, " routed experts do not split evenly over ", N, " ranks");
+  return {.first = c->rank() * (E / N), .last = (c->rank() + 1) * (E / N)};
+}
+
+}  // namespace
+
 CpuBackend::CpuBackend(const ModelConfig& cfg, const Weights& w, uint64_t total_bytes, const BackendOptions& o,
                        const LoadProgress& progress)
-    : cfg_(cfg), cap_(o.capacity), numerics_(o.numerics), w_(to_cpu_weights(w, total_bytes, progress)) {
+    : cfg_(cfg), cap_(o.capacity), numerics_(o.numerics),
+      comm_(o.comm && o.comm->size() > 1 ? o.comm : nullptr), experts_(experts_of(cfg, o.comm)),
+      w_(to_cpu_weights(w, total_bytes, progress, experts_)) {
   for (int64_t i = 0; i < cfg_.num_layers + num_mtp(); ++i)
     inv_freq_.push_back(rope_inv_freq(cfg_.rope_dim, rope_params(cfg_.rope_for(cfg_.layer_at(i)))));
 }
@@ -75,10 +89,12 @@ void CpuBackend::restore(int slot, const SlotSnapshot& s) {
 
 void CpuBackend::begin(const Batch& b) {
   const int64_t T = b.size();
-  if (T < 1 || T > cap_.max_tokens) fail("cpu backend: ", T, " tokens in one call, at most ", cap_.max_tokens);
+  // A rank of an expert-parallel group with nothing to do still joins every call (0 tokens).
+  if (T < (comm_ ? 0 : 1) || T > cap_.max_tokens)
+    fail("cpu backend: ", T, " tokens in one call, expected 1 to ", cap_.max_tokens);
   if (b.positions.size() != b.ids.size() || b.slots.size() != b.ids.size())
     fail("cpu backend: ids, positions and slots differ in length");
-  if (b.run_len < 1 || T % b.run_len != 0) fail("cpu backend: ", T, " tokens in runs of ", b.run_len);
+  if (b.run_len < 1 || (T > 0 && T % b.run_len != 0)) fail("cpu backend: ", T, " tokens in runs of ", b.run_len);
   for (int64_t t = 0; t < T; ++t) {
     const int32_t id = b.ids[size_t(t)], s = b.slots[size_t(t)], p = b.positions[size_t(t)];
     if (id < 0 || id >= cfg_.vocab_size) fail("token id ", id, " is outside the vocabulary [0, ", cfg_.vocab_size, ")");

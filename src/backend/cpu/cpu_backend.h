@@ -69,9 +69,14 @@ class CpuBackend final : public Backend {
   Tensor rows_of(const Tensor& x, const Run& r) const;  // rows of this run (x itself for a one-run call)
   const std::vector<float>& inv_freq(int64_t layer) const { return inv_freq_[size_t(layer)]; }
 
+  // Expert parallelism: the routed experts of rank r through the communicator (cpu_moe.cpp).
+  void moe_experts_ranked(int64_t layer);
+
   ModelConfig cfg_;
   Capacity cap_;
   Numerics numerics_;
+  comm::Communicator* comm_ = nullptr;  // null or one rank: every expert here
+  ExpertRange experts_;                 // the routed experts this rank holds
   CpuWeights w_;
   std::vector<std::vector<float>> inv_freq_;    // [layers + MTP] the layer's RoPE table
   std::vector<std::unique_ptr<SlotState>> slots_;  // made on a slot's first use

@@ -1,9 +1,11 @@
 // The CPU backend's MoE ops (MODEL.md §7): sqrt-softplus router in fp32, hash or biased top-k selection,
 // renormalized weights x routed_scaling_factor, clamped SwiGLU experts, shared expert.
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <numeric>
 
+#include "backend/comm/communicator.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/quantize.h"
@@ -74,6 +76,7 @@ void CpuBackend::moe_route(int64_t layer) {
 }
 
 void CpuBackend::moe_experts(int64_t layer) {
+  if (comm_) return moe_experts_ranked(layer);
   const MoeF& w = block_w(layer).ffn;
   const Tensor& x = u_;
   const int64_t T = batch_.size(), D = cfg_.hidden_size, E = cfg_.n_routed_experts;
@@ -100,6 +103,93 @@ void CpuBackend::moe_experts(int64_t layer) {
   if (w.shared) {
     Tensor ys = expert_forward(*w.shared, x, std::vector<float>(size_t(T), 1.0f), limit, q);
     for (int64_t i = 0; i < y.numel(); ++i) y.data[size_t(i)] += ys.data[size_t(i)];
+  }
+  q.bf16(y.ptr(), y.numel());
+  y_ = std::move(y);
+}
+
+// Expert parallelism over comm_ (N ranks, rank r holds experts [r*E/N, (r+1)*E/N)). Every (token,
+// pick) entry goes to its expert's rank as [expert, weight, x row]; each rank runs its experts over
+// what it received, in ascending expert id and, within an expert, in arrival order (source rank, then
+// the source's token and pick order); the outputs go back the same way and each token adds its picks
+// in ascending expert id (ties in pick order), the order of the one-rank loop, so y is bit-identical.
+void CpuBackend::moe_experts_ranked(int64_t layer) {
+  const MoeF& w = block_w(layer).ffn;
+  const Tensor& x = u_;
+  const int64_t T = batch_.size(), D = cfg_.hidden_size, E = cfg_.n_routed_experts, K = cfg_.experts_per_tok;
+  const int N = comm_->size();
+  const int64_t per = E / N, row = D + 2;  // [expert id bits, weight, x[0..D)]
+  const float limit = float(cfg_.swiglu_limit);
+  const QuantSim q(numerics_);
+
+  // Outgoing entries grouped by destination rank, each group in token then pick order.
+  struct Entry {
+    int64_t t, e;
+    size_t pick;
+  };
+  std::vector<std::vector<Entry>> to(static_cast<size_t>(N));
+  for (int64_t t = 0; t < T; ++t)
+    for (size_t j = 0; j < picks_[size_t(t)].size(); ++j) {
+      const int64_t e = picks_[size_t(t)][j].first;
+      to[size_t(e / per)].push_back({t, e, j});
+    }
+  std::vector<size_t> send_n(static_cast<size_t>(N)), all_n(static_cast<size_t>(N * N)), recv_n(static_cast<size_t>(N));
+  for (int p = 0; p < N; ++p) send_n[size_t(p)] = to[size_t(p)].size();
+  comm::all_gather<size_t>(*comm_, send_n, all_n);
+  for (int p = 0; p < N; ++p) recv_n[size_t(p)] = all_n[size_t(p) * size_t(N) + size_t(comm_->rank())];
+
+  std::vector<float> send, recv;
+  for (int p = 0; p < N; ++p)
+    for (const Entry& en : to[size_t(p)]) {
+      send.push_back(std::bit_cast<float>(int32_t(en.e)));
+      send.push_back(picks_[size_t(en.t)][en.pick].second);
+      send.insert(send.end(), x.row(en.t), x.row(en.t) + D);
+    }
+  size_t n_in = 0, n_out = 0;
+  for (size_t n : recv_n) n_in += n;
+  for (size_t n : send_n) n_out += n;
+  recv.resize(n_in * size_t(row));
+  std::vector<size_t> send_f(send_n), recv_f(recv_n);
+  for (size_t& n : send_f) n *= size_t(row);
+  for (size_t& n : recv_f) n *= size_t(row);
+  comm::all_to_all_v<float>(*comm_, send, send_f, recv, recv_f);
+
+  // This rank's experts over what arrived; outputs in arrival order.
+  std::vector<float> out(n_in * size_t(D));
+  for (int64_t e = experts_.first; e < experts_.last; ++e) {
+    std::vector<size_t> rows;
+    std::vector<float> weight;
+    for (size_t i = 0; i < n_in; ++i)
+      if (std::bit_cast<int32_t>(recv[i * size_t(row)]) == int32_t(e)) {
+        rows.push_back(i);
+        weight.push_back(recv[i * size_t(row) + 1]);
+      }
+    if (rows.empty()) continue;
+    Tensor xe({int64_t(rows.size()), D});
+    for (size_t r = 0; r < rows.size(); ++r) std::copy_n(&recv[rows[r] * size_t(row) + 2], D, xe.row(int64_t(r)));
+    const Tensor ye = expert_forward(w.experts[size_t(e)], xe, weight, limit, q);
+    for (size_t r = 0; r < rows.size(); ++r) std::copy_n(ye.row(int64_t(r)), D, &out[rows[r] * size_t(D)]);
+  }
+  std::vector<float> back(n_out * size_t(D));
+  for (size_t& n : send_f) n = n / size_t(row) * size_t(D);
+  for (size_t& n : recv_f) n = n / size_t(row) * size_t(D);
+  comm::all_to_all_v<float>(*comm_, out, recv_f, back, send_f);
+
+  // Each token's pick outputs, added in ascending expert id (ties: pick order).
+  std::vector<std::vector<std::pair<int64_t, const float*>>> mine(static_cast<size_t>(T));  // (expert * K + pick, row)
+  size_t i = 0;
+  for (int p = 0; p < N; ++p)
+    for (const Entry& en : to[size_t(p)]) mine[size_t(en.t)].push_back({en.e * K + int64_t(en.pick), &back[i++ * size_t(D)]});
+  Tensor y({T, D});
+  for (int64_t t = 0; t < T; ++t) {
+    auto& m = mine[size_t(t)];
+    std::sort(m.begin(), m.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (const auto& [key, r] : m)
+      for (int64_t c = 0; c < D; ++c) y.row(t)[c] += r[c];
+  }
+  if (w.shared) {
+    Tensor ys = expert_forward(*w.shared, x, std::vector<float>(size_t(T), 1.0f), limit, q);
+    for (int64_t n = 0; n < y.numel(); ++n) y.data[size_t(n)] += ys.data[size_t(n)];
   }
   q.bf16(y.ptr(), y.numel());
   y_ = std::move(y);

@@ -6,7 +6,10 @@ namespace {
 // Decodes the checkpoint views to float32, counting progress as it goes.
 class Decoder {
  public:
-  Decoder(uint64_t total, LoadProgress progress) : progress_(std::move(progress)) { status_.bytes_total = total; }
+  Decoder(uint64_t total, LoadProgress progress, ExpertRange experts)
+      : progress_(std::move(progress)), experts_(experts) {
+    status_.bytes_total = total;
+  }
 
   Tensor dense(const TensorView& v) {
     if (!v.data) return Tensor();
@@ -50,7 +53,15 @@ class Decoder {
       Tensor t = dense(w.ffn.tid2eid);
       b.ffn.tid2eid.assign(t.data.begin(), t.data.end());
     }
-    for (const auto& e : w.ffn.experts) b.ffn.experts.push_back(expert(e));
+    for (size_t e = 0; e < w.ffn.experts.size(); ++e) {
+      const ExpertWeights& x = w.ffn.experts[e];
+      if (int64_t(e) >= experts_.first && int64_t(e) < experts_.last) {
+        b.ffn.experts.push_back(expert(x));
+      } else {  // another rank's: skipped
+        b.ffn.experts.emplace_back();
+        advance(x.w1.bytes() + x.w2.bytes() + x.w3.bytes());
+      }
+    }
     if (w.ffn.shared.w1.present()) b.ffn.shared = expert(w.ffn.shared);
     return b;
   }
@@ -62,13 +73,14 @@ class Decoder {
     if (progress_) progress_(status_);
   }
   LoadProgress progress_;
+  ExpertRange experts_;
   LoadStatus status_;
 };
 
 }  // namespace
 
-CpuWeights to_cpu_weights(const Weights& w, uint64_t total_bytes, LoadProgress progress) {
-  Decoder d(total_bytes, std::move(progress));
+CpuWeights to_cpu_weights(const Weights& w, uint64_t total_bytes, LoadProgress progress, ExpertRange experts) {
+  Decoder d(total_bytes, std::move(progress), experts);
   CpuWeights c;
   c.embed = d.dense(w.embed);
   c.head = d.dense(w.head);

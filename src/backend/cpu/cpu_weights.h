@@ -2,6 +2,7 @@
 // exactly, code x scale). Built once from the checkpoint views.
 #pragma once
 #include <cstdint>
+#include <climits>
 #include <functional>
 #include <optional>
 #include <vector>
@@ -54,7 +55,14 @@ struct CpuWeights {
   std::vector<MtpF> mtp;
 };
 
+// Routed experts a backend holds: [first, last) of every MoE layer (expert parallelism); the others stay
+// empty (their bytes are still counted as done).
+struct ExpertRange {
+  int64_t first = 0, last = INT64_MAX;
+};
+
 // Decodes every weight; `progress` (optional) is called after each tensor.
-CpuWeights to_cpu_weights(const Weights& w, uint64_t total_bytes = 0, LoadProgress progress = {});
+CpuWeights to_cpu_weights(const Weights& w, uint64_t total_bytes = 0, LoadProgress progress = {},
+                          ExpertRange experts = {});
 
 }  // namespace dsv4

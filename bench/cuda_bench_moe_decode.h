@@ -1,0 +1,13 @@
+// The routed-expert decode comparison of bench_cuda_ops --moe-decode (cuda_bench_moe_decode.cpp).
+#pragma once
+#include <cstdio>
+
+#include "backend/cuda/context.h"
+
+namespace dsv4::cuda {
+
+// Prints (and appends to json, when given) the per-pass times of every routed-expert path at 16-512
+// tokens (only_tokens > 0: that batch alone); trials = timed graph replays per measurement.
+void bench_moe_decode(const DeviceContext& ctx, int trials, FILE* json, int only_tokens = 0);
+
+}  // namespace dsv4::cuda

@@ -1,0 +1,364 @@
+// The grouped FP4 x FP8 routed-expert GEMM of decode batches (contract and design in fp4_grouped_decode.h).
+//
+// Per CTA (256 threads = 2 warpgroups, 128 output features of one (expert, <= N plan rows) tile):
+//   shared memory = [ B: N x K e4m3 activation rows | their scales: N x K/128 fp32 | 8 warp rings ]
+//   B layout per 32-k block kb: (N / 8) row groups x 2 core matrices (8 rows x 16 bytes; logical k 0-15,
+//   16-31) at ((kb * N / 8 + row / 8) * 2 + half) * 128 + (row % 8) * 16: the wgmma K-major no-swizzle
+//   operand with LBO = 128 (K step), SBO = 256 (row-group step).
+//   A warp's ring slot (one 128-k chunk): its 16 weight rows' tiled 1 KiB (fp4_tiled.h) + the 16 rows'
+//   E8M0 words of the chunk's 4 scale blocks (64 bytes), filled by cp.async S - 1 chunks ahead.
+// The k order inside a 32-block: lane t's weight word holds k = 8t..8t+7 (even k in the low nibbles);
+// its low nibbles become A register a0 / a1 (logical k 4t..4t+3) and the high nibbles a2 / a3
+// (logical k 16+4t..16+4t+3), so the activations are stored with logical chunk t = the even bytes of
+// k 8t..8t+7 and logical chunk 4 + t = the odd bytes (a dot product is invariant under a common
+// permutation of k).
+#include "backend/cuda/fp4_grouped_decode.h"
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "backend/cuda/check.h"
+#include "backend/cuda/fp4_grouped_mma.h"
+#include "backend/cuda/kernel_util.cuh"
+#include "core/error.h"
+
+namespace dsv4::cuda {
+namespace {
+
+constexpr int kThreads = 256;   // two warpgroups
+constexpr int kWarps = kThreads / 32;
+constexpr int kChunk = 128;     // k per ring slot (one activation-scale block)
+constexpr int kSlotBytes = 1024 + 64;
+constexpr size_t kSmemPerSm = size_t(228) << 10;  // H100 / H200: 228 KiB per SM, 1 KiB reserved per block
+
+__host__ __device__ constexpr int64_t align16(int64_t v) { return (v + 15) / 16 * 16; }
+// Dynamic shared memory of one CTA.
+__host__ __device__ constexpr int64_t smem_bytes(int N, int S, int64_t K) {
+  return align16(N * K + N * (K / 128) * 4) + int64_t(kWarps) * S * kSlotBytes;
+}
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async4(uint32_t dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+
+// Eight e2m1 nibbles -> two registers of four e4m3 bytes whose values are the e2m1 values x 2^-6: the
+// nibble s|e1 e0|m becomes the byte s|0 0 e1 e0|m 0 0 (normal and subnormal alike). `lo` from the low
+// nibbles (even k), `hi` from the high nibbles (odd k). The same decode as fp4_gemv.cu.
+__device__ __forceinline__ void e2m1x8_to_e4m3(uint32_t w, uint32_t& lo, uint32_t& hi) {
+  lo = ((w << 4) & 0x80808080u) | ((w << 2) & 0x1c1c1c1cu);
+  hi = (w & 0x80808080u) | ((w >> 2) & 0x1c1c1c1cu);
+}
+// Byte j of four E8M0 bytes -> 2^(b - 127) * 2^6 (undoes the decode's 2^-6); b <= 248.
+__device__ __forceinline__ float e8m0_x64(uint32_t s4, int j) {
+  return __uint_as_float((__byte_perm(s4, 0u, 0x0444u | (uint32_t(j) << 12)) >> 1) + (6u << 23));
+}
+__device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
+  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+// Shared-memory matrix descriptor, no swizzle (layout type 0, base offset 0).
+__device__ __forceinline__ uint64_t smem_desc(const void* p, uint32_t lbo, uint32_t sbo) {
+  uint64_t d = uint64_t((smem_u32(p) & 0x3FFFFu) >> 4);
+  d |= uint64_t((lbo >> 4) & 0x3FFFu) << 16;
+  d |= uint64_t((sbo >> 4) & 0x3FFFu) << 32;
+  return d;
+}
+
+__device__ __forceinline__ void fence_f32(float& x) { asm volatile("" : "+f"(x)::"memory"); }
+__device__ __forceinline__ void fence_u32(uint32_t& x) { asm volatile("" : "+r"(x)::"memory"); }
+
+// d[64 x N] = A[64 x 32] (registers, e4m3) * B[32 x N] (shared, e4m3, K-major); scale-d = 0 (fresh sum).
+template <int N>
+__device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc);
+template <>
+__device__ __forceinline__ void wgmma_rs<8>(float (&d)[4], const uint32_t (&a)[4], uint64_t desc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
+}
+template <>
+__device__ __forceinline__ void wgmma_rs<16>(float (&d)[8], const uint32_t (&a)[4], uint64_t desc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7}, "
+      "{%8, %9, %10, %11}, %12, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
+}
+
+// One CTA: tile blockIdx.y, output blocks blockIdx.x * nb .. (+ nb - 1) of 128 features one after the
+// other (the weight ring runs on across them, so a block after the first starts with its data in flight).
+// kPipe: the 4 MMAs of chunk c are promoted after chunk c + 1's are issued (wgmma.wait_group 1), so the
+// tensor-core latency overlaps the next chunk's loads and decode; else each chunk waits for its own.
+template <int N, int S, bool kPipe>
+__global__ void __launch_bounds__(kThreads, 2) grouped_decode_kernel(Fp4GroupedDecodeParams p, int nb) {
+  static_assert(N == 8 || N == 16, "tile rows: the wgmma N");
+  static_assert(S >= 2, "ring depth");
+  constexpr int kAcc = N / 2;  // fp32 accumulators per thread of an m64nN tile
+  constexpr int kBufs = kPipe ? 2 : 1;
+  const int tile = int(blockIdx.y);
+  if (tile >= p.tiles[0]) return;
+  const int e = p.tiles[1 + 2 * tile];
+  const int row0 = p.tiles[2 + 2 * tile];
+  const int row_end = p.offsets[e] + p.counts[e];
+  const int K = int(p.K), nC = K / kChunk;
+  const int ob0 = int(blockIdx.x) * nb;
+  const int nblk = min(nb, int(p.out / kFp4DecodeTileOut) - ob0);
+  const int total = nblk * nC;  // chunks this CTA streams per warp
+
+  extern __shared__ __align__(128) uint8_t smem[];
+  uint8_t* sB = smem;
+  float* sS = reinterpret_cast<float*>(smem + N * K);  // [N][nC]
+  const int tid = int(threadIdx.x), warp = tid / 32, lane = tid % 32;
+  const int g = lane / 4, t = lane % 4;
+  uint8_t* ring = smem + align16(int64_t(N) * K + int64_t(N) * nC * 4) + warp * S * kSlotBytes;
+  const uint32_t ring_s = smem_u32(ring);
+
+  // This warp's 16 weight rows of block b: features (ob0 + b) * 128 + 16 warp ..; tiled 1 KiB pieces
+  // (16-row tile r, chunk c at (r * nC + c) KiB) and E8M0 rows. The issue pointer walks the CTA's chunks
+  // in order: within a block +1 KiB per chunk, to the next block +(7 nC + 1) KiB (8 tiles of 16 rows).
+  const uint8_t* wnext = p.w + int64_t(e) * p.out * K / 2 + (int64_t(ob0) * 8 + warp) * nC * 1024 + lane * 16;
+  const uint8_t* snext = p.w_scales + (int64_t(e) * p.out + int64_t(ob0) * 128 + warp * 16 + (lane & 15)) * (K / 32);
+  int issued = 0, issue_c = 0;
+  auto issue = [&]() {
+    if (issued < total) {
+      const uint32_t slot = ring_s + uint32_t((issued % S) * kSlotBytes);
+      cp_async16(slot + lane * 16, wnext);
+      cp_async16(slot + 512 + lane * 16, wnext + 512);
+      if (lane < 16) cp_async4(slot + 1024 + lane * 4, snext);
+      ++issued;
+      if (++issue_c == nC) {
+        issue_c = 0;
+        wnext += int64_t(7 * nC + 1) * 1024;
+        snext += int64_t(128) * (K / 32) - (K / 32) + 4;
+      } else {
+        wnext += 1024;
+        snext += 4;
+      }
+    }
+    cp_async_commit();  // an empty group past the end keeps the wait counts uniform
+  };
+#pragma unroll
+  for (int c = 0; c < S - 1; ++c) issue();
+
+  // The tile's activation rows into B (overlapping the weight stream started above).
+  int src[N];
+#pragma unroll
+  for (int r = 0; r < N; ++r) {
+    const int pr = row0 + r;
+    src[r] = pr < row_end ? (p.rows ? p.rows[pr] / p.picks : pr) : -1;
+  }
+  const int pieces = K / 16;  // 16-byte pieces per row
+  for (int pc = tid; pc < pieces; pc += kThreads) {
+    uint4 v[N];
+#pragma unroll
+    for (int r = 0; r < N; ++r)
+      v[r] = src[r] >= 0 ? __ldg(reinterpret_cast<const uint4*>(p.xq + int64_t(src[r]) * K + pc * 16)) : make_uint4(0, 0, 0, 0);
+    const int kb = pc >> 1, q = pc & 1;  // 32-k block, which half of its 8-byte groups
+#pragma unroll
+    for (int r = 0; r < N; ++r) {
+      // 8-byte groups t = 2q (v.x, v.y) and 2q + 1 (v.z, v.w): even bytes -> core matrix 0, odd -> 1.
+      uint8_t* base = sB + (kb * (N / 8) + r / 8) * 256 + (r % 8) * 16 + 8 * q;
+      *reinterpret_cast<uint2*>(base) = make_uint2(__byte_perm(v[r].x, v[r].y, 0x6420), __byte_perm(v[r].z, v[r].w, 0x6420));
+      *reinterpret_cast<uint2*>(base + 128) =
+          make_uint2(__byte_perm(v[r].x, v[r].y, 0x7531), __byte_perm(v[r].z, v[r].w, 0x7531));
+    }
+  }
+  for (int i = tid; i < N * nC; i += kThreads) {
+    const int r = i / nC, c = i % nC;
+    const int pr = row0 + r;
+    const int64_t s = pr < row_end ? (p.rows ? p.rows[pr] / p.picks : pr) : -1;
+    sS[i] = s >= 0 ? p.xs[s * p.xs_row_stride + int64_t(c) * p.xs_block_stride] : 0.0f;
+  }
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // B is read by the tensor cores
+  __syncthreads();
+
+  float acc[kAcc], tmp[kBufs][4][kAcc];
+  uint32_t a[kBufs][4][4], sc[kBufs][2];
+#pragma unroll
+  for (int h = 0; h < kBufs; ++h)
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+      for (int j = 0; j < kAcc; ++j) tmp[h][kk][j] = 0.0f;
+  int consumed = 0;
+
+  // Loads chunk c's weights from its ring slot (refilling the slot read one chunk earlier), decodes
+  // them and issues its 4 MMAs into tmp[h].
+  auto start_chunk = [&](int c, auto hc) {
+    constexpr int h = decltype(hc)::value;
+    cp_async_wait<S - 2>();  // the chunk's group is complete for this thread
+    __syncwarp();            // ... and for the whole warp (the scale words come from other lanes)
+    const uint8_t* slot = ring + (consumed % S) * kSlotBytes;
+    ++consumed;
+    const uint4 w0 = *reinterpret_cast<const uint4*>(slot + lane * 16);
+    const uint4 w1 = *reinterpret_cast<const uint4*>(slot + 512 + lane * 16);
+    sc[h][0] = *reinterpret_cast<const uint32_t*>(slot + 1024 + g * 4);
+    sc[h][1] = *reinterpret_cast<const uint32_t*>(slot + 1024 + (g + 8) * 4);
+    issue();  // refills the slot every lane finished reading before the __syncwarp above
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      e2m1x8_to_e4m3(word_of(w0, kk), a[h][kk][0], a[h][kk][2]);  // row g
+      e2m1x8_to_e4m3(word_of(w1, kk), a[h][kk][1], a[h][kk][3]);  // row g + 8
+#pragma unroll
+      for (int i = 0; i < 4; ++i) fence_u32(a[h][kk][i]);
+    }
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) wgmma_rs<N>(tmp[h][kk], a[h][kk], smem_desc(sB + (c * 4 + kk) * (N / 8) * 256, 128, 256));
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+  };
+  // After the wait for chunk c's MMAs: x weight scale per 32-block (row g: j % 4 < 2, row g + 8:
+  // j % 4 >= 2), then x the activation scale of the chunk per token column, into acc.
+  auto finish_chunk = [&](int c, auto hc) {
+    constexpr int h = decltype(hc)::value;
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+#pragma unroll
+      for (int j = 0; j < kAcc; ++j) fence_f32(tmp[h][kk][j]);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) fence_u32(a[h][kk][i]);  // the MMA's A registers live until here
+    }
+    float part[kAcc];
+#pragma unroll
+    for (int j = 0; j < kAcc; ++j) part[j] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      const float sw0 = e8m0_x64(sc[h][0], kk), sw1 = e8m0_x64(sc[h][1], kk);
+#pragma unroll
+      for (int j = 0; j < kAcc; ++j) part[j] = fmaf(tmp[h][kk][j], (j & 2) ? sw1 : sw0, part[j]);
+    }
+#pragma unroll
+    for (int j = 0; j < kAcc; ++j) {
+      const int col = 8 * (j >> 2) + 2 * t + (j & 1);
+      acc[j] = fmaf(part[j], sS[col * nC + c], acc[j]);
+    }
+  };
+  using H0 = std::integral_constant<int, 0>;
+  using H1 = std::integral_constant<int, kBufs - 1>;
+
+  for (int b = 0; b < nblk; ++b) {
+#pragma unroll
+    for (int j = 0; j < kAcc; ++j) acc[j] = 0.0f;
+    if constexpr (kPipe) {
+      // Chunks in pairs (buffers 0, 1); the MMAs of one chunk are promoted after the next is issued.
+      int c = 0;
+      for (; c + 1 < nC; c += 2) {
+        start_chunk(c, H0{});
+        asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+        if (c > 0) finish_chunk(c - 1, H1{});
+        start_chunk(c + 1, H1{});
+        asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+        finish_chunk(c, H0{});
+      }
+      if (c < nC) {  // odd chunk count: the last one in buffer 0
+        start_chunk(c, H0{});
+        asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+        if (c > 0) finish_chunk(c - 1, H1{});
+        asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+        finish_chunk(c, H0{});
+      } else {
+        asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+        finish_chunk(nC - 1, H1{});
+      }
+    } else {
+      for (int c = 0; c < nC; ++c) {
+        start_chunk(c, H0{});
+        asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+        finish_chunk(c, H0{});
+      }
+    }
+    // Feature o = block start + 16 warp + g (+ 8), token column 8 (j / 4) + 2t (+ 1).
+    const int out0 = (ob0 + b) * kFp4DecodeTileOut;
+#pragma unroll
+    for (int j = 0; j < kAcc; ++j) {
+      const int col = 8 * (j >> 2) + 2 * t + (j & 1);
+      const int r = row0 + col;
+      const int o = out0 + warp * 16 + g + ((j & 2) ? 8 : 0);
+      if (r < row_end) p.y[int64_t(r) * p.out + o] = __float2bfloat16_rn(acc[j]);
+    }
+  }
+}
+
+template <int N, int S, bool kPipe>
+void launch(const DeviceContext& ctx, const Fp4GroupedDecodeParams& p, int nb) {
+  const auto kernel = grouped_decode_kernel<N, S, kPipe>;
+  allow_max_dynamic_smem(ctx, kernel);
+  const int64_t tiles = fp4_grouped_max_tiles(p.n, p.E, N);
+  const dim3 grid(unsigned(ceil_div(p.out / kFp4DecodeTileOut, nb)), unsigned(tiles));
+  kernel<<<grid, kThreads, size_t(smem_bytes(N, S, p.K)), ctx.stream()>>>(p, nb);
+  DSV4_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void fp4_grouped_decode_check(const Fp4GroupedDecodeParams& p) {
+  if (!p.xq || !p.xs || !p.w || !p.w_scales || !p.counts || !p.offsets || !p.tiles || !p.y)
+    fail("fp4_grouped_decode: null pointer");
+  if (p.tile_rows != 8 && p.tile_rows != 16) fail("fp4_grouped_decode: tile_rows = ", p.tile_rows, " (8 or 16)");
+  if (p.out <= 0 || p.out % kFp4DecodeTileOut || p.K <= 0 || p.K % kChunk || p.K > 8192)
+    fail("fp4_grouped_decode: out = ", p.out, ", K = ", p.K, " (multiples of 128, K <= 8192)");
+  if (p.E <= 0) fail("fp4_grouped_decode: E = ", p.E);
+  if (p.n < 0) fail("fp4_grouped_decode: n = ", p.n);
+  if (p.rows && p.picks <= 0) fail("fp4_grouped_decode: picks = ", p.picks);
+  if ((reinterpret_cast<uintptr_t>(p.xq) & 15u) || (reinterpret_cast<uintptr_t>(p.w) & 15u) ||
+      (reinterpret_cast<uintptr_t>(p.w_scales) & 3u))
+    fail("fp4_grouped_decode: activations and weights must be 16-byte aligned, scales 4-byte aligned");
+  narrow_int(p.n + 16, "fp4_grouped_decode n");
+  narrow_int(p.out / kFp4DecodeTileOut, "fp4_grouped_decode out blocks");
+  if (fp4_grouped_max_tiles(p.n, p.E, p.tile_rows) > 65535)
+    fail("fp4_grouped_decode: ", fp4_grouped_max_tiles(p.n, p.E, p.tile_rows), " tiles exceed the grid");
+}
+
+void fp4_grouped_decode_config(const DeviceContext& ctx, const Fp4GroupedDecodeParams& p, const Fp4DecodeConfig& cfg) {
+  fp4_grouped_decode_check(p);
+  if (cfg.blocks_per_cta < 1) fail("fp4_grouped_decode: blocks_per_cta = ", cfg.blocks_per_cta, " (>= 1)");
+  if (cfg.stages != 4 && cfg.stages != 8) fail("fp4_grouped_decode: stages = ", cfg.stages, " (4 or 8)");
+  if (cfg.pipelined && p.tile_rows != 8) fail("fp4_grouped_decode: the pipelined kernel takes 8-row tiles");
+  if (size_t(smem_bytes(p.tile_rows, cfg.stages, p.K)) > ctx.max_smem_per_block())
+    fail("fp4_grouped_decode: K = ", p.K, " with ", p.tile_rows, "-row tiles and ", cfg.stages,
+         " stages needs more shared memory than a block has");
+  if (p.n == 0) return;
+  const int nb = cfg.blocks_per_cta;
+  if (p.tile_rows == 8) {
+    if (cfg.pipelined) return cfg.stages == 8 ? launch<8, 8, true>(ctx, p, nb) : launch<8, 4, true>(ctx, p, nb);
+    return cfg.stages == 8 ? launch<8, 8, false>(ctx, p, nb) : launch<8, 4, false>(ctx, p, nb);
+  }
+  return cfg.stages == 8 ? launch<16, 8, false>(ctx, p, nb) : launch<16, 4, false>(ctx, p, nb);
+}
+
+Fp4DecodeConfig fp4_grouped_decode_default(const DeviceContext& ctx, const Fp4GroupedDecodeParams& p) {
+  // From the H200 sweeps (bench_cuda_ops --moe-decode, docs/perf-log.md 2026-12-01), Flash shapes at
+  // 16-256 tokens: several output blocks per CTA (the ring runs on across them: no CTA start-up per
+  // block, -8 to -12%) and the pipelined promotion; w1|w3 (K 4096) was fastest with 4-slot rings and 2
+  // blocks per CTA at 16-128 tokens, w2 (K 2048) with 8 slots and 4 blocks. 16-row tiles: 8 slots where
+  // two CTAs per SM fit, else 4 (K 4096).
+  Fp4DecodeConfig c;
+  if (p.tile_rows == 8) {
+    c.pipelined = true;
+    c.stages = p.K >= 4096 ? 4 : 8;
+    c.blocks_per_cta = p.K >= 4096 ? 2 : 4;
+  } else {
+    c.stages = 2 * (size_t(smem_bytes(16, 8, p.K)) + 1024) <= kSmemPerSm ? 8 : 4;
+    c.blocks_per_cta = 2;
+  }
+  if (size_t(smem_bytes(p.tile_rows, c.stages, p.K)) > ctx.max_smem_per_block()) c.stages = 4;
+  return c;
+}
+
+void fp4_grouped_decode(const DeviceContext& ctx, const Fp4GroupedDecodeParams& p) {
+  fp4_grouped_decode_config(ctx, p, fp4_grouped_decode_default(ctx, p));
+}
+
+}  // namespace dsv4::cuda

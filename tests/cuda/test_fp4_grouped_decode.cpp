@@ -1,0 +1,246 @@
+// The decode-batch grouped FP4 x FP8 expert GEMM (backend/cuda/fp4_grouped_decode.h) against its CPU twin:
+// the checkpoint formats dequantized (core/dtype.h) and multiplied with double sums -- the twin of
+// fp4_grouped_mma. Uneven experts (0, 1 rows, more rows than a tile), both row modes (w1|w3 through the
+// plan's entries, w2 in plan order), 8- and 16-row tiles, small and Flash shapes.
+//
+// Tolerances (fast tier: products exact, summation order free):
+// * exact cases -- small-integer activations, e2m1 magnitudes <= 1.5, power-of-two scales in 2^-1..2^1:
+//   every 32-k block sum is a multiple of 1/2 below 2^8 and every scaled partial sum a multiple of 2^-3
+//   below 2^17, exact in the tensor core's FP8 accumulation and in fp32 in any order, so the output is
+//   bf16(exact sum) bit for bit (checks the layouts, the k permutation, the scales and the plan indexing);
+// * random cases -- realistic data (act_quant of normal activations, random e2m1 codes, weight scales
+//   2^-9..2^-3): per element |got - ref| <= 2^-8 |ref| + 1.01 * 2^-8 * A, A = sum_k |w_k x_k| (twin), from
+//   (a) the bf16 output rounding (<= 2^-8 relative) and (b) the tensor core's FP8 accumulation inside each
+//   32-k MMA, modelled as <= 32 steps that each keep >= 13 fraction bits of the largest magnitude in the
+//   block (DeepSeek-V3 reports ~14 bits on Hopper), i.e. <= 32 * 2^-13 = 2^-8 of the block's sum of
+//   |products|; the fp32 promotions and sums add < 2^-16 A. Globally rel-L2 < 4e-3 and cosine distance
+//   < 1e-5 (bf16 rounding alone is ~2^-8 / sqrt(3) = 2.3e-3 RMS; fp4_grouped_mma's bounds).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/fp4_grouped_decode.h"
+#include "backend/cuda/fp4_grouped_mma.h"
+#include "backend/cuda/fp4_tiled.h"
+#include "core/dtype.h"
+#include "core/quant.h"
+#include "harness.h"
+
+namespace dsv4::cuda::test {
+namespace {
+
+struct Case {
+  std::vector<int32_t> counts;
+  int64_t out = 0, K = 0;
+  bool indirect = false;
+  int picks = 2;
+  bool exact = false;
+  int tile_rows = 8;
+  uint64_t seed = 1;
+};
+
+uint8_t small_e4m3(Rng& rng) {
+  const int v = rng.uniform_int(-4, 4);
+  const uint8_t mag[5] = {0x00, 0x38, 0x40, 0x44, 0x48};  // 0, 1, 2, 3, 4
+  return uint8_t(mag[std::abs(v)] | (v < 0 ? 0x80 : 0));
+}
+
+void run_case(const Case& cs) {
+  DSV4_REQUIRE_HOPPER();
+  DeviceContext ctx;
+  Rng rng(cs.seed);
+  const int E = int(cs.counts.size());
+  const int64_t out = cs.out, K = cs.K, KB = K / 128;
+  std::vector<int32_t> offsets(size_t(E) + 1, 0);
+  std::partial_sum(cs.counts.begin(), cs.counts.end(), offsets.begin() + 1);
+  const int64_t n = offsets[size_t(E)];
+
+  // Activations: source rows (tokens in indirect mode, plan rows in plain mode), codes + fp32 scales.
+  const int64_t T = cs.indirect ? (n + cs.picks - 1) / cs.picks + 3 : std::max<int64_t>(n, 1);
+  std::vector<uint8_t> xq(size_t(T * K));
+  std::vector<float> xrow_scale(size_t(T * KB));  // (row, block), row-major
+  if (cs.exact) {
+    for (uint8_t& c : xq) c = small_e4m3(rng);
+    for (float& s : xrow_scale) s = std::ldexp(1.0f, rng.uniform_int(-1, 1));
+  } else {
+    const std::vector<float> x = rng.bf16_normal(size_t(T * K));
+    std::vector<uint8_t> e8(size_t(T * KB));
+    act_quant_fp8(x.data(), int64_t(x.size()), 128, xq.data(), e8.data());
+    for (size_t i = 0; i < e8.size(); ++i) xrow_scale[i] = e8m0_to_f32(e8[i]);
+  }
+  // Indirect: the layer's block-major layout (block b of row s at b * T + s); plain: row-major.
+  std::vector<float> xs(xrow_scale.size());
+  for (int64_t s = 0; s < T; ++s)
+    for (int64_t b = 0; b < KB; ++b)
+      xs[size_t(cs.indirect ? b * T + s : s * KB + b)] = xrow_scale[size_t(s * KB + b)];
+  std::vector<int32_t> rows;
+  if (cs.indirect)
+    for (int64_t r = 0; r < n; ++r) rows.push_back(int32_t(rng.uniform_int(0, int(T * cs.picks) - 1)));
+
+  // Weights per expert, checkpoint layout, then tiled.
+  std::vector<uint8_t> packed = rng.bytes(size_t(E * out * K / 2)), tiled(packed.size());
+  if (cs.exact)
+    for (uint8_t& b : packed) b &= 0xBB;  // magnitudes 0, 0.5, 1, 1.5 with sign
+  for (int e = 0; e < E; ++e)
+    pack_fp4_tiled(packed.data() + size_t(e * out * K / 2), out, K, tiled.data() + size_t(e * out * K / 2));
+  const std::vector<uint8_t> wsc = cs.exact ? rng.bytes(size_t(E * out * K / 32), 126, 128)
+                                            : rng.bytes(size_t(E * out * K / 32), 118, 124);
+
+  // CPU twin: double sums of the exact products, and the sums of their magnitudes (the bound's A).
+  std::vector<float> ref(size_t(n * out)), abs_sum(size_t(n * out));
+  std::vector<double> wd(static_cast<size_t>(K)), xd(static_cast<size_t>(T * K));  // dequantized rows
+  for (int64_t i = 0; i < T * K; ++i) xd[size_t(i)] = double(e4m3_to_f32(xq[size_t(i)])) * xrow_scale[size_t(i / 128)];
+  for (int e = 0; e < E; ++e)
+    for (int64_t o = 0; o < out; ++o) {
+      const uint8_t* wp = packed.data() + size_t(e * out * K / 2);
+      const uint8_t* sp = wsc.data() + size_t((e * out + o) * (K / 32));
+      for (int64_t k = 0; k < K; ++k) wd[size_t(k)] = double(e2m1_to_f32(e2m1_code_at(wp, size_t(o * K + k)))) * e8m0_to_f32(sp[k / 32]);
+      for (int64_t r = offsets[size_t(e)]; r < offsets[size_t(e) + 1]; ++r) {
+        const int64_t s = cs.indirect ? rows[size_t(r)] / cs.picks : r;
+        double acc = 0, mag = 0;
+        for (int64_t k = 0; k < K; ++k) {
+          const double pk = wd[size_t(k)] * xd[size_t(s * K + k)];
+          acc += pk;
+          mag += std::fabs(pk);
+        }
+        ref[size_t(r * out + o)] = float(acc);
+        abs_sum[size_t(r * out + o)] = float(mag);
+      }
+    }
+
+  DeviceBuffer<uint8_t> dxq(xq), dw(tiled), dws(wsc);
+  DeviceBuffer<float> dxs(xs);
+  DeviceBuffer<int32_t> dcounts(cs.counts), doffsets(offsets);
+  DeviceBuffer<int32_t> drows(rows.empty() ? std::vector<int32_t>{0} : rows);
+  DeviceBuffer<int32_t> dtiles(size_t(fp4_grouped_tile_ints(n, E, cs.tile_rows)));
+  Guarded<uint16_t> y(size_t(std::max<int64_t>(n * out, 1)));
+
+  Fp4GroupedScheduleParams sp;
+  sp.counts = dcounts.get();
+  sp.offsets = doffsets.get();
+  sp.tiles = dtiles.get();
+  sp.E = E;
+  sp.rows_per_tile = cs.tile_rows;
+  fp4_grouped_schedule(ctx, sp);
+  Fp4GroupedDecodeParams p;
+  p.xq = dxq.get();
+  p.xs = dxs.get();
+  p.xs_row_stride = cs.indirect ? 1 : KB;
+  p.xs_block_stride = cs.indirect ? T : 1;
+  p.rows = cs.indirect ? drows.get() : nullptr;
+  p.picks = cs.picks;
+  p.w = dw.get();
+  p.w_scales = dws.get();
+  p.counts = dcounts.get();
+  p.offsets = doffsets.get();
+  p.tiles = dtiles.get();
+  p.y = reinterpret_cast<__nv_bfloat16*>(y.get());
+  p.n = n;
+  p.out = out;
+  p.K = K;
+  p.E = E;
+  p.tile_rows = cs.tile_rows;
+  fp4_grouped_decode(ctx, p);
+  ctx.synchronize();
+  char what[200];
+  std::snprintf(what, sizeof what, "fp4_grouped_decode %s n=%lld out=%lld K=%lld E=%d tile=%d%s",
+                cs.indirect ? "indirect" : "plain", (long long)n, (long long)out, (long long)K, E, cs.tile_rows,
+                cs.exact ? " exact" : "");
+  const std::vector<uint16_t> bits = y.download(what);
+  const std::vector<float> got = from_bf16(bits);
+
+  // Deterministic, and every kernel configuration (ring depth, pipelined promotion, several output
+  // blocks per CTA, a partial last group of blocks) writes the same bits as the default.
+  std::vector<Fp4DecodeConfig> configs = {{8, false, 1}, {4, false, 1}, {8, false, 2}, {4, false, 3}};
+  if (cs.tile_rows == 8)
+    for (Fp4DecodeConfig c : {Fp4DecodeConfig{8, true, 1}, Fp4DecodeConfig{8, true, 2}, Fp4DecodeConfig{4, true, 3},
+                              Fp4DecodeConfig{8, false, 4}, Fp4DecodeConfig{4, true, 2}, Fp4DecodeConfig{8, true, 4}})
+      configs.push_back(c);
+  for (const Fp4DecodeConfig& c : configs) {
+    DSV4_CUDA_CHECK(cudaMemsetAsync(y.get(), 0xff, size_t(n * out) * 2, ctx.stream()));
+    fp4_grouped_decode_config(ctx, p, c);
+    ctx.synchronize();
+    EXPECT_EQ(y.download(what), bits) << what << ": stages " << c.stages << " pipelined " << c.pipelined
+                                      << " blocks " << c.blocks_per_cta << " differ from the default";
+  }
+
+  if (cs.exact) {
+    EXPECT_TRUE(compare(what, got, round_bf16(ref), Tol::Exact).ok);
+    return;
+  }
+  size_t outside = 0, worst = 0;
+  double worst_ratio = 0, d2 = 0, r2 = 0, g2 = 0, gr = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double d = double(got[i]) - double(ref[i]);
+    const double bound = std::ldexp(std::fabs(double(ref[i])), -8) + 1.01 * std::ldexp(double(abs_sum[i]), -8);
+    const double ratio = std::isfinite(got[i]) ? std::fabs(d) / bound : INFINITY;
+    if (!(ratio <= 1.0)) ++outside;
+    if (!(ratio <= worst_ratio)) {
+      worst_ratio = ratio;
+      worst = i;
+    }
+    d2 += d * d;
+    r2 += double(ref[i]) * ref[i];
+    g2 += double(got[i]) * got[i];
+    gr += double(got[i]) * ref[i];
+  }
+  const double rel_l2 = std::sqrt(d2 / std::max(r2, 1e-300)), cos_dist = 1.0 - gr / std::sqrt(std::max(g2 * r2, 1e-300));
+  std::printf("[%s] rel_l2=%.3g cos_dist=%.3g worst |d|/bound=%.3g at %zu (got %.6g ref %.6g A %.4g), %zu outside\n",
+              what, rel_l2, cos_dist, worst_ratio, worst, got[worst], ref[worst], abs_sum[worst], outside);
+  // The harness's FP4 GEMV tolerance (fp32-accumulating kernels), for information only: the FP8
+  // accumulation inside the MMA is allowed the wider per-element bound above.
+  compare(std::string(what) + " (Tol::GemvFp4, informative)", got, ref, Tol::GemvFp4);
+  EXPECT_EQ(outside, 0u) << what;
+  EXPECT_LT(rel_l2, 4e-3) << what;
+  EXPECT_LT(cos_dist, 1e-5) << what;
+}
+
+TEST(CudaFp4GroupedDecode, ExactIndirect8) { run_case({{3, 0, 9, 1, 8, 17}, 256, 512, true, 2, true, 8, 21}); }
+TEST(CudaFp4GroupedDecode, ExactIndirect16) { run_case({{3, 0, 33, 1, 16, 17}, 256, 512, true, 3, true, 16, 22}); }
+TEST(CudaFp4GroupedDecode, ExactPlain8) { run_case({{65, 2, 0, 17}, 128, 256, false, 1, true, 8, 23}); }
+TEST(CudaFp4GroupedDecode, ExactPlainLongK16) { run_case({{5, 0, 12}, 384, 2048, false, 1, true, 16, 24}); }
+// Flash shapes (D 4096, I 2048): w1|w3 [4096, 4096] through the entries of 6 picks, w2 [4096, 2048].
+TEST(CudaFp4GroupedDecode, FlashW13Indirect8) { run_case({{3, 1, 8, 5}, 4096, 4096, true, 6, false, 8, 25}); }
+TEST(CudaFp4GroupedDecode, FlashW2Plain16) { run_case({{2, 11, 0, 16, 7}, 4096, 2048, false, 1, false, 16, 26}); }
+TEST(CudaFp4GroupedDecode, RandomIndirect16) { run_case({{0, 1, 20, 5}, 384, 1024, true, 2, false, 16, 27}); }
+TEST(CudaFp4GroupedDecode, RandomPlain8) { run_case({{9, 1, 0, 4}, 256, 512, false, 1, false, 8, 28}); }
+
+TEST(CudaFp4GroupedDecode, RejectsBadShapes) {
+  DSV4_REQUIRE_HOPPER();
+  DeviceContext ctx;
+  DeviceBuffer<uint8_t> b(1024);
+  DeviceBuffer<float> f(16);
+  DeviceBuffer<int32_t> i(16);
+  Fp4GroupedDecodeParams p;
+  p.xq = b.get();
+  p.xs = f.get();
+  p.w = b.get();
+  p.w_scales = b.get();
+  p.counts = p.offsets = p.tiles = i.get();
+  p.y = reinterpret_cast<__nv_bfloat16*>(b.get());
+  p.n = 4;
+  p.out = 128;
+  p.K = 256;
+  p.E = 2;
+  p.tile_rows = 12;
+  EXPECT_THROW(fp4_grouped_decode(ctx, p), Error);
+  p.tile_rows = 16;
+  EXPECT_THROW(fp4_grouped_decode_config(ctx, p, {8, true, 1}), Error);  // pipelined: 8-row tiles only
+  p.tile_rows = 8;
+  EXPECT_THROW(fp4_grouped_decode_config(ctx, p, {6, false, 1}), Error);
+  EXPECT_THROW(fp4_grouped_decode_config(ctx, p, {8, false, 0}), Error);
+  p.tile_rows = 8;
+  p.out = 100;
+  EXPECT_THROW(fp4_grouped_decode(ctx, p), Error);
+  p.out = 128;
+  p.K = 200;
+  EXPECT_THROW(fp4_grouped_decode(ctx, p), Error);
+}
+
+}  // namespace
+}  // namespace dsv4::cuda::test
