@@ -1,5 +1,5 @@
-// The routed experts of a large prefill call on the FP8 tensor cores (issue 6), used by moe_forward above
-// kExactLinearMaxTokens tokens for FP4 experts (below that the per-(token, pick) FP4 GEMVs keep the GPU
+// The routed experts of a large prefill call on the FP8 tensor cores (issue 6), used by moe_experts above
+// kExactLinearMaxTokens tokens for FP4 experts (linear_choice.h: RoutedKernel::Grouped) (below that the per-(token, pick) FP4 GEMVs keep the GPU
 // bit-identical to the CPU). Steps, all on the device (no host sync, graph-capturable): moe_plan sorts
 // the (token, pick) entries by expert (ascending token, then pick, inside an expert); fp4_grouped_schedule
 // cuts each expert's rows into 64-row tiles; one fp4_grouped_mma launch computes w1|w3 for all experts
@@ -19,7 +19,7 @@ namespace dsv4::cuda {
 using bf16 = __nv_bfloat16;
 struct DevMoeWeights;
 
-struct MoeWorkspace;  // ffn_layer.h: the buffers of both routed-expert passes (plan, tiles, rows)
+struct MoeWorkspace;  // moe_sublayer.h: the buffers of both routed-expert passes (plan, tiles, rows)
 
 // The expert-sorted plan of T * k entries in ws (moe_plan: counts | offsets | rows, entry_row), the
 // routing weight per plan row (ws.w_rows) and the expert tiles of rows_per_tile rows (ws.tiles).
