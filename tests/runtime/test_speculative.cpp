@@ -120,35 +120,39 @@ TEST(SpeculativeRule, DistributionIsTheBackendSamplers) {
 
 // ---------------------------------------------------------------- the decoder on a model
 
-std::string spec_model_dir() {
-  if (const char* env = std::getenv("DSV4_SPEC_MODEL"); env && *env) return env;
-  return test::fixture_dir("tiny-q") + "/model";
+// "tiny_q": shared/fixtures/tiny-q (random weights, mtp.0); "bundled": models/tiny-shakespeare (skipped
+// until it carries an MTP block); "env": $DSV4_SPEC_MODEL (skipped when unset), e.g. a trained MTP.
+std::string model_dir(const std::string& name) {
+  if (name == "tiny_q") return test::fixture_dir("tiny-q") + "/model";
+  if (name == "bundled") return test::bundled_model_dir();
+  const char* env = std::getenv("DSV4_SPEC_MODEL");
+  return env ? env : "";
 }
 
-class Speculative : public ::testing::Test {
+class Speculative : public ::testing::TestWithParam<std::string> {
  protected:
-  static void SetUpTestSuite() {
-    const std::string dir = spec_model_dir();
-    if (!std::filesystem::exists(dir + "/config.json")) return;
-    model_ = Model::load(dir, Numerics::Official).release();
-  }
-  static void TearDownTestSuite() {
-    delete model_;
-    model_ = nullptr;
-  }
   void SetUp() override {
-    if (!model_) GTEST_SKIP() << "no model at " << spec_model_dir();
-    if (model_->num_mtp() < 1) GTEST_SKIP() << spec_model_dir() << " has no MTP block";
+    const std::string dir = model_dir(GetParam());
+    if (dir.empty() || !std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << "no model for " << GetParam();
+    auto& m = models()[dir];
+    if (!m) m = Model::load(dir, Numerics::Official);
+    model_ = m.get();
+    if (model_->num_mtp() < 1) GTEST_SKIP() << dir << " has no MTP block";
   }
-  static int64_t vocab() { return model_->config().vocab_size; }
-  static std::vector<int32_t> prompt(int64_t n, int32_t from = 3) {
+  // Each model is loaded once per process.
+  static std::map<std::string, std::unique_ptr<Model>>& models() {
+    static std::map<std::string, std::unique_ptr<Model>> m;
+    return m;
+  }
+  int64_t vocab() const { return model_->config().vocab_size; }
+  std::vector<int32_t> prompt(int64_t n, int32_t from = 3) const {
     std::vector<int32_t> v(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) v[size_t(i)] = int32_t((from + 37 * i + (i * i) % 11) % vocab());
     return v;
   }
-  static int32_t argmax(const float* z) { return int32_t(std::max_element(z, z + vocab()) - z); }
+  int32_t argmax(const float* z) const { return int32_t(std::max_element(z, z + vocab()) - z); }
   // Plain greedy decoding: the prompt in one call, then one token per call, argmax each step.
-  static std::vector<int32_t> plain_greedy(int slot, const std::vector<int32_t>& p, int64_t n) {
+  std::vector<int32_t> plain_greedy(int slot, const std::vector<int32_t>& p, int64_t n) {
     Tensor l = model_->forward(slot, 0, p, {.all_logits = false});
     std::vector<int32_t> out{argmax(l.ptr())};
     for (int64_t pos = int64_t(p.size()); int64_t(out.size()) < n; ++pos) {
@@ -157,27 +161,164 @@ class Speculative : public ::testing::Test {
     }
     return out;
   }
-  static inline Model* model_ = nullptr;
+  // The state a sequence of `ids` should carry, made without drafts: the main model fed ids[0 .. N)
+  // one token per call (N = ids.size() - 1: the last id is emitted, not fed), the MTP block fed
+  // positions [0, mtp_to) one per call (streams S_t, id ids[t+1]). Returns S_0 .. S_{N-1}.
+  Tensor plain_state(int slot, const std::vector<int32_t>& ids, int64_t mtp_to) {
+    const int64_t N = int64_t(ids.size()) - 1, n = model_->config().hc_mult, D = model_->config().hidden_size;
+    Tensor all({N, n, D}), S;
+    for (int64_t t = 0; t < N; ++t) {
+      model_->forward(slot, t, {ids[size_t(t)]}, {.all_logits = false, .streams = &S});
+      std::copy(S.data.begin(), S.data.end(), all.data.begin() + t * n * D);
+      if (t < mtp_to) model_->forward_mtp(slot, t, S, {ids[size_t(t + 1)]});
+    }
+    for (int64_t t = N; t < mtp_to; ++t) ADD_FAILURE() << "the MTP block cannot be ahead of the main model";
+    return all;
+  }
+  static Tensor rows(const Tensor& S, int64_t r0, int64_t r1) {
+    const int64_t w = S.numel() / S.dim(0);
+    Tensor out({r1 - r0, S.dim(1), S.dim(2)});
+    std::copy(S.data.begin() + r0 * w, S.data.begin() + r1 * w, out.data.begin());
+    return out;
+  }
+  Model* model_ = nullptr;
 };
 
-TEST_F(Speculative, GreedyEqualsPlainGreedy) {
+SpeculativeOptions options(int64_t k, const SamplingParams& sp = sampling(0)) {
+  return {.drafts = k, .scratch_slot = 1, .sampling = sp};
+}
+
+void print_stats(const char* what, const SpeculativeStats& s) {
+  std::printf("%s: %lld rounds, accepted %lld / %lld (%.3f), %.3f tokens per verify, %lld re-feeds\n", what,
+              (long long)s.rounds, (long long)s.accepted, (long long)s.proposed, s.acceptance(), s.tokens_per_verify(),
+              (long long)s.refeeds);
+}
+
+// Prompts of several lengths (tiny-q: window 16, compress ratios 4 and 16; 120 + 40 crosses 128), 40
+// tokens each: the speculative output is plain greedy's, token for token, for k = 1, 2, 3.
+TEST_P(Speculative, GreedyEqualsPlainGreedy) {
   const int64_t n = 40;
-  for (int64_t len : {1, 6, 15, 16, 17, 45, 120}) {
+  SpeculativeStats total;
+  for (int64_t len : {1, 15, 16, 17, 45, 120}) {
     const std::vector<int32_t> p = prompt(len, int32_t(len));
     const std::vector<int32_t> want = plain_greedy(5, p, n);
     for (int64_t k = 1; k <= 3; ++k) {
-      SpeculativeDecoder d(*model_, 0, {.drafts = k, .scratch_slot = 1});
-      const auto t0 = std::chrono::steady_clock::now();
-      const std::vector<int32_t> got = d.generate(p, n);
-      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-      EXPECT_EQ(got, want) << "prompt of " << len << ", k " << k;
+      SpeculativeDecoder d(*model_, 0, options(k));
+      EXPECT_EQ(d.generate(p, n), want) << "prompt of " << len << ", k " << k;
       const SpeculativeStats& s = d.stats();
-      std::printf("prompt %3lld k %lld: %lld rounds, accepted %lld / %lld (%.2f), %.2f tokens per verify, %lld refeeds, %.0f ms\n",
-                  (long long)len, (long long)k, (long long)s.rounds, (long long)s.accepted, (long long)s.proposed,
-                  s.acceptance(), s.tokens_per_verify(), (long long)s.refeeds, ms);
+      EXPECT_EQ(1 + s.emitted + s.plain_steps, n);  // the first token, the rounds', the plain steps'
+      EXPECT_EQ(s.emitted, s.rounds + s.accepted);  // a round: the accepted drafts and one more
+      if (k == 2) {
+        total.rounds += s.rounds;
+        total.accepted += s.accepted;
+        total.proposed += s.proposed;
+        total.emitted += s.emitted;
+        total.refeeds += s.refeeds;
+      }
     }
   }
+  print_stats("greedy, k 2, all prompts", total);
 }
+
+// After a speculative run (greedy: every verify on tiny-q crosses compressor boundaries and is rolled
+// back; sampled: drafts are also accepted, whole rounds without a roll-back), the slot continues bit
+// for bit as one fed the same tokens one at a time without drafts: the main model's logits and
+// streams over a 40-token continuation (window 16, ratios 4 and 16: every piece of state is read),
+// and the MTP block's logits over its own continuation from where it stands.
+TEST_P(Speculative, RollbackLeavesTheStateOfNoDrafts) {
+  for (const float temp : {0.0f, 0.8f})
+    for (int64_t k = 1; k <= 3; ++k) {
+      SCOPED_TRACE(testing::Message() << "temperature " << temp << ", k " << k);
+      const std::vector<int32_t> p = prompt(14, 9);
+      SpeculativeDecoder d(*model_, 0, options(k, sampling(temp, 0, 1, 0, 77 + uint64_t(k))));
+      std::vector<int32_t> all = p;
+      const std::vector<int32_t> out = d.generate(p, 33);
+      all.insert(all.end(), out.begin(), out.end());
+      const SpeculativeState st = d.save();
+      ASSERT_EQ(st.pos, int64_t(all.size()) - 1);
+      ASSERT_EQ(st.current, all.back());
+      ASSERT_EQ(st.fed_tail, std::vector<int32_t>(all.begin() + st.mtp_pos, all.end() - 1));
+
+      const Tensor S = plain_state(4, all, st.mtp_pos);
+      EXPECT_EQ(st.pending.data, rows(S, st.mtp_pos, st.pos).data) << "the kept streams";
+
+      std::vector<int32_t> cont{st.current};
+      for (int32_t i = 0; i < 40; ++i) cont.push_back(int32_t((7 * i + 3) % vocab()));
+      Tensor s_spec, s_plain;
+      const Tensor l_spec = model_->forward(0, st.pos, cont, {.streams = &s_spec});
+      const Tensor l_plain = model_->forward(4, st.pos, cont, {.streams = &s_plain});
+      EXPECT_EQ(l_spec.data, l_plain.data) << "main logits of the continuation";
+      EXPECT_EQ(s_spec.data, s_plain.data) << "main streams of the continuation";
+
+      // The MTP block from M: the kept streams, then the continuation's, with the ids that follow them.
+      Tensor mtp_in = st.pending;
+      mtp_in.data.insert(mtp_in.data.end(), s_spec.data.begin(), s_spec.data.end() - s_spec.numel() / s_spec.dim(0));
+      mtp_in.shape[0] += s_spec.dim(0) - 1;
+      std::vector<int32_t> next(all.begin() + st.mtp_pos + 1, all.end());
+      next.insert(next.end(), cont.begin() + 1, cont.end());
+      EXPECT_EQ(model_->forward_mtp(0, st.mtp_pos, mtp_in, next).data,
+                model_->forward_mtp(4, st.mtp_pos, mtp_in, next).data) << "MTP logits of the continuation";
+      if (temp > 0) print_stats("sampled 0.8", d.stats());
+    }
+}
+
+// The limit and the stop ids cut a round; the drafts shrink to fit the context.
+TEST_P(Speculative, LimitsStopIdsAndTheContextEnd) {
+  const std::vector<int32_t> p = prompt(20, 4);
+  const std::vector<int32_t> want = plain_greedy(5, p, 30);
+  {
+    SpeculativeDecoder d(*model_, 0, options(3));
+    std::vector<int32_t> got{d.start(p)};
+    while (got.size() < want.size()) {
+      const std::vector<int32_t> r = d.round(int64_t(want.size() - got.size()));
+      EXPECT_LE(r.size(), want.size() - got.size());
+      got.insert(got.end(), r.begin(), r.end());
+    }
+    EXPECT_EQ(got, want);
+  }
+  {
+    // Stop at the 12th greedy token: the output ends there, the slot holds the tokens before it.
+    SpeculativeOptions o = options(3);
+    o.stop_ids = {want[11]};
+    const auto first = std::find(want.begin(), want.end(), want[11]);
+    SpeculativeDecoder d(*model_, 0, o);
+    const std::vector<int32_t> got = d.generate(p, 30);
+    EXPECT_EQ(got, std::vector<int32_t>(want.begin(), first + 1));
+    EXPECT_EQ(d.pos(), int64_t(p.size()) + (first - want.begin()));
+  }
+}
+
+TEST(SpeculativeErrors, OptionsAreCheckedInOneLine) {
+  if (!test::have_shared()) GTEST_SKIP() << "no ../shared fixtures";
+  ModelConfig cfg = load_config(test::fixture_dir("tiny-q") + "/model");
+  auto m = Model::load(test::fixture_dir("tiny-q") + "/model", Numerics::Official);
+  auto expect_error = [&](Model& model, const SpeculativeOptions& o, const std::string& part) {
+    try {
+      SpeculativeDecoder d(model, 0, o);
+      ADD_FAILURE() << "no error for " << part;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+      EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos);
+    }
+  };
+  expect_error(*m, {.drafts = 0}, "drafts per step must be 1 to 3, got 0");
+  expect_error(*m, {.drafts = 4, .scratch_slot = 1}, "drafts per step must be 1 to 3, got 4");
+  expect_error(*m, {.drafts = 2}, "need a scratch slot");
+  expect_error(*m, {.drafts = 2, .scratch_slot = 0}, "need a scratch slot");
+  SamplingParams pen = sampling(0.8f);
+  pen.repetition_penalty = 1.1f;
+  expect_error(*m, {.drafts = 1, .sampling = pen}, "penalty");
+  expect_error(*m, {.drafts = 1, .sampling = sampling(0.8f, 0, 0)}, "top-p must be in (0, 1]");
+  SpeculativeDecoder d(*m, 0, {.drafts = 1});
+  EXPECT_THROW(d.round(), Error);  // before start()
+  EXPECT_THROW(d.start({}), Error);
+  cfg.mtp_layers.clear();
+  auto plain = Model::dummy(cfg, BackendOptions{.capacity = {.max_seqs = 4, .max_ctx = 64, .max_tokens = 64}});
+  expect_error(*plain, {.drafts = 1}, "needs an MTP block");
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, Speculative, ::testing::Values("tiny_q", "bundled", "env"),
+                         [](const auto& info) { return info.param; });
 
 }  // namespace
 }  // namespace dsv4
