@@ -288,6 +288,145 @@ TEST_P(Speculative, LimitsStopIdsAndTheContextEnd) {
   }
 }
 
+// Total variation between the empirical distribution of N draws (counts per cell) and m.
+double total_variation(const std::vector<int64_t>& counts, const std::vector<double>& m, int64_t N) {
+  double tv = 0;
+  for (size_t i = 0; i < m.size(); ++i) tv += std::fabs(double(counts[i]) / double(N) - m[i]);
+  return tv / 2;
+}
+// A bound the TV of N independent draws from m stays under with probability >= 1 - 1e-4:
+// E[TV] <= 1/2 sum_i sqrt(m_i (1 - m_i) / N) (Jensen on each |m^_i - m_i|, whose variance is
+// m_i (1 - m_i) / N), and one draw moves the TV by at most 1/N, so P(TV >= E[TV] + t) <= exp(-2 N t^2)
+// (McDiarmid): t = sqrt(ln(1e4) / (2 N)). The runs' seeds are fixed, so the test is deterministic: it
+// would fail a correct decoder for at most 1 in 10^4 choices of the seed set.
+double tv_bound(const std::vector<double>& m, int64_t N) {
+  double e = 0;
+  for (double x : m) e += std::sqrt(x * (1 - x) / double(N));
+  return e / 2 + std::sqrt(std::log(1e4) / (2 * double(N)));
+}
+// m pushed through a partition of the ids (cell[id]).
+std::vector<double> coarse(const std::vector<double>& m, const std::vector<int>& cell, int cells) {
+  std::vector<double> out(static_cast<size_t>(cells), 0.0);
+  for (size_t i = 0; i < m.size(); ++i) out[size_t(cell[i])] += m[i];
+  return out;
+}
+std::vector<int64_t> coarse(const std::vector<int64_t>& c, const std::vector<int>& cell, int cells) {
+  std::vector<int64_t> out(static_cast<size_t>(cells), 0);
+  for (size_t i = 0; i < c.size(); ++i) out[size_t(cell[i])] += c[i];
+  return out;
+}
+
+// Sampling at temperature 0.8, k = 2, N seeded runs from one state (after a prompt and its first
+// token): the first token a round decides (x_{N+1}: draft 1 accepted or a residual draw) and the one
+// after it (x_{N+2}: drafts 2 or a bonus, or the next round's after a roll-back) against their exact
+// distributions: p_1 = the target at x_N, m_2 = sum_x p_1(x) p(. | x) (one batched main call over every
+// x). Two tests each: the TV over the vocabulary, and the TV over a few cells where the errors of a
+// wrong rule concentrate (x_{N+1}: by the ratio q/p of the draft to the target; x_{N+2}: by rank under
+// m_2), whose bound is much tighter. A wrong rule is caught when its TV from the target exceeds twice
+// the bound (its own draws stay within a bound of it): always accepting (the output is q) is checked
+// to be; a rule without the residual (min(p, q) + (1 - acc) p) is printed (on tiny-q it sits near
+// twice the bound; SpeculativeRule.OutputIsTheTargetDistribution is the exact check of the rule).
+TEST_P(Speculative, SampledTokensFollowTheTarget) {
+  const int64_t N = 1200, V = vocab();
+  const SamplingParams sp = sampling(0.8f);
+  SpeculativeDecoder d0(*model_, 0, options(2, sp));
+  d0.start(prompt(37, 5));
+  const SpeculativeState st = d0.save();
+  Backend& be = model_->backend();
+
+  // Exact: p_1 at x_N, the draft's q_1, and m_2.
+  be.restore(3, *st.slot);
+  const TokenDistribution p1 = sampling_distribution(model_->forward(3, st.pos, {st.current}).ptr(), V, sp);
+  const auto at1 = be.snapshot(3, st.pos + 1, st.mtp_pos);
+  const std::vector<int32_t> next(st.fed_tail.begin() + 1, st.fed_tail.end());
+  std::vector<int32_t> mtp_ids = next;
+  mtp_ids.push_back(st.current);
+  const Tensor ql = model_->forward_mtp(3, st.mtp_pos, st.pending, mtp_ids);
+  const TokenDistribution q1 = sampling_distribution(ql.row(ql.dim(0) - 1), V, sp);
+  std::vector<double> m2(static_cast<size_t>(V), 0.0);
+  {
+    Batch b;
+    for (int32_t x = 0; x < V; ++x) {
+      be.restore(8 + x, *at1);
+      b.ids.push_back(x);
+      b.positions.push_back(int32_t(st.pos + 1));
+      b.slots.push_back(8 + x);
+    }
+    model_->step(b, {.head_first = 0, .head_rows = V});
+    const Tensor l = be.logits(V);
+    for (int32_t x = 0; x < V; ++x) {
+      const TokenDistribution px = sampling_distribution(l.row(x), V, sp);
+      for (int64_t y = 0; y < V; ++y) m2[size_t(y)] += p1[size_t(x)] * px[size_t(y)];
+    }
+  }
+
+  std::vector<int64_t> c1(static_cast<size_t>(V), 0), c2(static_cast<size_t>(V), 0);
+  SpeculativeStats stats;
+  for (int64_t s = 0; s < N; ++s) {
+    SpeculativeDecoder d(*model_, 0, options(2, sampling(0.8f, 0, 1, 0, 1000 + uint64_t(s))));
+    d.resume(st);
+    std::vector<int32_t> out;
+    while (out.size() < 2) {
+      const std::vector<int32_t> r = d.round();
+      out.insert(out.end(), r.begin(), r.end());
+    }
+    ++c1[size_t(out[0])];
+    ++c2[size_t(out[1])];
+    stats.rounds += d.stats().rounds;
+    stats.proposed += d.stats().proposed;
+    stats.accepted += d.stats().accepted;
+    stats.emitted += d.stats().emitted;
+    stats.refeeds += d.stats().refeeds;
+  }
+  print_stats("sampled 0.8 over all runs", stats);
+  EXPECT_GT(stats.accepted, N / 20) << "the runs must exercise acceptance";
+  EXPECT_GT(stats.refeeds, N / 20) << "the runs must exercise roll-backs";
+
+  const double tv1 = total_variation(c1, p1, N), b1 = tv_bound(p1, N);
+  const double tv2 = total_variation(c2, m2, N), b2 = tv_bound(m2, N);
+  std::printf("x_{N+1}: TV %.4f (bound %.4f); x_{N+2}: TV %.4f (bound %.4f)\n", tv1, b1, tv2, b2);
+  EXPECT_LT(tv1, b1);
+  EXPECT_LT(tv2, b2);
+
+  // x_{N+1} by q/p: < 1/2, [1/2, 1), [1, 2), >= 2.
+  std::vector<int> by_ratio(static_cast<size_t>(V));
+  for (int64_t i = 0; i < V; ++i) {
+    const double r = q1[size_t(i)] / p1[size_t(i)];
+    by_ratio[size_t(i)] = r < 0.5 ? 0 : r < 1 ? 1 : r < 2 ? 2 : 3;
+  }
+  const std::vector<double> p1c = coarse(p1, by_ratio, 4);
+  const double tv1c = total_variation(coarse(c1, by_ratio, 4), p1c, N), b1c = tv_bound(p1c, N);
+  double acc = 0;
+  std::vector<double> no_residual(static_cast<size_t>(V));
+  for (int64_t i = 0; i < V; ++i) acc += std::min(p1[size_t(i)], q1[size_t(i)]);
+  for (int64_t i = 0; i < V; ++i) no_residual[size_t(i)] = std::min(p1[size_t(i)], q1[size_t(i)]) + (1 - acc) * p1[size_t(i)];
+  auto tv_of = [&](const std::vector<double>& a, const std::vector<double>& b) {
+    double t = 0;
+    for (size_t i = 0; i < a.size(); ++i) t += std::fabs(a[i] - b[i]);
+    return t / 2;
+  };
+  const double wrong_q = tv_of(coarse(q1, by_ratio, 4), p1c), wrong_nr = tv_of(coarse(no_residual, by_ratio, 4), p1c);
+  std::printf("x_{N+1} by q/p: TV %.4f (bound %.4f); wrong rules: always accept %.4f, no residual %.4f\n", tv1c, b1c,
+              wrong_q, wrong_nr);
+  EXPECT_LT(tv1c, b1c);
+  EXPECT_GT(wrong_q, 2 * b1c) << "the test must tell the rule from always accepting";
+
+  // x_{N+2} by rank under m_2: 8 cells of about equal mass.
+  std::vector<int32_t> order(static_cast<size_t>(V));
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return m2[size_t(a)] > m2[size_t(b)]; });
+  std::vector<int> by_rank(static_cast<size_t>(V));
+  double cum = 0;
+  for (int32_t id : order) {
+    by_rank[size_t(id)] = std::min(7, int(cum * 8));
+    cum += m2[size_t(id)];
+  }
+  const std::vector<double> m2c = coarse(m2, by_rank, 8);
+  const double tv2c = total_variation(coarse(c2, by_rank, 8), m2c, N), b2c = tv_bound(m2c, N);
+  std::printf("x_{N+2} by rank: TV %.4f (bound %.4f)\n", tv2c, b2c);
+  EXPECT_LT(tv2c, b2c);
+}
+
 TEST(SpeculativeErrors, OptionsAreCheckedInOneLine) {
   if (!test::have_shared()) GTEST_SKIP() << "no ../shared fixtures";
   ModelConfig cfg = load_config(test::fixture_dir("tiny-q") + "/model");
