@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <map>
 #include <numeric>
@@ -23,6 +24,7 @@
 #include "model/model.h"
 #include "runtime/speculative.h"
 #include "support/test_paths.h"
+#include "tokenizer/tokenizer.h"
 
 namespace dsv4 {
 namespace {
@@ -262,8 +264,8 @@ TEST_P(Speculative, RollbackLeavesTheStateOfNoDrafts) {
     }
 }
 
-// The limit and the stop ids cut a round; the drafts shrink to fit the context.
-TEST_P(Speculative, LimitsStopIdsAndTheContextEnd) {
+// The limit and the stop ids cut a round (the drafts shrink to fit the limit).
+TEST_P(Speculative, LimitsAndStopIds) {
   const std::vector<int32_t> p = prompt(20, 4);
   const std::vector<int32_t> want = plain_greedy(5, p, 30);
   {
@@ -425,6 +427,91 @@ TEST_P(Speculative, SampledTokensFollowTheTarget) {
   const double tv2c = total_variation(coarse(c2, by_rank, 8), m2c, N), b2c = tv_bound(m2c, N);
   std::printf("x_{N+2} by rank: TV %.4f (bound %.4f)\n", tv2c, b2c);
   EXPECT_LT(tv2c, b2c);
+}
+
+// The numbers of docs/perf-log.md (not a check; run with --gtest_also_run_disabled_tests
+// --gtest_filter='*Measure*'): acceptance and tokens per verify step for k = 1..3, greedy and at
+// temperature 0.8, over text prompts when the model has a tokenizer (else synthetic ones), 64 tokens
+// each; CPU time per generated token against plain decoding of the same tokens.
+TEST_P(Speculative, DISABLED_Measure) {
+  const std::string dir = model_dir(GetParam());
+  std::vector<std::vector<int32_t>> prompts;
+  if (std::filesystem::exists(dir + "/tokenizer.json")) {
+    const Tokenizer tok = Tokenizer::load(dir);
+    for (const char* t : {"ROMEO:\n", "KING HENRY:\nOnce more unto the breach, dear friends",
+                          "First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\n",
+                          "JULIET:\nO Romeo, Romeo! wherefore art thou", "MENENIUS:\nWhat work's, my countrymen, in hand?",
+                          "DUKE VINCENTIO:\nOf government the properties to unfold,"})
+      prompts.push_back(tok.encode(t));
+  } else {
+    for (int64_t len : {1, 15, 16, 17, 45, 120}) prompts.push_back(prompt(len, int32_t(len)));
+  }
+  const int64_t n = 64;
+  auto cpu_s = [] { return double(std::clock()) / CLOCKS_PER_SEC; };
+  double plain_cpu = 0;
+  for (const auto& p : prompts) {
+    const double t0 = cpu_s();
+    plain_greedy(5, p, n);
+    plain_cpu += cpu_s() - t0;
+  }
+  std::printf("%s, %zu prompts x %lld tokens; plain decoding %.2f ms CPU per token\n", dir.c_str(), prompts.size(),
+              (long long)n, 1e3 * plain_cpu / double(prompts.size() * n));
+  std::printf("| temperature | k | acceptance | per depth | tokens / verify | re-feeds / round | ms CPU / token |\n");
+  for (const float temp : {0.0f, 0.8f})
+    for (int64_t k = 1; k <= 3; ++k) {
+      SpeculativeStats total;
+      total.accepted_at.assign(size_t(k), 0);
+      total.proposed_at.assign(size_t(k), 0);
+      double cpu = 0;
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        SpeculativeDecoder d(*model_, 0, options(k, sampling(temp, 0, 1, 0, 11 + i)));
+        const double t0 = cpu_s();
+        d.generate(prompts[i], n);
+        cpu += cpu_s() - t0;
+        const SpeculativeStats& s = d.stats();
+        total.rounds += s.rounds;
+        total.proposed += s.proposed;
+        total.accepted += s.accepted;
+        total.emitted += s.emitted;
+        total.refeeds += s.refeeds;
+        for (int64_t j = 0; j < k; ++j) {
+          total.accepted_at[size_t(j)] += s.accepted_at[size_t(j)];
+          total.proposed_at[size_t(j)] += s.proposed_at[size_t(j)];
+        }
+      }
+      std::string depth;
+      for (int64_t j = 0; j < k; ++j)
+        depth += cat(j ? " / " : "", std::round(1000.0 * double(total.accepted_at[size_t(j)]) /
+                                                double(std::max<int64_t>(1, total.proposed_at[size_t(j)]))) / 1000);
+      std::printf("| %.1f | %lld | %.3f | %s | %.3f | %.2f | %.2f |\n", temp, (long long)k, total.acceptance(), depth.c_str(),
+                  total.tokens_per_verify(), double(total.refeeds) / double(total.rounds),
+                  1e3 * cpu / double(prompts.size() * n));
+    }
+}
+
+// At the end of the context the drafts shrink (a verify needs k + 1 free positions), then a plain
+// step fills the last position: the same tokens as plain greedy decoding until the context is full.
+TEST(SpeculativeContext, DraftsShrinkAtTheEndOfTheContext) {
+  if (!test::have_shared()) GTEST_SKIP() << "no ../shared fixtures";
+  BackendOptions o;
+  o.capacity = {.max_seqs = 8, .max_ctx = 40, .max_tokens = 64};
+  auto m = Model::load(test::fixture_dir("tiny-q") + "/model", o);
+  std::vector<int32_t> p(30);
+  for (int32_t i = 0; i < 30; ++i) p[size_t(i)] = (11 * i + 5) % 512;
+  std::vector<int32_t> want;
+  Tensor l = m->forward(2, 0, p, {.all_logits = false});
+  for (int64_t pos = 30;; ++pos) {
+    want.push_back(int32_t(std::max_element(l.data.begin(), l.data.end()) - l.data.begin()));
+    if (pos == 40) break;
+    l = m->forward(2, pos, {want.back()});
+  }
+  ASSERT_EQ(want.size(), 11u);  // the prefill's token, then one per free position
+  for (int64_t k = 1; k <= 3; ++k) {
+    SpeculativeDecoder d(*m, 0, {.drafts = k, .scratch_slot = 1});
+    EXPECT_EQ(d.generate(p, 50), want) << "k " << k;
+    EXPECT_EQ(d.pos(), 40);
+    EXPECT_THROW(d.round(), Error);  // the context is full
+  }
 }
 
 TEST(SpeculativeErrors, OptionsAreCheckedInOneLine) {
