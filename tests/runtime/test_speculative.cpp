@@ -489,23 +489,53 @@ TEST_P(Speculative, DISABLED_Measure) {
     }
 }
 
-// At the end of the context the drafts shrink (a verify needs k + 1 free positions), then a plain
-// step fills the last position: the same tokens as plain greedy decoding until the context is full.
-TEST(SpeculativeContext, DraftsShrinkAtTheEndOfTheContext) {
+// A backend that holds 40 positions and takes 8 tokens per call: the prompt's main and MTP calls are
+// split (the MTP block's state after them equals one call's over the whole prompt), and at the end of
+// the context the drafts shrink (a verify needs k + 1 free positions), then a plain step fills the
+// last position: the same tokens as plain greedy decoding until the context is full.
+TEST(SpeculativeContext, SplitPromptAndTheEndOfTheContext) {
   if (!test::have_shared()) GTEST_SKIP() << "no ../shared fixtures";
   BackendOptions o;
-  o.capacity = {.max_seqs = 8, .max_ctx = 40, .max_tokens = 64};
+  o.capacity = {.max_seqs = 8, .max_ctx = 40, .max_tokens = 8};
   auto m = Model::load(test::fixture_dir("tiny-q") + "/model", o);
-  std::vector<int32_t> p(30);
-  for (int32_t i = 0; i < 30; ++i) p[size_t(i)] = (11 * i + 5) % 512;
+  const int64_t P = 30;
+  std::vector<int32_t> p(static_cast<size_t>(P));
+  for (int32_t i = 0; i < P; ++i) p[size_t(i)] = (11 * i + 5) % 512;
   std::vector<int32_t> want;
   Tensor l = m->forward(2, 0, p, {.all_logits = false});
-  for (int64_t pos = 30;; ++pos) {
+  for (int64_t pos = P;; ++pos) {
     want.push_back(int32_t(std::max_element(l.data.begin(), l.data.end()) - l.data.begin()));
     if (pos == 40) break;
     l = m->forward(2, pos, {want.back()});
   }
   ASSERT_EQ(want.size(), 11u);  // the prefill's token, then one per free position
+
+  {
+    SpeculativeDecoder d(*m, 0, {.drafts = 1});
+    const int32_t first = d.start(p);
+    EXPECT_EQ(first, want[0]);
+    const SpeculativeState st = d.save();
+    EXPECT_EQ(st.mtp_pos, P - 1);
+    // The reference: the main model over the prompt in 8-token calls, its streams kept, then the MTP
+    // block over positions 0 .. P-2 in the same splits, then both MTP blocks on the last position.
+    const int64_t n = m->config().hc_mult, D = m->config().hidden_size;
+    Tensor S({P, n, D}), part;
+    for (int64_t c0 = 0; c0 < P; c0 += 8) {
+      const int64_t c = std::min<int64_t>(8, P - c0);
+      m->forward(3, c0, std::vector<int32_t>(p.begin() + c0, p.begin() + c0 + c), {.all_logits = false, .streams = &part});
+      std::copy(part.data.begin(), part.data.end(), S.data.begin() + c0 * n * D);
+    }
+    for (int64_t c0 = 0; c0 < P - 1; c0 += 8) {
+      const int64_t c = std::min<int64_t>(8, P - 1 - c0);
+      Tensor Sc({c, n, D});
+      std::copy(S.data.begin() + c0 * n * D, S.data.begin() + (c0 + c) * n * D, Sc.data.begin());
+      m->forward_mtp(3, c0, Sc, std::vector<int32_t>(p.begin() + c0 + 1, p.begin() + c0 + 1 + c));
+    }
+    Tensor last({1, n, D});
+    std::copy(S.data.end() - n * D, S.data.end(), last.data.begin());
+    EXPECT_EQ(st.pending.data, last.data);
+    EXPECT_EQ(m->forward_mtp(0, P - 1, last, {first}).data, m->forward_mtp(3, P - 1, last, {first}).data);
+  }
   for (int64_t k = 1; k <= 3; ++k) {
     SpeculativeDecoder d(*m, 0, {.drafts = k, .scratch_slot = 1});
     EXPECT_EQ(d.generate(p, 50), want) << "k " << k;
