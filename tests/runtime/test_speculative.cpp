@@ -3,8 +3,8 @@
 // bit for bit as a slot that was fed the same tokens one at a time (main and MTP block); at
 // temperature 0.8 the tokens' distribution equals the target's within a total-variation bound.
 //
-// The model: $DSV4_SPEC_MODEL when set, else shared/fixtures/tiny-q (random weights with an mtp.0
-// block); the bundled model joins once it carries an MTP block.
+// Models (a parameter): shared/fixtures/tiny-q (random weights with an mtp.0 block), the bundled model
+// when it carries an MTP block (onemodel from 9a10c19 on), and $DSV4_SPEC_MODEL when set.
 #include <gtest/gtest.h>
 
 #include <chrono>
