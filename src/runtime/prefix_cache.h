@@ -17,7 +17,8 @@
 // repeated insert makes an entry recent) while the bytes held exceed the budget. Bytes of an entry: its
 // snapshot's bytes() + 4 per token of its prefix (the tokens kept for the check).
 //
-// The cache also remembers the chain hashes of recent lookups (no state, 16 bytes a block, LRU-bounded):
+// The cache also remembers the chain hashes of recent lookups (no state; about 64 bytes a block with the
+// hash map's node, LRU-bounded by seen_blocks):
 // lookup reports how far a prompt agrees with an earlier one, so the caller can snapshot at that branch
 // point (runtime/prefix_plan.h) and the third request sharing a system prompt hits.
 //

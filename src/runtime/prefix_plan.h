@@ -9,9 +9,9 @@
 //  - its branch point: the longest 128-multiple up to which it agrees with an earlier prompt
 //    (PrefixHit::shared_tokens), when that lies between hit and B: the second conversation that shares
 //    a system prompt (or few-shot examples) snapshots where it parts from the first; the third hits.
-// At most two snapshots a prompt, each of the state at its position: O(L) bytes per prompt. A
-// snapshot at every boundary (EveryBlock) would hit more often but holds L / 128 snapshots of average
-// size L / 2: O(L^2 / 256) bytes per token of state, 128x the two-point cost at 32K tokens.
+// At most two snapshots a prompt, each the state at its position: O(L) bytes per prompt. A snapshot at
+// every boundary (EveryBlock) would hit more often but holds L / 128 snapshots of L / 2 tokens' state
+// on average, L^2 / 256 tokens' state in all: L / 256 times the two-point cost (128x at 32K tokens).
 #pragma once
 #include <cstdint>
 #include <vector>

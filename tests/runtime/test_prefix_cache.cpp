@@ -345,8 +345,11 @@ TEST_P(PrefixReuse, SharedPrefixOf128kTokens) {
   EXPECT_EQ(st.hits, 8u);
   EXPECT_EQ(st.hit_tokens, 128u * 36);
   EXPECT_EQ(st.miss_tokens, 8u * 128 + 9 + 8 * 9);
-  std::printf("[ prefix  ] %s: %llu entries at 128, 256, .. 1024 tokens hold %llu bytes\n", GetParam(),
-              (unsigned long long)st.entries, (unsigned long long)st.bytes);
+  const uint64_t b128 = cache.lookup(first(base, 129)).snapshot->bytes();
+  const uint64_t b1024 = cache.lookup(first(base, 1025)).snapshot->bytes();
+  std::printf("[ prefix  ] %s: 8 entries at 128 .. 1024 tokens hold %llu bytes; a snapshot at 128: %llu, at 1024: "
+              "%llu (%.0f bytes per token)\n", GetParam(), (unsigned long long)st.bytes, (unsigned long long)b128,
+              (unsigned long long)b1024, double(b1024 - b128) / 896);
 }
 
 // Multi-turn chat: turn n+1's prompt is turn n's prompt + its answer + a new message. The default plan
@@ -400,6 +403,11 @@ TEST_P(PrefixReuse, EvictionKeepsOutputsExact) {
   const Tensor warm = m_->forward(kWarm, 384, tail);
   const Tensor cold = m_->forward(kCold, 0, concat(first(a, 384), tail));
   EXPECT_TRUE(warm.data == std::vector<float>(cold.row(384), cold.row(393)));
+  // The comparison tells states apart: another prompt's snapshot under the same tail gives other logits.
+  const PrefixHit other = cache.lookup(concat(c, ids(3, 6)));
+  ASSERT_EQ(other.tokens, 384);
+  m_->backend().restore(kWarm, *other.snapshot);
+  EXPECT_FALSE(m_->forward(kWarm, 384, tail).data == warm.data);
   EXPECT_EQ(check(cache, concat(c, ids(8, 5)), 256).hit, 384);
 }
 
