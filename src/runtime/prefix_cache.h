@@ -1,15 +1,17 @@
 // Exact prefix reuse (issue #15): slot snapshots (backend/backend.h SlotSnapshot) kept at multiples of
 // 128 tokens of a prompt, found again for a later request that starts with the same tokens.
 //
-// Why 128: the sliding window (128) and both compress ratios (4, 128) divide it, so at a 128-token
-// boundary every compressor has just emitted a block and no partial block is pending; a snapshot there
-// is a clean cut (the backend's snapshot copies partial state anyway; 128 keeps the index coarse).
+// Why 128: the sliding window and both compress ratios divide it (V4: window 128, ratios 4 and 128), so
+// at a 128-token boundary every compressor has just emitted a block and only the CSA overlap (the
+// previous block's half) is carried; the backend's snapshot copies any partial state anyway, 128 keeps
+// the index coarse.
 //
 // Index: a hash chain over 128-token blocks. h_0 = 0; h_i = H(h_{i-1}, tokens of block i), so h_i names
 // the whole prefix [0, 128 i). H is SipHash-2-4 under a key drawn per cache (random_device): 64 bits,
 // unpredictable to a client, so crafted collisions cannot pile up in one bucket. A hash names an entry
-// only as a candidate: every hit compares the tokens themselves, so a collision costs a miss and never
-// gives another prefix's state (tested with an injected constant hash).
+// only as a candidate: entries that share a hash are all kept and every hit compares the tokens
+// themselves, so a collision costs a comparison and never gives another prefix's state (tested with an
+// injected constant hash).
 //
 // Lookup returns the longest cached prefix of length <= tokens.size() - 1 (one token at least must be
 // fed, to have logits). Entries are shared_ptr'd: a running request that restored from an entry keeps
@@ -18,9 +20,9 @@
 // snapshot's bytes() + 4 per token of its prefix (the tokens kept for the check).
 //
 // The cache also remembers the chain hashes of recent lookups (no state; about 64 bytes a block with the
-// hash map's node, LRU-bounded by seen_blocks):
-// lookup reports how far a prompt agrees with an earlier one, so the caller can snapshot at that branch
-// point (runtime/prefix_plan.h) and the third request sharing a system prompt hits.
+// hash map's node, LRU-bounded by seen_blocks): lookup reports how far a prompt agrees with an earlier
+// one, so the caller can snapshot at that branch point (runtime/prefix_plan.h) and the third request
+// sharing a system prompt hits.
 //
 // Thread safety: every member locks one mutex (the scheduler thread calls lookup / insert, /metrics
 // reads stats()).

@@ -12,6 +12,7 @@
 #include "model/model.h"
 #include "runtime/prefix_cache.h"
 #include "runtime/prefix_plan.h"
+#include "runtime/prefix_reuse.h"
 #include "support/test_paths.h"
 
 namespace dsv4 {
@@ -259,8 +260,8 @@ TEST(PrefixPlan, ChunksEndAtSnapshotPointsAndOnTheGrid) {
 
 // ---------------------------------------------------------------- the real thing on the CPU model
 
-// What the engine does with a prompt (the wiring, in small): look the prompt up, restore the hit into
-// `slot` or start fresh, prefill the rest in chunks that end at the snapshot points, snapshot there.
+// A prompt served as the engine will (runtime/prefix_reuse.h): looked up, the hit restored into
+// `slot` (or a fresh start), the rest prefilled in chunks ending at the snapshot points, snapshotted there.
 struct Served {
   Tensor logits;  // [prompt - hit, V]: the rows of the positions fed
   int64_t hit = 0, fed = 0;
@@ -270,14 +271,14 @@ struct Served {
 Served serve(Model& m, PrefixCache& cache, int slot, const std::vector<int32_t>& prompt, int64_t chunk,
              PrefixSnapshots policy = PrefixSnapshots::LastAndBranch) {
   const int64_t L = int64_t(prompt.size()), V = m.config().vocab_size;
-  const PrefixHit hit = cache.lookup(prompt);
-  if (hit.snapshot) m.backend().restore(slot, *hit.snapshot);
-  Served s{.logits = Tensor({L - hit.tokens, V}), .hit = hit.tokens};
-  for (const PrefillChunk& c : prefill_chunks(hit.tokens, L, chunk, snapshot_points(L, hit, policy))) {
-    const Tensor l = m.forward(slot, c.begin, {prompt.begin() + c.begin, prompt.begin() + c.end});
-    std::copy(l.data.begin(), l.data.end(), s.logits.row(c.begin - hit.tokens));
-    s.fed += c.end - c.begin;
-    if (c.snapshot) cache.insert({prompt.data(), size_t(c.end)}, m.backend().snapshot(slot, c.end, 0));
+  PromptPrefix pp(cache, m.backend(), slot, prompt, policy);
+  Served s{.logits = Tensor({L - pp.start(), V}), .hit = pp.start()};
+  for (int64_t at = pp.start(), end = 0; at < L; at = end) {
+    end = pp.chunk_end(at, L, chunk);
+    const Tensor l = m.forward(slot, at, {prompt.begin() + at, prompt.begin() + end});
+    std::copy(l.data.begin(), l.data.end(), s.logits.row(at - pp.start()));
+    s.fed += end - at;
+    pp.reached(prompt, end);
   }
   return s;
 }
