@@ -5,7 +5,10 @@
 // `hit` tokens is snapshotted at
 //  - its last 128-token boundary before its last token, B = 128 * floor((L - 1) / 128): multi-turn
 //    chat hits it, turn n+1's prompt being turn n's prompt + answer + new message, and so does the same
-//    prompt sent again (lookup takes prefixes <= L - 1, so B, not L, serves both);
+//    prompt sent again (lookup takes prefixes <= L - 1, so B, not L, serves both); in thinking mode
+//    the encoder ends turn n's prompt with <think> where turn n+1 has </think> + the answer (the
+//    reasoning dropped), so the two agree only up to that last tag (tests/chat/test_chat_prefix.cpp);
+//    for the same reason a snapshot of the generated tokens would not hit there;
 //  - its branch point: the longest 128-multiple up to which it agrees with an earlier prompt
 //    (PrefixHit::shared_tokens), when that lies between hit and B: the second conversation that shares
 //    a system prompt (or few-shot examples) snapshots where it parts from the first; the third hits.
