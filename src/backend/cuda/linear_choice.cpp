@@ -48,9 +48,10 @@ bool run_shared_input(const DeviceContext& ctx, LinearKernel k, const ExactLinea
   return linear_shared_input(ctx, calls, n);
 }
 
-RoutedKernel routed_kernel(int64_t tokens, bool grouped_prefill, int64_t tiles_from) {
+RoutedKernel routed_kernel(int64_t tokens, bool grouped_prefill, KernelTier tier, int64_t tiles_from) {
   if (tokens > kExactLinearMaxTokens) return grouped_prefill ? RoutedKernel::Grouped : RoutedKernel::PerSelection;
-  return tokens >= tiles_from ? RoutedKernel::Tiles : RoutedKernel::PerSelection;
+  if (tokens < tiles_from) return RoutedKernel::PerSelection;
+  return tier == KernelTier::Fast ? RoutedKernel::DecodeMma : RoutedKernel::Tiles;
 }
 
 }  // namespace dsv4::cuda

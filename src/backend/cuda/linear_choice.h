@@ -59,10 +59,19 @@ void run_linear_kernel(const DeviceContext& ctx, LinearKernel k, const ExactLine
 bool run_shared_input(const DeviceContext& ctx, LinearKernel k, const ExactLinearParams* calls, int n);
 
 // Routed FP4 experts.
-enum class RoutedKernel : uint8_t { PerSelection, Tiles, Grouped };
+//   PerSelection: one fp4_gemv selection per (token, pick) (both tiers, below tiles_from; exact always).
+//   Tiles: fp4_gemv expert tiles of kMoeExpertTileRows plan rows (exact tier, tiles_from..512 tokens;
+//          bit-identical to PerSelection).
+//   DecodeMma: fp4_grouped_decode (fast tier, tiles_from..512 tokens; H200 2026-12-01: 1.08-1.16x of the
+//          experts' byte floor at 32-128 tokens vs 1.77-1.92x for Tiles), 8-row tiles up to
+//          kDecodeMma16RowsFrom tokens, 16-row tiles from there.
+//   Grouped: fp4_grouped_mma's prefill pass (above 512 tokens, unless grouped_prefill is off).
+enum class RoutedKernel : uint8_t { PerSelection, Tiles, DecodeMma, Grouped };
 inline constexpr int64_t kMoeExpertTileMinTokens = 16;
 inline constexpr int kMoeExpertTileRows = 8;
-// `tiles_from`: the Tiles threshold (kMoeExpertTileMinTokens; tests move it to compare the paths).
-RoutedKernel routed_kernel(int64_t tokens, bool grouped_prefill, int64_t tiles_from = kMoeExpertTileMinTokens);
+inline constexpr int64_t kDecodeMma16RowsFrom = 257;
+// `tiles_from`: the Tiles / DecodeMma threshold (kMoeExpertTileMinTokens; tests move it to compare paths).
+RoutedKernel routed_kernel(int64_t tokens, bool grouped_prefill, KernelTier tier,
+                           int64_t tiles_from = kMoeExpertTileMinTokens);
 
 }  // namespace dsv4::cuda

@@ -6,6 +6,7 @@
 
 #include "backend/cuda/attn_ops.h"
 #include "backend/cuda/fp4_gemv.h"
+#include "backend/cuda/fp4_grouped_decode.h"
 #include "backend/cuda/fp4_grouped_mma.h"
 #include "backend/cuda/fp4_tiled.h"
 #include "backend/cuda/linear_choice.h"
@@ -230,7 +231,7 @@ void moe_experts(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace&
   const KernelTier tier = ctx.kernels();
   const LinearKernel shared_kernel = linear_kernel(LinearSite::SharedExpert, T, tier);
   const LinearKernel dense_kernel = linear_kernel(LinearSite::Dense, T, tier);
-  const RoutedKernel routed = routed_kernel(T, ws.grouped_prefill, ws.expert_tiles_from);
+  const RoutedKernel routed = routed_kernel(T, ws.grouped_prefill, tier, ws.expert_tiles_from);
   // The shared expert on cuBLASLt where the table says so.
   MoeWorkspace::SharedPlans* plans = shared_fp8 && shared_kernel == LinearKernel::Lt ? &ws.plans(ctx, T) : nullptr;
   const int64_t P = plans ? plans->up->padded_tokens() : T;
@@ -273,8 +274,29 @@ void moe_experts(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace&
                    .tokens = kMoeExpertTileRows, .rows = rows, .K = K, .x_tok_stride = K, .xs_tok_stride = K / 128,
                    .xs_blk_stride = 1, .y_tok_stride = rows, .tiles = ws.tiles.get(), .offsets = ws.plan.get() + w.E});
   };
+  // The fast tier's decode-batch grouped MMA (fp4_grouped_decode.h): w1|w3 reads the token rows of xq
+  // through the plan (no gather), w2 the plan-ordered hq.
+  auto decode_mma = [&](const uint8_t* xq, const float* xs, int64_t xs_row, int64_t xs_blk, const int32_t* rows,
+                        int picks, const DeviceBuffer<uint8_t>& wp, const DeviceBuffer<uint8_t>& wsc,
+                        const MoePlanRefs& plan, int tile_rows, int64_t out, int64_t K, bf16* yout) {
+    fp4_grouped_decode(ctx, {.xq = xq, .xs = xs, .xs_row_stride = xs_row, .xs_block_stride = xs_blk, .rows = rows,
+                             .picks = picks, .w = wp.get(), .w_scales = wsc.get(), .counts = plan.counts,
+                             .offsets = plan.offsets, .tiles = ws.tiles.get(), .y = yout, .n = Tk, .out = out,
+                             .K = K, .E = int(w.E), .tile_rows = tile_rows});
+  };
   if (grouped.y2) {
     // done above
+  } else if (!w.dense_experts && routed == RoutedKernel::DecodeMma) {
+    const int tile_rows = T >= kDecodeMma16RowsFrom ? 16 : 8;
+    const MoePlanRefs plan = moe_plan_tiles(ctx, ws, ws.ids.get(), ws.weights.get(), Tk, int(w.E), tile_rows);
+    decode_mma(ws.xq.get(), ws.xs.get(), 1, P, plan.rows, int(k), w.w13, w.w13_scales, plan, tile_rows, 2 * I, D,
+               ws.y13.get());
+    swiglu_gate_up(ctx, ws.y13.get(), ws.w_rows.get(), ws.h.get(), Tk, I, w.swiglu_limit);
+    act_quant_rows(ctx, ws.h.get(), Tk, I, ws.hq.get(), ws.hs.get(), I / 128, 1);
+    decode_mma(ws.hq.get(), ws.hs.get(), I / 128, 1, nullptr, 1, w.w2, w.w2_scales, plan, tile_rows, D, I,
+               ws.y2.get());
+    grouped.y2 = ws.y2.get();
+    grouped.entry_row = ws.entry_row.get();
   } else if (!w.dense_experts && routed == RoutedKernel::Tiles) {
     const MoePlanRefs plan = moe_plan_tiles(ctx, ws, ws.ids.get(), ws.weights.get(), Tk, int(w.E), kMoeExpertTileRows);
     // x rows in plan order
