@@ -54,7 +54,9 @@ TEST_P(CudaFastTier, LogitsNearExact) {
   // tier with fast_gemv alone, 0.194 with cuBLASLt's FP8 GEMMs on its 70-token prefill (H200,
   // 2026-12-01; the same kernels at the same shapes keep the trained tiny-shakespeare-fp8 within 0.01).
   // So tiny-q is held to the reference instead: no farther from it than the exact tier plus that spread.
-  if (name != "tiny-q") EXPECT_LT(rel, kFastVsExact);
+  if (name != "tiny-q") {
+    EXPECT_LT(rel, kFastVsExact);
+  }
   if (g) {
     const Tensor& want = (*g)["logits_steps"];
     const double rf = test::rel_l2(fast, want), re = test::rel_l2(exact, want);

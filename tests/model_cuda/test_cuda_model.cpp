@@ -83,7 +83,7 @@ TEST(CudaModel, DecodeGraphEqualsPlainLaunches) {
       m->forward(s, 0, p, ForwardOptions{.all_logits = false});
     }
   for (int step = 0; step < 4; ++step) {
-    Batch b{.run_len = 1};
+    Batch b{.ids = {}, .positions = {}, .slots = {}, .run_len = 1};
     for (int s = 0; s < 3; ++s) {
       b.ids.push_back(int32_t((step * 13 + s * 5 + 1) % V));
       b.positions.push_back(40 + s + step);

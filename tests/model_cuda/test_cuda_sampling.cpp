@@ -113,7 +113,9 @@ TEST(CudaSampling, SampledStepsEqualTheTwinOnTheirLogits) {
     for (size_t i = 0; i < 4; ++i) {
       equal += ids[i] == cpu::sample_philox(l.row(int64_t(i)), V, rows[i]);
       ++checked;
-      if (rows[i].temperature == 0) EXPECT_EQ(ids[i], dsv4::test::argmax(l.row(int64_t(i)), V));
+      if (rows[i].temperature == 0) {
+        EXPECT_EQ(ids[i], dsv4::test::argmax(l.row(int64_t(i)), V));
+      }
       next[i] = ids[i];
       ++pos[i];
     }

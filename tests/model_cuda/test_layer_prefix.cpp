@@ -47,7 +47,7 @@ void run_prefixes(const std::string& dir, const std::string& name) {
     std::mt19937_64 gen(1234);  // the same ids for every prefix
     std::vector<int32_t> pos(nseq, 0);
     for (const Call& c : calls) {
-      Batch b{.run_len = c.run_len};
+      Batch b{.ids = {}, .positions = {}, .slots = {}, .run_len = c.run_len};
       for (int s : c.seqs)
         for (int64_t i = 0; i < c.run_len; ++i) {
           b.ids.push_back(int32_t(gen() % uint64_t(V)));
