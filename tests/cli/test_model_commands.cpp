@@ -50,7 +50,8 @@ TEST(Inspect, KvCacheBytes) {
                           "68 B); bf16 rows today 272 B"),
             std::string::npos)
       << r.output;
-  EXPECT_NE(r.output.find("window rings 37.50 KiB per sequence (6 layers x 32 rows; bf16 today 48.00 KiB)"),
+  // 6 layers and the mtp.0 block, 32 rows of 200 B each.
+  EXPECT_NE(r.output.find("window rings 43.75 KiB per sequence (7 layers x 32 rows; bf16 today 56.00 KiB)"),
             std::string::npos)
       << r.output;
 }
