@@ -71,6 +71,12 @@ CudaBackend::~CudaBackend() {
 
 std::string CudaBackend::name() const { return std::string("cuda (") + kernel_tier_name(opt_.kernels) + " kernels)"; }
 
+BackendInfo CudaBackend::info() const {
+  size_t free_b = 0, total_b = 0;
+  DSV4_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  return BackendInfo{.device = ctx_->name(), .weight_bytes = w_.device_bytes, .free_bytes = uint64_t(free_b)};
+}
+
 // ---- a call
 
 void CudaBackend::begin(const Batch& b) {
