@@ -200,7 +200,8 @@ class Backend {
   virtual Tensor streams() = 0;                  // X [T, n, D] of the last call, as fp32
   virtual Tensor head_hidden(int64_t head, int64_t first, int64_t rows) = 0;  // [rows, D] after hc_head + norm
   virtual void set_streams(const Tensor& S) = 0; // S [T, n, D]: the MTP input of the next call
-  // Milliseconds per call of fn over `reps` calls after `warmup` (device events on the GPU).
+  // Milliseconds per call of fn: the median of `reps` calls after `warmup` (on the GPU a pair of device
+  // events around each call, the calls queued back to back; `dsv4 bench`).
   virtual double time_ms(int64_t warmup, int64_t reps, const std::function<void()>& fn) = 0;
 };
 

@@ -222,7 +222,9 @@ TEST_F(RunnerTest, EachRowIsDrawnOnTheBackendOrTheHost) {
     const Tensor l = ref[i].forward(prompts[i], {.all_logits = false});
     EXPECT_EQ(d.id, expect[i].next(l, V, 0, history[i], &lp)) << i;
     EXPECT_TRUE(d.error.empty());
-    if (i == 3) EXPECT_EQ(d.logprobs.top, lp.top);
+    if (i == 3) {
+      EXPECT_EQ(d.logprobs.top, lp.top);
+    }
     history[i].push_back(d.id);
     batch.push_back({slots[i], d.id, int64_t(prompts[i].size())});
   }

@@ -2,8 +2,10 @@
 // attention ops are in cpu_attention.cpp, the MoE ops in cpu_moe.cpp.
 #include "backend/cpu/cpu_backend.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <vector>
 
 #include "backend/cpu/ops.h"
 #include "backend/cpu/quantize.h"
@@ -235,11 +237,16 @@ std::vector<int32_t> CpuBackend::sampled(int64_t rows) {
 }
 
 double CpuBackend::time_ms(int64_t warmup, int64_t reps, const std::function<void()>& fn) {
+  if (reps < 1) fail("time_ms: at least one repetition");
   for (int64_t i = 0; i < warmup; ++i) fn();
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int64_t i = 0; i < reps; ++i) fn();
-  const std::chrono::duration<double, std::milli> dt = std::chrono::steady_clock::now() - t0;
-  return reps > 0 ? dt.count() / double(reps) : 0.0;
+  std::vector<double> ms;
+  for (int64_t i = 0; i < reps; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    fn();
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::nth_element(ms.begin(), ms.begin() + ptrdiff_t(ms.size() / 2), ms.end());
+  return ms[ms.size() / 2];
 }
 
 }  // namespace dsv4::cpu

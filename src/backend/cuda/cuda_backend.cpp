@@ -71,6 +71,12 @@ CudaBackend::~CudaBackend() {
 
 std::string CudaBackend::name() const { return std::string("cuda (") + kernel_tier_name(opt_.kernels) + " kernels)"; }
 
+BackendInfo CudaBackend::info() const {
+  size_t free_b = 0, total_b = 0;
+  DSV4_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  return BackendInfo{.device = ctx_->name(), .weight_bytes = w_.device_bytes, .free_bytes = uint64_t(free_b)};
+}
+
 // ---- a call
 
 void CudaBackend::begin(const Batch& b) {
@@ -354,19 +360,25 @@ Tensor CudaBackend::head_hidden(int64_t head, int64_t first, int64_t rows) {
 double CudaBackend::time_ms(int64_t warmup, int64_t reps, const std::function<void()>& fn) {
   if (reps < 1) fail("time_ms: at least one repetition");
   for (int64_t i = 0; i < warmup; ++i) fn();
-  cudaEvent_t a = nullptr, b = nullptr;
-  DSV4_CUDA_CHECK(cudaEventCreate(&a));
-  DSV4_CUDA_CHECK(cudaEventCreate(&b));
-  DSV4_CUDA_CHECK(cudaEventRecord(a, ctx_->stream()));
-  for (int64_t i = 0; i < reps; ++i) fn();
-  DSV4_CUDA_CHECK(cudaEventRecord(b, ctx_->stream()));
+  std::vector<cudaEvent_t> ev(size_t(2 * reps), nullptr);
+  for (auto& e : ev) DSV4_CUDA_CHECK(cudaEventCreate(&e));
+  for (int64_t i = 0; i < reps; ++i) {
+    DSV4_CUDA_CHECK(cudaEventRecord(ev[size_t(2 * i)], ctx_->stream()));
+    fn();
+    DSV4_CUDA_CHECK(cudaEventRecord(ev[size_t(2 * i + 1)], ctx_->stream()));
+  }
   ctx_->synchronize();
-  float ms = 0;
-  const cudaError_t e = cudaEventElapsedTime(&ms, a, b);
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  DSV4_CUDA_CHECK(e);
-  return double(ms) / double(reps);
+  std::vector<double> ms;
+  cudaError_t err = cudaSuccess;
+  for (int64_t i = 0; i < reps && err == cudaSuccess; ++i) {
+    float t = 0;
+    err = cudaEventElapsedTime(&t, ev[size_t(2 * i)], ev[size_t(2 * i + 1)]);
+    ms.push_back(double(t));
+  }
+  for (auto& e : ev) cudaEventDestroy(e);
+  DSV4_CUDA_CHECK(err);
+  std::nth_element(ms.begin(), ms.begin() + ptrdiff_t(ms.size() / 2), ms.end());
+  return ms[ms.size() / 2];
 }
 
 }  // namespace dsv4::cuda

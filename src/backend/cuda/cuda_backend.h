@@ -43,6 +43,7 @@ class CudaBackend final : public Backend {
   Numerics numerics() const override { return Numerics::Official; }
   std::string name() const override;
   int64_t num_mtp() const override { return 0; }
+  BackendInfo info() const override;  // the GPU's name, the weights' device bytes, free device memory
 
   void begin(const Batch& b) override;
   void execute(const StepShape& shape, const std::function<void()>& body) override;
