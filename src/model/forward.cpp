@@ -43,14 +43,23 @@ void Model::body(const Batch& b, const StepPlan& plan, const ForwardOptions* cap
 }
 
 void Model::step(const Batch& b, const StepPlan& plan) {
+  check_plan(b, plan);
+  be_->begin(b);
+  replay(b, plan);
+}
+
+void Model::check_plan(const Batch& b, const StepPlan& plan) const {
   const int64_t T = b.size();  // 0: an idle rank of an expert-parallel group (the backend checks)
   if (plan.head_rows < 0 || plan.head_first < 0 || plan.head_first + plan.head_rows > T)
     fail("forward: head rows [", plan.head_first, ", ", plan.head_first + plan.head_rows, ") outside the call's ", T);
   if (plan.head_rows > be_->max_logit_rows())
     fail("forward: ", plan.head_rows, " head rows in one call, the backend holds ", be_->max_logit_rows());
   if (plan.sample && plan.head_rows == 0) fail("forward: sampling needs head rows");
-  be_->begin(b);
-  const StepShape shape{.tokens = T, .run_len = b.run_len, .layers = plan.layers, .head = 0,
+}
+
+void Model::replay(const Batch& b, const StepPlan& plan) {
+  check_plan(b, plan);
+  const StepShape shape{.tokens = b.size(), .run_len = b.run_len, .layers = plan.layers, .head = 0,
                         .head_first = plan.head_first, .head_rows = plan.head_rows, .sample = plan.sample,
                         .graph = plan.graph};
   be_->execute(shape, [&] { body(b, plan, nullptr); });

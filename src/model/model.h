@@ -52,6 +52,9 @@ class Model {
   // THE call: the batch through the model; the head over plan.head_* rows (read them with
   // backend().logits / sampled). Batch sizes up to backend().capacity().max_tokens.
   void step(const Batch& b, const StepPlan& plan);
+  // The same call again on the inputs step(b, ...) uploaded last (benchmarks: a decode step's graph
+  // replayed without re-uploading ids / positions / slots). The slots' state is rewritten in place.
+  void replay(const Batch& b, const StepPlan& plan);
   // MTP block k on a batch: ids are the tokens that follow the main positions whose last-layer
   // streams S [T, n, D] are given; positions are the block's own (its window ring), logits of every row.
   void step_mtp(const Batch& b, const Tensor& S, int64_t k);
@@ -65,6 +68,7 @@ class Model {
 
  private:
   void body(const Batch& b, const StepPlan& plan, const ForwardOptions* capture);
+  void check_plan(const Batch& b, const StepPlan& plan) const;
   void block(int64_t layer, const LayerSpec& spec, bool last);
   Tensor logits_of(const Batch& b, int64_t head, bool all);  // head over the call's rows, in pieces
 
