@@ -31,11 +31,12 @@ const Tolerance& tolerance(Tol t) {
       {"attention", 2e-3, 1e-2, 1e-5},
       // The grouped pass accumulates 32 products at a time in the tensor core's reduced precision, so
       // y13 differs at the bf16 level and an FP8 (e4m3) code of h = SwiGLU(y13) may flip by one step
-      // (up to 1/8 of |h_i|), which moves the outputs that h_i feeds by |h_i w2| / 8: element-wise up to
-      // ~0.05 at the fixtures' scale (H200, 2026-12-01, tiny-q layer 0 at 600 tokens: worst 0.047,
-      // rel-L2 1.2e-3, cosine distance 7.5e-7, in a run whose downloads raced the kernels: to be
-      // re-measured on every layer); the cosine bound carries the check.
-      {"moe-grouped", 0.1, 2e-2, 1e-5},
+      // (up to 1/8 of |h_i|), which moves every output that h_i feeds by up to |h_i w2| / 8: a shift set
+      // by h and w2, not by the output's own magnitude, so no element-wise bound of the output holds
+      // (H200, 2026-12-02: worst 0.125 on tiny-q layer 3 at 2,048 tokens against an output of 0.18).
+      // The element-wise numbers are printed; the whole output's cosine distance is asserted (measured
+      // <= 1.5e-6 on every layer of tiny-q and tiny-shakespeare-fp8), and callers assert rel-L2 < 1e-2.
+      {"moe-grouped", 1e30, 0.0, 1e-5},
   };
   return table[static_cast<int>(t)];
 }

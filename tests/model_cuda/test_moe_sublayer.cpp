@@ -81,9 +81,10 @@ void check_grouped(const std::string& fixture) {
       moe(ctx, dw, ws, dx.get(), dtok.get(), T, dy.get());
       ctx.synchronize();
       const std::vector<float> grouped = from_device_bf16(dy.get(), size_t(T * D));
-      compare("moe " + fixture + " layer " + std::to_string(layer) + " T=" + std::to_string(T) +
-                  " grouped vs per-selection",
-              grouped, per_selection, Tol::MoeGrouped);
+      const test::CompareResult r = compare("moe " + fixture + " layer " + std::to_string(layer) + " T=" +
+                                          std::to_string(T) + " grouped vs per-selection",
+                                      grouped, per_selection, Tol::MoeGrouped);
+      EXPECT_LT(r.rel_l2, 1e-2) << r.line;  // measured 1.0e-3 .. 1.7e-3
     }
   }
   EXPECT_EQ(ws.bad.download()[0], 0);

@@ -48,8 +48,10 @@ __device__ __forceinline__ uint8_t e2m1_code(float q) {
   const uint8_t mag = r < 2.0f ? uint8_t(r * 2.0f) : r == 2.0f ? 4 : r == 3.0f ? 5 : r == 4.0f ? 6 : 7;
   return uint8_t(mag | (signbit(q) ? 8 : 0));
 }
+// e2m1_to_f32: magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6 for codes 0..7, bit 3 the sign.
 __device__ __forceinline__ float e2m1_value(uint8_t c) {
-  const float m = (c & 7) < 4 ? float(c & 7) * 0.5f : float(2 << ((c & 7) - 4)) * ((c & 1) ? 1.5f : 1.0f);
+  const uint32_t mag = c & 7u;
+  const float m = mag < 2 ? float(mag) * 0.5f : ldexpf(1.0f + 0.5f * float(mag & 1u), int(mag >> 1) - 1);
   return (c & 8) ? -m : m;
 }
 
