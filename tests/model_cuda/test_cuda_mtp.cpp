@@ -102,7 +102,7 @@ TEST_P(CudaMtp, DecodeGraphEqualsPlainLaunchesAndCpu) {
       m->forward_mtp(s, 0, S, slice(seqs[size_t(s)], 1, P + 1));
     }
   for (int step = 0; step < 4; ++step) {
-    Batch main{.run_len = 1}, mtp{.run_len = 1};
+    Batch main{.ids = {}, .positions = {}, .slots = {}, .run_len = 1}, mtp = main;
     for (int s = 0; s < 3; ++s) {
       const int32_t pos = 40 + s + step;
       main.ids.push_back(seqs[size_t(s)][size_t(pos)]);
