@@ -15,10 +15,13 @@ namespace {
 
 int64_t round16(int64_t n) { return (n + 15) / 16 * 16; }
 
-// h_proj's pieces: rows [r0, r0 + piece) of the T*n stream rows, piece <= max_rows.
+// h_proj's pieces: rows [r0, r0 + piece) of the T*n stream rows, at most what the attention workspace
+// holds and at most kExactLinearMaxTokens (so the exact tier stays exact_linear, bit for bit the CPU's,
+// for every call of up to kExactLinearMaxTokens tokens, as the main layers).
 template <typename F>
-void for_each_piece(int64_t rows, int64_t max_rows, F&& f) {
-  for (int64_t r0 = 0; r0 < rows; r0 += max_rows) f(r0, std::min(max_rows, rows - r0));
+void for_each_piece(const AttentionWorkspace& aws, int64_t rows, F&& f) {
+  const int64_t most = std::min(aws.max_tokens(), kExactLinearMaxTokens);
+  for (int64_t r0 = 0; r0 < rows; r0 += most) f(r0, std::min(most, rows - r0));
 }
 
 }  // namespace
@@ -69,7 +72,7 @@ void mtp_input_forward(const DeviceContext& ctx, const DevMtpWeights& m, const D
   run_linear(ctx, aws, m.e_proj, mws.e.get(), T, mws.ep.get());
   // h = bf16(hnorm(S)) per stream row; hp = h_proj(h) in pieces the attention workspace holds.
   rms_norm_rows(ctx, mws.S.get(), m.hnorm.get(), T * n, D, eps);
-  for_each_piece(T * n, aws.max_tokens(), [&](int64_t r0, int64_t rows) {
+  for_each_piece(aws, T * n, [&](int64_t r0, int64_t rows) {
     run_linear(ctx, aws, m.h_proj, mws.S.get() + r0 * D, rows, mws.hp.get() + r0 * D);
   });
   // X[t, j] = bf16(1 * ep[t] + sum_i I[i][j] * hp[t, i]).
@@ -83,7 +86,7 @@ void mtp_input_prepare(const DeviceContext& ctx, const DevMtpWeights& m, Attenti
     aws.plan(ctx, l.fp8 ? GemmKind::Fp8BlockScaled : GemmKind::Bf16, l.out, l.in, rows);
   };
   plan(m.e_proj, T);
-  for_each_piece(T * n, aws.max_tokens(), [&](int64_t, int64_t rows) { plan(m.h_proj, rows); });
+  for_each_piece(aws, T * n, [&](int64_t, int64_t rows) { plan(m.h_proj, rows); });
 }
 
 }  // namespace dsv4::cuda

@@ -56,7 +56,8 @@ class MtpWorkspace {
 
 // X [T, n, D] = MTP block m's input for the tokens `ids` (device [T], the ids that follow the streams'
 // positions) and the streams in mws.S (set_streams of the same T). h_proj runs over the T*n stream
-// rows in pieces of at most aws.max_tokens() rows (each row's linear is independent of the others).
+// rows in pieces of at most min(aws.max_tokens(), kExactLinearMaxTokens) rows (each row's linear is
+// independent of the others).
 void mtp_input_forward(const DeviceContext& ctx, const DevMtpWeights& m, const DevEmbedWeights& embed,
                        MtpWorkspace& mws, AttentionWorkspace& aws, const int32_t* ids, int64_t T, float eps, bf16* X);
 
