@@ -1,5 +1,5 @@
 // CudaBackend (cuda_backend.h): slots, buffers, the call's uploads and CUDA graphs, and the ops over
-// the sub-layers of this folder (attention_sublayer.h, moe_sublayer.h, head_layer.h).
+// the sub-layers of this folder (attention_sublayer.h, moe_sublayer.h, head_layer.h, mtp_layer.h).
 #include "backend/cuda/cuda_backend.h"
 
 #include <algorithm>
@@ -104,7 +104,8 @@ void CudaBackend::begin(const Batch& b) {
 void CudaBackend::prepare(const StepShape& shape) {
   const int64_t T = shape.tokens;
   if (!prepared_[T]) {
-    for (int64_t i = 0; i < cfg_.num_layers + num_mtp(); ++i) attn_ws_->prepare(*ctx_, cfg_, block(i, "prepare").attn, T);
+    for (int64_t i = 0; i < cfg_.num_layers + num_mtp(); ++i)
+      attn_ws_->prepare(*ctx_, cfg_, block(i, "prepare").attn, T);
     for (const DevMtpWeights& m : w_.mtp) mtp_input_prepare(*ctx_, m, *attn_ws_, T, int(cfg_.hc_mult));
     moe_ws_->prepare(*ctx_, T);
     prepared_[T] = true;
@@ -279,8 +280,8 @@ void CudaBackend::sample(int64_t rows) {
 namespace {
 
 // A slot's device state: the bytes of every layer's pieces (AttentionLayerState::slot_pieces), the
-// MTP blocks' after the main layers', in order, in one device buffer. Taken and restored by copies on the backend's stream (no host sync):
-// they land between the calls around them.
+// MTP blocks' after the main layers', in order, in one device buffer. Taken and restored by copies on
+// the backend's stream (no host sync): they land between the calls around them.
 struct CudaSnapshot final : SlotSnapshot {
   uint64_t bytes() const override { return data.bytes(); }
   const void* owner = nullptr;  // the backend it belongs to

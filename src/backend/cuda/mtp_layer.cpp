@@ -49,8 +49,8 @@ MtpWorkspace::~MtpWorkspace() {
 
 void MtpWorkspace::set_streams(const DeviceContext& ctx, const Tensor& Sh) {
   if (Sh.shape.size() != 3 || Sh.shape[1] != n || Sh.shape[2] != D || Sh.shape[0] < 1 || Sh.shape[0] > max_tokens)
-    fail("cuda backend: MTP input streams are ", shape_str(Sh.shape), ", expected [T, ", n, ", ", D, "] with T from 1 to ",
-         max_tokens);
+    fail("cuda backend: MTP input streams are ", shape_str(Sh.shape), ", expected [T, ", n, ", ", D,
+         "] with T from 1 to ", max_tokens);
   // The previous call may still read S (and the pinned copy may still be in flight).
   ctx.synchronize();
   const size_t count = Sh.data.size();
