@@ -3,10 +3,11 @@
 // MTP block) and the bundled model (its trained mtp.0) equals the CPU bit for bit (logits and the MTP
 // head's hidden rows) over two calls (the block's window ring carries across them); a decode-style MTP
 // call (run_len 1, three slots) captured in a CUDA graph equals plain launches and the CPU; a slot
-// snapshot carries the MTP block's state.
+// snapshot carries the MTP block's state; the fast tier stays near the exact tier.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -152,6 +153,25 @@ TEST_P(CudaMtp, SnapshotCarriesTheMtpBlock) {
 
 INSTANTIATE_TEST_SUITE_P(Models, CudaMtp, ::testing::Values("bundled", "tiny-q"),
                          [](const auto& info) { return test::test_name(info.param); });
+
+// The fast tier runs the MTP block too (its e_proj / h_proj and block linears on fast_gemv): within the
+// fast tier's model-level bound of the exact tier (test_cuda_fast_tier.cpp: rel-L2 0.02 on the bundled
+// model), and not equal (the fast kernels ran).
+TEST(CudaMtpFastTier, CloseToTheExactTier) {
+  DSV4_REQUIRE_HOPPER();
+  const std::string dir = test::bundled_model_dir();
+  auto exact = test::load_cuda(dir, KernelTier::Exact, 128, 48);
+  auto fast = test::load_cuda(dir, KernelTier::Fast, 128, 48);
+  const auto tokens = ids(41, 5, exact->config().vocab_size);
+  Tensor S;
+  exact->forward(0, 0, slice(tokens, 0, 40), {.all_logits = false, .streams = &S});
+  const auto next = slice(tokens, 1, 41);
+  const Tensor le = exact->forward_mtp(0, 0, S, next), lf = fast->forward_mtp(0, 0, S, next);
+  const double rel = test::rel_l2(lf, le);
+  std::printf("    bundled mtp logits fast vs exact rel L2 %.5f\n", rel);
+  EXPECT_LT(rel, 0.02);
+  EXPECT_GT(rel, 0.0);
+}
 
 // Bad MTP inputs are one-line errors (the bundled model has one MTP block).
 TEST(CudaMtpErrors, BadInputsAreOneLineErrors) {
