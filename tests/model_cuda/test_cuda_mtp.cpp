@@ -3,7 +3,8 @@
 // MTP block) and the bundled model (its trained mtp.0) equals the CPU bit for bit (logits and the MTP
 // head's hidden rows) over two calls (the block's window ring carries across them); a decode-style MTP
 // call (run_len 1, three slots) captured in a CUDA graph equals plain launches and the CPU; a slot
-// snapshot carries the MTP block's state; the fast tier stays near the exact tier.
+// snapshot carries the MTP block's state; the fast tier stays near the exact tier; the device bytes
+// are the memory plan's.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,6 +14,10 @@
 #include <vector>
 
 #include "core/error.h"
+#include "io/config.h"
+#include "io/memory_plan.h"
+#include "io/safetensors.h"
+#include "io/weights.h"
 #include "cuda/harness.h"
 #include "model/golden.h"
 #include "model_steps.h"
@@ -171,6 +176,23 @@ TEST(CudaMtpFastTier, CloseToTheExactTier) {
   std::printf("    bundled mtp logits fast vs exact rel L2 %.5f\n", rel);
   EXPECT_LT(rel, 0.02);
   EXPECT_GT(rel, 0.0);
+}
+
+// The device holds what the memory plan counts (io/memory_plan.h), the MTP block included: its block,
+// e_proj / h_proj, norms and hc_head, the head weight once. (upload_weights leaves the main head's
+// hc_base [n] and hc_scale [1] fp32 out of its count, test_memory_plan.cpp.)
+TEST(CudaMtpMemory, DeviceBytesMatchTheMemoryPlan) {
+  DSV4_REQUIRE_HOPPER();
+  for (const char* name : {"bundled", "tiny-q"}) {
+    const std::string dir = model_dir(name);
+    if (!std::filesystem::exists(dir)) continue;
+    const ModelConfig cfg = load_config(dir);
+    const auto ckpt = Checkpoint::open(dir);
+    const WeightInventory inv = weight_inventory(cfg, bind_weights(cfg, *ckpt));
+    ASSERT_EQ(inv.mtp_blocks, 1) << name;
+    auto gpu = test::load_cuda(dir, KernelTier::Exact, 64, 16);
+    EXPECT_EQ(gpu->backend().info().weight_bytes + uint64_t(cfg.hc_mult + 1) * 4, inv.total()) << name;
+  }
 }
 
 // Bad MTP inputs are one-line errors (the bundled model has one MTP block).

@@ -30,6 +30,8 @@ uint64_t block_device_bytes(const DevBlockWeights& b) {
   s += m.gate.bytes() + m.bias.bytes() + m.tid2eid.bytes() + m.w13.bytes() + m.w13_scales.bytes() + m.w2.bytes() +
        m.w2_scales.bytes();
   for (const Fp8Weight* w : {&m.shared_w1, &m.shared_w2, &m.shared_w3}) s += w->codes.bytes() + w->scales.bytes();
+  // Dense (bf16) routed and shared experts (the bundled model).
+  s += m.w13_16.bytes() + m.w2_16.bytes() + m.shared16_w1.bytes() + m.shared16_w2.bytes() + m.shared16_w3.bytes();
   return s;
 }
 
