@@ -60,7 +60,6 @@ void run_logits(const LogitsArgs& a) {
   std::vector<int32_t> ids = read_tokens(a.tokens);
   const int64_t n = int64_t(ids.size());
   const bool cuda = use_cuda(a.device, "logits");
-  if (cuda && a.mtp) fail("dsv4 logits --mtp: not yet on cuda (use --device cpu)");
   // One slot of n positions; the CPU runs a schedule's chunk in one Model call, the GPU in calls of
   // 256 tokens (its exact tier is bit-identical to the CPU up to 512 tokens per call).
   const RunnerRequest r{.cuda = cuda, .numerics = a.numerics, .kernels = a.kernels, .max_ctx = n,
@@ -79,9 +78,14 @@ void run_logits(const LogitsArgs& a) {
       done += c;
     }
   } else {
-    // The MTP block reads the main model's last-layer streams: the Model's one-sequence forward.
+    // The MTP block reads the main model's last-layer streams: the Model's one-sequence forward, in
+    // pieces of the schedule's chunks that one call of the backend holds (the streams of a call).
     Sequence seq(runner->model());
-    for (int64_t c : chunks) {
+    const int64_t most = runner->model().backend().capacity().max_tokens;
+    std::vector<int64_t> pieces;
+    for (int64_t c : chunks)
+      for (int64_t o = 0; o < c; o += most) pieces.push_back(std::min(most, c - o));
+    for (int64_t c : pieces) {
       std::vector<int32_t> part(ids.begin() + done, ids.begin() + done + c);
       Tensor streams;
       const Tensor l = seq.forward(part, ForwardOptions{.streams = &streams});

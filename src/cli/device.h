@@ -1,6 +1,6 @@
 // --device cpu|cuda on the computing commands, and the Runner (runtime/runner.h) behind them.
 // Default ("auto"): cuda when this is a CUDA build and a Hopper GPU is present, else cpu. Commands whose
-// CUDA path does not exist yet (logits --mtp) refuse "cuda" with a one-line error.
+// CUDA path does not exist yet refuse "cuda" with a one-line error.
 #pragma once
 #include <cstdint>
 #include <memory>

@@ -217,6 +217,7 @@ WeightInventory weight_inventory(const ModelConfig& cfg, const Weights& w) {
   }
   inv.replicated += root.device;
   inv.stored += root.stored;
+  inv.mtp_blocks = int64_t(w.mtp.size());
   return inv;
 }
 
@@ -227,11 +228,13 @@ const GpuPlan& MemoryPlan::largest() const {
                            [](const GpuPlan& a, const GpuPlan& b) { return a.total() < b.total(); });
 }
 
-uint64_t kv_bytes(const ModelConfig& cfg, int64_t seqs, int64_t context, int64_t max_tokens) {
+uint64_t kv_bytes(const ModelConfig& cfg, int64_t seqs, int64_t context, int64_t max_tokens, int64_t mtp_blocks) {
   const uint64_t S = uint64_t(seqs), d = uint64_t(cfg.head_dim), dI = uint64_t(cfg.index_head_dim);
   const uint64_t W = uint64_t(cfg.sliding_window);
   uint64_t total = 0;
-  for (const LayerSpec& l : cfg.layers) {
+  std::vector<LayerSpec> specs = cfg.layers;
+  for (int64_t k = 0; k < mtp_blocks; ++k) specs.push_back(cfg.layer_at(cfg.num_layers + k));
+  for (const LayerSpec& l : specs) {
     const uint64_t E = uint64_t(max_entries(l, context)), m = uint64_t(l.ratio);
     total += (S * W + round16(uint64_t(max_tokens)) + S * E) * d * kBf16;  // ring | chunk | compressed pool
     if (l.attn != AttnKind::Sliding) {
@@ -245,7 +248,8 @@ uint64_t kv_bytes(const ModelConfig& cfg, int64_t seqs, int64_t context, int64_t
   return total;
 }
 
-uint64_t workspace_bytes(const ModelConfig& cfg, int gpus, int64_t seqs, int64_t context, int64_t max_tokens) {
+uint64_t workspace_bytes(const ModelConfig& cfg, int gpus, int64_t seqs, int64_t context, int64_t max_tokens,
+                         bool mtp) {
   const uint64_t T = uint64_t(std::max(max_tokens, seqs)), P = round16(T);
   const uint64_t D = uint64_t(cfg.hidden_size), H = uint64_t(cfg.num_heads), d = uint64_t(cfg.head_dim);
   const uint64_t qr = uint64_t(cfg.q_lora_rank), G = uint64_t(cfg.o_groups), ro = uint64_t(cfg.o_lora_rank);
@@ -256,7 +260,9 @@ uint64_t workspace_bytes(const ModelConfig& cfg, int gpus, int64_t seqs, int64_t
   // Attention (AttentionWorkspace).
   bool any_csa = false;
   uint64_t keys = 0, entries = 0;
-  for (const LayerSpec& l : cfg.layers) {
+  std::vector<LayerSpec> specs = cfg.layers;  // as AttentionWorkspace: the MTP blocks the config describes too
+  for (size_t k = 0; k < cfg.mtp_layers.size(); ++k) specs.push_back(cfg.layer_at(cfg.num_layers + int64_t(k)));
+  for (const LayerSpec& l : specs) {
     const uint64_t e = uint64_t(max_entries(l, context));
     keys = std::max(keys, uint64_t(cfg.sliding_window) + (l.attn == AttnKind::CSA ? uint64_t(cfg.index_topk) : e));
     if (l.attn == AttnKind::CSA) any_csa = true, entries = std::max(entries, e);
@@ -274,6 +280,9 @@ uint64_t workspace_bytes(const ModelConfig& cfg, int gpus, int64_t seqs, int64_t
   const uint64_t logit_rows = std::min(T, std::max(uint64_t(seqs), (uint64_t(256) << 20) / std::max<uint64_t>(V * 4, 1)));
   s += (P * n * D + 2 * P * D + logit_rows * D) * kBf16 + logit_rows * V * kF32 + (2 * T * n + T * n * n) * kF32;
   s += uint64_t(64) << 20;  // the context's cuBLASLt workspace
+  // MTP input (MtpWorkspace): streams S [T n, D], e [T, D], ep [P, D], hp [T n + 16, D] bf16, the sum's
+  // post / comb constants fp32, and the pinned staging of S (host memory, not counted).
+  if (mtp) s += (T * n * D + T * D + P * D + (T * n + 16) * D) * kBf16 + (T * n + T * n * n) * kF32;
   // Expert parallelism: this GPU's T*k (token, pick) rows out and back (bf16), and up to every GPU's
   // rows in and out when they all pick this GPU's experts.
   if (gpus > 1) s += 2 * (Tk * D * kBf16) + 2 * (uint64_t(gpus) * Tk * D * kBf16);
@@ -286,8 +295,8 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const WeightInventory& w, const M
   p.options = o;
   const int64_t seqs = (o.sequences + o.gpus - 1) / o.gpus;  // data-parallel attention: the same slots on every GPU
   const int64_t T = std::max(o.max_tokens, seqs);  // a decode batch of every slot is one call
-  const uint64_t kv = kv_bytes(cfg, seqs, o.context, T);
-  const uint64_t ws = workspace_bytes(cfg, o.gpus, seqs, o.context, T);
+  const uint64_t kv = kv_bytes(cfg, seqs, o.context, T, w.mtp_blocks);
+  const uint64_t ws = workspace_bytes(cfg, o.gpus, seqs, o.context, T, w.mtp_blocks > 0);
   for (int g = 0; g < o.gpus; ++g) {
     GpuPlan gp;
     gp.gpu = g;

@@ -29,6 +29,7 @@ struct WeightInventory {
   // layers, then the MTP blocks / DSpark stages present.
   std::vector<std::vector<uint64_t>> experts;
   uint64_t stored = 0;      // the same tensors as stored in the checkpoint
+  int64_t mtp_blocks = 0;   // MTP blocks present (the GPU holds their weights, state and input buffers)
   uint64_t routed() const;  // sum of `experts`
   uint64_t total() const { return replicated + routed(); }
 };
@@ -66,11 +67,14 @@ struct MemoryPlan {
 // sequences or max_tokens < 1).
 MemoryPlan plan_memory(const ModelConfig& cfg, const WeightInventory& w, const MemoryPlanOptions& o);
 
-// KV and compressor state of the main stack for `seqs` state slots of `context` positions and calls of
-// up to `max_tokens` tokens: the bytes the AttentionLayerStates of every layer allocate.
-uint64_t kv_bytes(const ModelConfig& cfg, int64_t seqs, int64_t context, int64_t max_tokens);
-// The workspace estimate of one GPU of `gpus` (see above).
-uint64_t workspace_bytes(const ModelConfig& cfg, int gpus, int64_t seqs, int64_t context, int64_t max_tokens);
+// KV and compressor state of the main stack and `mtp_blocks` MTP blocks (forward layers num_layers + k,
+// cfg.layer_at) for `seqs` state slots of `context` positions and calls of up to `max_tokens` tokens:
+// the bytes the AttentionLayerStates of every layer allocate.
+uint64_t kv_bytes(const ModelConfig& cfg, int64_t seqs, int64_t context, int64_t max_tokens, int64_t mtp_blocks = 0);
+// The workspace estimate of one GPU of `gpus` (see above); with an MTP block also its input buffers
+// (MtpWorkspace, src/backend/cuda/mtp_layer.h).
+uint64_t workspace_bytes(const ModelConfig& cfg, int gpus, int64_t seqs, int64_t context, int64_t max_tokens,
+                         bool mtp = false);
 
 // The plan for o, checked against `gpu_bytes` (the memory one GPU has free). Throws a one-line
 // dsv4::Error when the largest GPU's share does not fit:

@@ -75,6 +75,13 @@ TEST(MemoryPlan, KvBytesFollowTheAttentionLayerStates) {
   //   HCA (16): (32 + 16 + 2 x 4) x 256 = 14336; cur_a/g 2 x 2 x 16 x 128 x 4 = 32768 = 47104
   EXPECT_EQ(kv_bytes(cfg, 2, 64, 8), 12288u + 77824u + 47104u + 77824u);
   EXPECT_EQ(kv_bytes(cfg, 1, 64, 8) * 2 - kv_bytes(cfg, 2, 64, 8), 4u * 16u * 128u * 2u);  // chunk rows once per layer
+  // mtp.0 (compress ratio 0: a sliding block) has its own ring and chunk rows: (2 x 16 + 16) x 128 x 2.
+  EXPECT_EQ(kv_bytes(cfg, 2, 64, 8, 1) - kv_bytes(cfg, 2, 64, 8), 12288u);
+  const auto ckpt = Checkpoint::open(tiny_q_dir());
+  const WeightInventory w = weight_inventory(cfg, bind_weights(cfg, *ckpt));
+  EXPECT_EQ(w.mtp_blocks, 1);
+  EXPECT_EQ(plan_memory(cfg, w, {.context = 64, .sequences = 2, .max_tokens = 8}).gpus[0].kv,
+            kv_bytes(cfg, 2, 64, 8, 1));
 }
 
 TEST(MemoryPlan, FlashKvPerSequence) {

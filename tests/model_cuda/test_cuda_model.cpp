@@ -3,7 +3,7 @@
 // tiny-shakespeare-fp8 (prefill, then decode steps through the CUDA graph) picks the CPU's ids, every
 // one, with the device sampler's greedy pick equal to the host's argmax; the fixtures' logits_steps
 // equal the CPU's bit for bit (tiny-q-wide: as close to the reference as the CPU); a decode step
-// replayed from its graph equals the plain launches; the MTP ops refuse with one line. CPU-only parts
+// replayed from its graph equals the plain launches (the MTP block: test_cuda_mtp.cpp). CPU-only parts
 // (dummy weights) run everywhere.
 #include <gtest/gtest.h>
 
@@ -133,21 +133,6 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, CudaOfficial,
                          ::testing::Values(Fixture{"tiny-shakespeare-fp8", 0.006}, Fixture{"tiny-q-wide", 0.08},
                                            Fixture{"tiny-q", 0.12}),
                          [](const auto& info) { return test::test_name(info.param.name); });
-
-// MTP blocks are not on the GPU yet: one line naming the way out, no crash.
-TEST(CudaModel, MtpRefusesWithOneLine) {
-  DSV4_REQUIRE_HOPPER();
-  auto gpu = test::load_cuda(test::bundled_model_dir(), KernelTier::Exact, 64, 16);
-  EXPECT_EQ(gpu->num_mtp(), 0);
-  const int64_t n = gpu->config().hc_mult, D = gpu->config().hidden_size;
-  try {
-    gpu->backend().set_streams(Tensor({1, n, D}));
-    FAIL() << "set_streams ran";
-  } catch (const Error& e) {
-    EXPECT_STREQ(e.what(), "MTP blocks are not on cuda yet (use --device cpu)");
-  }
-  EXPECT_THROW(gpu->backend().mtp_input(0), Error);
-}
 
 // Bad batches fail in begin() with one line naming what was expected.
 TEST(CudaModel, BeginChecksTheBatch) {

@@ -84,7 +84,9 @@ AttentionWorkspace::AttentionWorkspace(const ModelConfig& cfg, int64_t max_token
   const int64_t G = cfg.o_groups, ro = cfg.o_lora_rank, gin = H * d / G;
   const int64_t HI = cfg.index_n_heads, dI = cfg.index_head_dim, T = max_tokens, P = max_padded_;
   bool any_csa = false;
-  for (const LayerSpec& l : cfg.layers) {
+  std::vector<LayerSpec> specs = cfg.layers;  // the main stack and the MTP blocks the config describes
+  for (size_t k = 0; k < cfg.mtp_layers.size(); ++k) specs.push_back(cfg.layer_at(cfg.num_layers + int64_t(k)));
+  for (const LayerSpec& l : specs) {
     max_keys_ = std::max(max_keys_, max_keys_of(cfg, l, max_ctx));
     if (l.attn == AttnKind::CSA) {
       any_csa = true;
@@ -123,12 +125,8 @@ LtMatmul& AttentionWorkspace::plan(const DeviceContext& ctx, GemmKind kind, int6
   return *it->second;
 }
 
-namespace {
-
-// y [P, out] = linear(x [T, in]) in official numerics: FP8 weights quantize x (1x128), dense weights
-// take x as is. The kernel is the table's (linear_choice.h, LinearSite::Projection): exact_linear
-// (bit-identical to the CPU twin) or fast_gemv, each on its own quantization layout, or cuBLASLt (FP8
-// block-scaled or bf16 GEMM), whose y must hold the plan's padded rows.
+// The kernel is the table's: exact_linear (bit-identical to the CPU twin) or fast_gemv, each on its own
+// quantization layout, or cuBLASLt (FP8 block-scaled or bf16 GEMM), whose y must hold the plan's padded rows.
 void run_linear(const DeviceContext& ctx, AttentionWorkspace& ws, const DevLinear& w, const bf16* x, int64_t T,
                 bf16* y) {
   const LinearKernel k = linear_kernel(LinearSite::Projection, T, ctx.kernels());
@@ -153,6 +151,8 @@ void run_linear(const DeviceContext& ctx, AttentionWorkspace& ws, const DevLinea
   act_quant_rows(ctx, x, T, w.in, ws.codes.get(), ws.scales.get(), 1, P);
   mm.run_fp8(ctx, ws.codes.get(), ws.scales.get(), w.w8, y);
 }
+
+namespace {
 
 // run_linear of two FP8 weights on the same x (wq_a and wkv) where the table picks fast_gemv: one
 // quantization of x and, where fast_gemv takes both, one launch. False (nothing run) elsewhere.

@@ -72,6 +72,9 @@ struct DevAttentionWeights {
   std::optional<DevIndexerWeights> idx;      // CSA
 };
 
+// One FP8 or dense linear weight as run_linear reads it (also the MTP blocks' e_proj / h_proj).
+DevLinear upload_linear(const LinearWeight& w);
+
 // Uploads one layer's attention weights (the CPU-side views point into the checkpoint mmap).
 DevAttentionWeights upload_attention_weights(const DeviceContext& ctx, const AttentionWeights& w,
                                              const ModelConfig& cfg, const LayerSpec& spec);
@@ -109,7 +112,7 @@ struct AttentionLayerState {
 };
 
 // Scratch of the attention ops for up to `max_tokens` tokens per call, shared by all layers of a
-// model (sized from the config), plus the cuBLASLt plans, made once per (kind, out, in, tokens).
+// model and its MTP blocks (sized from the config: cfg.layers and cfg.mtp_layers), plus the cuBLASLt plans, made once per (kind, out, in, tokens).
 class AttentionWorkspace {
  public:
   AttentionWorkspace(const ModelConfig& cfg, int64_t max_tokens, int64_t max_ctx);
@@ -149,6 +152,12 @@ struct AttentionCall {
   AttentionWorkspace& ws;
   AttentionBatch b;
 };
+
+// y [P, out] = linear(x [T, in]) in official numerics (LinearSite::Projection of linear_choice.h): FP8
+// weights quantize x 1x128 into ws.codes / ws.scales first, dense weights take x as is; bf16 out. T <=
+// ws.max_tokens(); y holds the cuBLASLt plan's padded rows P where the table picks cuBLASLt.
+void run_linear(const DeviceContext& ctx, AttentionWorkspace& ws, const DevLinear& w, const bf16* x, int64_t T,
+                bf16* y);
 
 // Q into ws.q and this call's KV into the chunk rows of st, from x [T, D] bf16 (the attn-normed input).
 void attn_qkv(const DeviceContext& ctx, const AttentionCall& a, const bf16* x);

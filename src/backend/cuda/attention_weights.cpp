@@ -36,6 +36,20 @@ DeviceBuffer<bf16> upload_dense_bf16(const LinearWeight& w) {
   return upload_bf16_values(t.data);
 }
 
+DevCompressorWeights upload_compressor(const CompressorWeights& w, int ratio, int dc, bool overlap) {
+  DevCompressorWeights d;
+  d.wkv = upload_dense_bf16(w.wkv);
+  d.wgate = upload_dense_bf16(w.wgate);
+  d.ape = upload_f32(w.ape, "compressor ape");
+  d.norm = upload_f32(w.norm, "compressor norm");
+  d.ratio = ratio;
+  d.dc = dc;
+  d.overlap = overlap;
+  return d;
+}
+
+}  // namespace
+
 DevLinear upload_linear(const LinearWeight& w) {
   DevLinear d;
   d.out = w.out;
@@ -54,20 +68,6 @@ DevLinear upload_linear(const LinearWeight& w) {
   }
   return d;
 }
-
-DevCompressorWeights upload_compressor(const CompressorWeights& w, int ratio, int dc, bool overlap) {
-  DevCompressorWeights d;
-  d.wkv = upload_dense_bf16(w.wkv);
-  d.wgate = upload_dense_bf16(w.wgate);
-  d.ape = upload_f32(w.ape, "compressor ape");
-  d.norm = upload_f32(w.norm, "compressor norm");
-  d.ratio = ratio;
-  d.dc = dc;
-  d.overlap = overlap;
-  return d;
-}
-
-}  // namespace
 
 DevAttentionWeights upload_attention_weights(const DeviceContext& ctx, const AttentionWeights& w,
                                              const ModelConfig& cfg, const LayerSpec& spec) {

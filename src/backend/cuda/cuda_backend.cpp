@@ -1,5 +1,5 @@
 // CudaBackend (cuda_backend.h): slots, buffers, the call's uploads and CUDA graphs, and the ops over
-// the sub-layers of this folder (attention_sublayer.h, moe_sublayer.h, head_layer.h).
+// the sub-layers of this folder (attention_sublayer.h, moe_sublayer.h, head_layer.h, mtp_layer.h).
 #include "backend/cuda/cuda_backend.h"
 
 #include <algorithm>
@@ -14,11 +14,6 @@
 #include "core/error.h"
 
 namespace dsv4::cuda {
-namespace {
-
-[[noreturn]] void no_mtp() { fail("MTP blocks are not on cuda yet (use --device cpu)"); }
-
-}  // namespace
 
 CudaBackend::CudaBackend(const ModelConfig& cfg, const Weights& w, uint64_t total_bytes, const BackendOptions& o,
                          const LoadProgress& progress)
@@ -32,10 +27,11 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const Weights& w, uint64_t tota
   w_ = upload_weights(*ctx_, cfg_, w, total_bytes, progress);
 
   const int64_t T = cap_.max_tokens, n = cfg_.hc_mult, D = cfg_.hidden_size, V = cfg_.vocab_size;
-  for (int64_t i = 0; i < cfg_.num_layers; ++i)
-    states_.emplace_back(cfg_, cfg_.layers[size_t(i)], cap_.max_seqs, cap_.max_ctx, T);
+  for (int64_t i = 0; i < cfg_.num_layers + num_mtp(); ++i)
+    states_.emplace_back(cfg_, cfg_.layer_at(i), cap_.max_seqs, cap_.max_ctx, T);
   attn_ws_ = std::make_unique<AttentionWorkspace>(cfg_, T, cap_.max_ctx);
   moe_ws_ = std::make_unique<MoeWorkspace>(*ctx_, cfg_, T);
+  if (num_mtp() > 0) mtp_ws_ = std::make_unique<MtpWorkspace>(cfg_, T);
   moe_ws_->grouped_prefill = o.grouped_moe_prefill;
   // Logit rows: every decode row, and prefill logits in pieces of at most ~256 MiB.
   logit_rows_ = std::min(T, std::max<int64_t>(cap_.max_seqs, (int64_t(256) << 20) / (V * 4)));
@@ -108,7 +104,9 @@ void CudaBackend::begin(const Batch& b) {
 void CudaBackend::prepare(const StepShape& shape) {
   const int64_t T = shape.tokens;
   if (!prepared_[T]) {
-    for (int64_t i = 0; i < cfg_.num_layers; ++i) attn_ws_->prepare(*ctx_, cfg_, w_.layers[size_t(i)].attn, T);
+    for (int64_t i = 0; i < cfg_.num_layers + num_mtp(); ++i)
+      attn_ws_->prepare(*ctx_, cfg_, block(i, "prepare").attn, T);
+    for (const DevMtpWeights& m : w_.mtp) mtp_input_prepare(*ctx_, m, *attn_ws_, T, int(cfg_.hc_mult));
     moe_ws_->prepare(*ctx_, T);
     prepared_[T] = true;
   }
@@ -116,7 +114,9 @@ void CudaBackend::prepare(const StepShape& shape) {
 }
 
 void CudaBackend::execute(const StepShape& shape, const std::function<void()>& body) {
-  if (shape.mtp || shape.head != 0) no_mtp();
+  if (shape.head < 0 || shape.head > num_mtp())
+    fail("cuda backend: head ", shape.head, " does not exist (", num_mtp(), " MTP block(s))");
+  if (shape.mtp && num_mtp() == 0) fail("cuda backend: an MTP call, the checkpoint has no MTP block");
   if (shape.tokens != T_ || shape.run_len != run_len_)
     fail("cuda backend: a shape of ", shape.tokens, " tokens in runs of ", shape.run_len, " after a batch of ", T_,
          " in runs of ", run_len_);
@@ -181,10 +181,15 @@ void CudaBackend::stage_sampling() {
 // ---- the ops
 
 const DevBlockWeights& CudaBackend::block(int64_t layer, const char* op) const {
-  if (layer >= cfg_.num_layers && layer < cfg_.num_layers + int64_t(cfg_.mtp_layers.size())) no_mtp();
-  if (layer < 0 || layer >= int64_t(w_.layers.size()))
-    fail("cuda backend: ", op, " of layer ", layer, ", the model has ", w_.layers.size());
-  return w_.layers[size_t(layer)];
+  const int64_t L = int64_t(w_.layers.size());
+  if (layer < 0 || layer >= L + num_mtp())
+    fail("cuda backend: ", op, " of layer ", layer, ", the model has ", L, " layers and ", num_mtp(), " MTP block(s)");
+  return layer < L ? w_.layers[size_t(layer)] : w_.mtp[size_t(layer - L)].block;
+}
+
+const DevHeadWeights& CudaBackend::head_weights(int64_t head) const {
+  if (head < 0 || head > num_mtp()) fail("head ", head, " does not exist (", num_mtp(), " MTP block(s))");
+  return head == 0 ? w_.head : w_.mtp[size_t(head - 1)].head;
 }
 
 AttentionCall CudaBackend::attention(int64_t layer, const char* op) {
@@ -230,8 +235,16 @@ void CudaBackend::moe_experts(int64_t layer) {
   cuda::moe_experts(*ctx_, block(layer, "moe_experts").ffn, *moe_ws_, u_.get(), T_, y_.get());
 }
 
-void CudaBackend::mtp_input(int64_t) { no_mtp(); }
-void CudaBackend::set_streams(const Tensor&) { no_mtp(); }
+void CudaBackend::mtp_input(int64_t k) {
+  if (k < 0 || k >= num_mtp()) fail("the checkpoint has ", num_mtp(), " MTP block(s), block ", k, " requested");
+  mtp_input_forward(*ctx_, w_.mtp[size_t(k)], w_.embed, *mtp_ws_, *attn_ws_, ids_.get(), T_,
+                    float(cfg_.rms_norm_eps), X_.get());
+}
+
+void CudaBackend::set_streams(const Tensor& S) {
+  if (!mtp_ws_) fail("cuda backend: MTP input streams, the checkpoint has no MTP block");
+  mtp_ws_->set_streams(*ctx_, S);
+}
 
 LtMatmul* CudaBackend::head_plan(int64_t rows) {
   if (linear_kernel(LinearSite::Head, rows, opt_.kernels) != LinearKernel::Lt) return nullptr;
@@ -241,11 +254,11 @@ LtMatmul* CudaBackend::head_plan(int64_t rows) {
 }
 
 void CudaBackend::head(int64_t head, int64_t first, int64_t rows) {
-  if (head != 0) no_mtp();
+  const DevHeadWeights& hw = head_weights(head);
   if (rows < 1 || rows > logit_rows_ || first < 0 || first + rows > T_)
     fail("cuda backend: head rows [", first, ", ", first + rows, ") of a call of ", T_, " tokens (at most ",
          logit_rows_, " rows)");
-  head_forward(*ctx_, w_.head, X_.get() + first * cfg_.hc_mult * cfg_.hidden_size, rows, h_.get(), logits_.get(),
+  head_forward(*ctx_, hw, X_.get() + first * cfg_.hc_mult * cfg_.hidden_size, rows, h_.get(), logits_.get(),
                linear_kernel(LinearSite::Head, rows, opt_.kernels), head_plan(rows));
 }
 
@@ -266,9 +279,9 @@ void CudaBackend::sample(int64_t rows) {
 
 namespace {
 
-// A slot's device state: the bytes of every layer's pieces (AttentionLayerState::slot_pieces) in
-// order, in one device buffer. Taken and restored by copies on the backend's stream (no host sync):
-// they land between the calls around them.
+// A slot's device state: the bytes of every layer's pieces (AttentionLayerState::slot_pieces), the
+// MTP blocks' after the main layers', in order, in one device buffer. Taken and restored by copies on
+// the backend's stream (no host sync): they land between the calls around them.
 struct CudaSnapshot final : SlotSnapshot {
   uint64_t bytes() const override { return data.bytes(); }
   const void* owner = nullptr;  // the backend it belongs to
@@ -343,14 +356,14 @@ Tensor download_bf16(const DeviceContext& ctx, const bf16* src, Shape shape) {
 Tensor CudaBackend::streams() { return download_bf16(*ctx_, X_.get(), {T_, cfg_.hc_mult, cfg_.hidden_size}); }
 
 Tensor CudaBackend::head_hidden(int64_t head, int64_t first, int64_t rows) {
-  if (head != 0) no_mtp();
+  const DevHeadWeights& hw = head_weights(head);
   const int64_t n = cfg_.hc_mult, D = cfg_.hidden_size;
   if (rows < 1 || first < 0 || first + rows > T_)
     fail("cuda backend: head rows [", first, ", ", first + rows, ") of a call of ", T_, " tokens");
   Tensor out({rows, D});
   for (int64_t r0 = 0; r0 < rows; r0 += logit_rows_) {
     const int64_t piece = std::min(logit_rows_, rows - r0);
-    head_hidden_forward(*ctx_, w_.head, X_.get() + (first + r0) * n * D, piece, h_.get());
+    head_hidden_forward(*ctx_, hw, X_.get() + (first + r0) * n * D, piece, h_.get());
     const Tensor part = download_bf16(*ctx_, h_.get(), {piece, D});
     std::copy(part.data.begin(), part.data.end(), out.row(r0));
   }

@@ -8,7 +8,10 @@
 //
 // Positions are the caller's: a sequence in slot s at position p feeds its next tokens at p, p+1, ...;
 // a slot restarts a sequence by feeding position 0 (no reset needed, see AttentionLayerState).
-// MTP blocks are not on the GPU yet: num_mtp() is 0 and the MTP ops throw.
+// MTP blocks (every mtp.K of the checkpoint): layer num_layers + k through the main layers' ops, with
+// its own AttentionLayerState in every slot (snapshots include it), its input by mtp_input
+// (mtp_layer.h) from the streams of set_streams, head 1 + k with its own hc_head / norm and the shared
+// head weight.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -24,6 +27,7 @@
 #include "backend/cuda/buffer.h"
 #include "backend/cuda/context.h"
 #include "backend/cuda/device_weights.h"
+#include "backend/cuda/mtp_layer.h"
 #include "core/tensor.h"
 #include "io/config.h"
 #include "io/weights.h"
@@ -42,7 +46,7 @@ class CudaBackend final : public Backend {
   const Capacity& capacity() const override { return cap_; }
   Numerics numerics() const override { return Numerics::Official; }
   std::string name() const override;
-  int64_t num_mtp() const override { return 0; }
+  int64_t num_mtp() const override { return int64_t(w_.mtp.size()); }
   BackendInfo info() const override;  // the GPU's name, the weights' device bytes, free device memory
 
   void begin(const Batch& b) override;
@@ -80,6 +84,7 @@ class CudaBackend final : public Backend {
  private:
   void prepare(const StepShape& shape);  // GEMM plans of a shape (before its capture)
   const DevBlockWeights& block(int64_t layer, const char* op) const;
+  const DevHeadWeights& head_weights(int64_t head) const;  // 0 main, 1 + k MTP block k
   AttentionCall attention(int64_t layer, const char* op);
   // The fast tier's head GEMM for `rows` rows where the table picks cuBLASLt (else null).
   LtMatmul* head_plan(int64_t rows);
@@ -90,9 +95,10 @@ class CudaBackend final : public Backend {
   Capacity cap_;
   std::unique_ptr<DeviceContext> ctx_;
   DeviceWeights w_;
-  std::vector<AttentionLayerState> states_;
+  std::vector<AttentionLayerState> states_;  // the main layers, then the MTP blocks
   std::unique_ptr<AttentionWorkspace> attn_ws_;
   std::unique_ptr<MoeWorkspace> moe_ws_;
+  std::unique_ptr<MtpWorkspace> mtp_ws_;  // when the model has an MTP block
   int64_t logit_rows_ = 0;
   int64_t T_ = 0, run_len_ = 1;  // the current call (begin)
 

@@ -30,6 +30,8 @@ uint64_t block_device_bytes(const DevBlockWeights& b) {
   s += m.gate.bytes() + m.bias.bytes() + m.tid2eid.bytes() + m.w13.bytes() + m.w13_scales.bytes() + m.w2.bytes() +
        m.w2_scales.bytes();
   for (const Fp8Weight* w : {&m.shared_w1, &m.shared_w2, &m.shared_w3}) s += w->codes.bytes() + w->scales.bytes();
+  // Dense (bf16) routed and shared experts (the bundled model).
+  s += m.w13_16.bytes() + m.w2_16.bytes() + m.shared16_w1.bytes() + m.shared16_w2.bytes() + m.shared16_w3.bytes();
   return s;
 }
 
@@ -79,9 +81,7 @@ DeviceWeights upload_weights(const DeviceContext& ctx, const ModelConfig& cfg, c
   d.head = upload_head_weights(ctx, w.hc_head, w.norm, w.head, cfg);
   advance(w.head.bytes() + w.norm.nbytes + w.hc_head.fn.nbytes + w.hc_head.base.nbytes + w.hc_head.scale.nbytes, 5);
   d.device_bytes = d.embed.embed.bytes() + d.head.head.bytes() + d.head.hc_fn.bytes() + d.head.norm.bytes();
-  for (int64_t i = 0; i < cfg.num_layers; ++i) {
-    const BlockWeights& b = w.layers[size_t(i)];
-    const LayerSpec& spec = cfg.layers[size_t(i)];
+  auto upload_block = [&](const BlockWeights& b, const LayerSpec& spec, int64_t i) {
     // The GPU MoE runs MXFP4 or dense routed experts; FP8 (Base) and NVFP4 experts are a later step.
     for (const ExpertWeights& e : b.ffn.experts)
       for (const LinearWeight* l : {&e.w1, &e.w2, &e.w3})
@@ -96,8 +96,30 @@ DeviceWeights upload_weights(const DeviceContext& ctx, const ModelConfig& cfg, c
     db.attn = upload_attention_weights(ctx, b.attn, cfg, spec);
     db.ffn = upload_moe_weights(ctx, b.ffn, cfg, spec);
     d.device_bytes += block_device_bytes(db);
-    d.layers.push_back(std::move(db));
+    return db;
+  };
+  for (int64_t i = 0; i < cfg.num_layers; ++i) {
+    const BlockWeights& b = w.layers[size_t(i)];
+    d.layers.push_back(upload_block(b, cfg.layers[size_t(i)], i));
     advance(block_source_bytes(b), 1);
+  }
+  // MTP block k runs as forward layer num_layers + k (cfg.layer_at: its spec, routed top-k).
+  for (size_t k = 0; k < w.mtp.size(); ++k) {
+    const MtpWeights& m = w.mtp[k];
+    const int64_t layer = cfg.num_layers + int64_t(k);
+    DevMtpWeights dm;
+    dm.block = upload_block(m.block, cfg.layer_at(layer), layer);
+    dm.e_proj = upload_linear(m.e_proj);
+    dm.h_proj = upload_linear(m.h_proj);
+    dm.enorm = upload_f32(m.enorm);
+    dm.hnorm = upload_f32(m.hnorm);
+    dm.head = upload_head_weights(ctx, m.hc_head, m.norm, w.head, cfg, d.head.weight());
+    d.device_bytes += bytes_of(dm.e_proj) + bytes_of(dm.h_proj) + dm.enorm.bytes() + dm.hnorm.bytes() +
+                      dm.head.hc_fn.bytes() + dm.head.hc_base.bytes() + dm.head.hc_scale.bytes() + dm.head.norm.bytes();
+    d.mtp.push_back(std::move(dm));
+    advance(block_source_bytes(m.block) + m.e_proj.bytes() + m.h_proj.bytes() + m.enorm.nbytes + m.hnorm.nbytes +
+                m.norm.nbytes + m.hc_head.fn.nbytes + m.hc_head.base.nbytes + m.hc_head.scale.nbytes,
+            1);
   }
   ctx.synchronize();
   return d;

@@ -1,5 +1,7 @@
 // The whole model's weights in device memory: per layer the mHC mixes, the two norms, the attention
-// weights (attention_sublayer.h) and the MoE weights (moe_sublayer.h); embedding and head (head_layer.h). Built from a
+// weights (attention_sublayer.h) and the MoE weights (moe_sublayer.h); embedding and head (head_layer.h);
+// every MTP block of the checkpoint (MODEL.md §8: a decoder block like a main layer, e_proj / h_proj,
+// enorm / hnorm, its own hc_head and norm; embedding and head weight shared with the main model). Built from a
 // `Weights` whose views point into the checkpoint's mmap (or DummyWeights' pools): tensor by tensor,
 // straight from the mapped pages to device memory, FP8 and packed FP4 kept as stored (no host copy of
 // the model). A progress callback reports bytes as layers land.
@@ -30,10 +32,19 @@ struct DevBlockWeights {
   DevMoeWeights ffn;
 };
 
+// MTP block k (forward layer num_layers + k, spec cfg.layer_at(num_layers + k); head 1 + k).
+struct DevMtpWeights {
+  DevBlockWeights block;
+  DevLinear e_proj, h_proj;                 // [D, D] FP8 (or bf16 in dense checkpoints)
+  DeviceBuffer<float> enorm, hnorm;         // [D] fp32
+  DevHeadWeights head;                      // own hc_head and norm; weight() the main head's
+};
+
 struct DeviceWeights {
   DevEmbedWeights embed;
   DevHeadWeights head;
   std::vector<DevBlockWeights> layers;
+  std::vector<DevMtpWeights> mtp;           // the checkpoint's mtp.K blocks (Weights::mtp)
   uint64_t device_bytes = 0;  // what the buffers hold (after re-layout / dequantization)
 };
 
@@ -43,8 +54,8 @@ DeviceBuffer<float> upload_f32(const TensorView& v);
 DeviceBuffer<bf16> upload_bf16(const TensorView& v);
 DevHc upload_hc(const HcWeights& w);
 
-// Uploads every layer of cfg.layers (a truncated cfg uploads only its first layers) plus embed and
-// head. `progress` gets the checkpoint bytes consumed so far over `total_bytes`.
+// Uploads every layer of cfg.layers (a truncated cfg uploads only its first layers), every MTP block of
+// w.mtp, embed and head. `progress` gets the checkpoint bytes consumed so far over `total_bytes`.
 DeviceWeights upload_weights(const DeviceContext& ctx, const ModelConfig& cfg, const Weights& w,
                              uint64_t total_bytes, const LoadProgress& progress = {});
 

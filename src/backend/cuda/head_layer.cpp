@@ -29,7 +29,7 @@ void embed_forward(const DeviceContext& ctx, const DevEmbedWeights& w, const int
 
 // ---- Head.
 DevHeadWeights upload_head_weights(const DeviceContext& ctx, const HcWeights& hc, const TensorView& norm,
-                                   const LinearWeight& head, const ModelConfig& cfg) {
+                                   const LinearWeight& head, const ModelConfig& cfg, const bf16* shared) {
   (void)ctx;
   DevHeadWeights d;
   d.vocab = cfg.vocab_size;
@@ -42,7 +42,10 @@ DevHeadWeights upload_head_weights(const DeviceContext& ctx, const HcWeights& hc
   d.hc_base = upload_f32(hc.base);
   d.hc_scale = upload_f32(hc.scale);
   d.norm = upload_f32(norm);
-  d.head = upload_bf16(head.weight);
+  if (shared)
+    d.shared = shared;
+  else
+    d.head = upload_bf16(head.weight);
   return d;
 }
 
@@ -59,15 +62,15 @@ void head_forward(const DeviceContext& ctx, const DevHeadWeights& w, const bf16*
   switch (kernel) {
     case LinearKernel::Exact:
     case LinearKernel::FastGemv:
-      return run_linear_kernel(ctx, kernel, {.x = h, .x_stride = w.D, .w16 = w.head.get(), .y_f32 = logits,
+      return run_linear_kernel(ctx, kernel, {.x = h, .x_stride = w.D, .w16 = w.weight(), .y_f32 = logits,
                                              .y_stride = out, .tokens = T, .out = out, .in = in});
     case LinearKernel::Lt:
       if (!plan) fail("head_forward: the cuBLASLt path without a plan");
-      return linear_f32(ctx, {.x = h, .w = w.head.get(), .y = logits, .tokens = T, .x_stride = w.D, .in = in,
+      return linear_f32(ctx, {.x = h, .w = w.weight(), .y = logits, .tokens = T, .x_stride = w.D, .in = in,
                               .out = out, .plan = plan});
     case LinearKernel::Warp:  // linear_f32 without a plan above kExactLinearMaxTokens tokens
       if (T <= kExactLinearMaxTokens) fail("head_forward: the warp kernel runs above ", kExactLinearMaxTokens, " rows");
-      return linear_f32(ctx, {.x = h, .w = w.head.get(), .y = logits, .tokens = T, .x_stride = w.D, .in = in,
+      return linear_f32(ctx, {.x = h, .w = w.weight(), .y = logits, .tokens = T, .x_stride = w.D, .in = in,
                               .out = out});
   }
 }

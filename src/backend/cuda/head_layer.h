@@ -36,12 +36,15 @@ struct DevHeadWeights {
   DeviceBuffer<float> hc_base;   // [n]
   DeviceBuffer<float> hc_scale;  // [1]
   DeviceBuffer<float> norm;      // [D]
-  DeviceBuffer<bf16> head;       // [V, D]
+  DeviceBuffer<bf16> head;       // [V, D] (empty where `shared` is set)
+  const bf16* shared = nullptr;  // an MTP block's head: the main head's [V, D] weight (not owned)
+  const bf16* weight() const { return shared ? shared : head.get(); }
 };
-// The main head (w.hc_head, w.norm, w.head). For an MTP block's head pass its hc_head / norm and the
-// shared head weight.
+// The main head (w.hc_head, w.norm, w.head). For an MTP block's head pass its hc_head / norm and, as
+// `shared`, the main head's device weight (DevHeadWeights::weight() of the main head): the head weight
+// is shared with the main model (MODEL.md §8), held once.
 DevHeadWeights upload_head_weights(const DeviceContext& ctx, const HcWeights& hc, const TensorView& norm,
-                                   const LinearWeight& head, const ModelConfig& cfg);
+                                   const LinearWeight& head, const ModelConfig& cfg, const bf16* shared = nullptr);
 // h [T, D] bf16 (workspace of the caller) = norm(collapse(X)); X [T, n, D]. Then logits [T, V] fp32.
 void head_hidden_forward(const DeviceContext& ctx, const DevHeadWeights& w, const bf16* X, int64_t T, bf16* h);
 // The logits through `kernel`, the table's choice (linear_choice.h, LinearSite::Head); `plan` ([vocab, D]
