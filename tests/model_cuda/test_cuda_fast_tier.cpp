@@ -1,44 +1,35 @@
-// The fast kernel tier (DeviceContext::kernels(), docs/cuda.md "Kernel tiers") against the exact tier on
-// whole models: the logits along a prefill + decode steps within rel-L2 0.02 of the exact tier (and not
-// equal to them: the fast kernels ran) on the bundled tiny-shakespeare (dense bf16) and
+// The fast kernel tier (BackendOptions::kernels, docs/cuda.md "Kernel tiers") against the exact tier on
+// whole models: the logits along a prefill + decode steps within rel-L2 kFastVsExact of the exact tier
+// (and not equal to them: the fast kernels ran) on the bundled tiny-shakespeare (dense bf16) and
 // tiny-shakespeare-fp8 (FP8 linears, FP4 experts); tiny-q (chaotic under rounding) no farther from its
-// golden logits than the exact tier plus the reference's own path spread; on tiny-shakespeare-fp8 no farther from the golden
-// logits than the CPU (0.0107) plus the reference's own CPU-vs-GPU spread (0.0144); greedy text on the
-// bundled model equal to the exact tier's, or equal up to a first divergence that is a near-tie.
+// golden logits than the exact tier plus the reference's own path spread; on tiny-shakespeare-fp8 no
+// farther from the golden logits than the CPU (0.0107) plus the reference's own CPU-vs-GPU spread
+// (0.0144); greedy text on the bundled model equal to the exact tier's, or equal up to a first
+// divergence that is a near-tie within the fast kernels' stated tolerance.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <string>
 
-#include "backend/cuda/context.h"
-#include "cuda_steps.h"
+#include "cuda/harness.h"
 #include "model/golden.h"
-#include "model_cuda/cuda_model.h"
+#include "model_steps.h"
 #include "support/test_paths.h"
 
-namespace dsv4::cuda {
+namespace dsv4 {
 namespace {
 
-std::unique_ptr<CudaModel> load_tier(const std::string& dir, KernelTier tier, int64_t ctx, int64_t tokens) {
-  CudaModelOptions o;
-  o.max_ctx = ctx;
-  o.max_tokens = tokens;
-  o.kernels = tier;
-  return CudaModel::load(dir, o);
-}
+// Issue 6's model-level bound on the fast tier (rel-L2 of the logits against the exact tier's); the
+// element-wise rows of the op table (tests/cuda/harness.cpp) bound each kernel, not a whole forward.
+constexpr double kFastVsExact = 0.02;
 
-struct Case {
-  const char* name;  // fixture name, or "bundled"
-};
-
-class CudaFastTier : public ::testing::TestWithParam<Case> {};
+class CudaFastTier : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(CudaFastTier, LogitsNearExact) {
-  if (!have_hopper_device()) GTEST_SKIP() << "no sm_90 CUDA device";
-  const std::string name = GetParam().name;
+  DSV4_REQUIRE_HOPPER();
+  const std::string name = GetParam();
   const bool bundled = name == "bundled";
   if (!bundled && !std::filesystem::exists(test::fixture_dir(name))) GTEST_SKIP() << "no fixture";
   const std::string dir = bundled ? test::bundled_model_dir() : test::fixture_dir(name) + "/model";
@@ -53,8 +44,8 @@ TEST_P(CudaFastTier, LogitsNearExact) {
     P = g->manifest["prefill"].get<int64_t>();
   }
   const int64_t n = int64_t(ids.size());
-  const Tensor fast = cuda_steps(*load_tier(dir, KernelTier::Fast, n + 8, P), ids, P);
-  const Tensor exact = cuda_steps(*load_tier(dir, KernelTier::Exact, n + 8, P), ids, P);
+  const Tensor fast = test::decode_steps(*test::load_cuda(dir, KernelTier::Fast, n + 8, P), ids, P);
+  const Tensor exact = test::decode_steps(*test::load_cuda(dir, KernelTier::Exact, n + 8, P), ids, P);
   const double rel = test::rel_l2(fast, exact);
   std::printf("    %-22s fast vs exact tier logits rel L2 %.3g\n", name.c_str(), rel);
   EXPECT_GT(rel, 0.0) << "the fast tier computed the exact tier's bits: its kernels did not run";
@@ -63,7 +54,7 @@ TEST_P(CudaFastTier, LogitsNearExact) {
   // tier with fast_gemv alone, 0.194 with cuBLASLt's FP8 GEMMs on its 70-token prefill (H200,
   // 2026-12-01; the same kernels at the same shapes keep the trained tiny-shakespeare-fp8 within 0.01).
   // So tiny-q is held to the reference instead: no farther from it than the exact tier plus that spread.
-  if (name != "tiny-q") EXPECT_LT(rel, 0.02);
+  if (name != "tiny-q") EXPECT_LT(rel, kFastVsExact);
   if (g) {
     const Tensor& want = (*g)["logits_steps"];
     const double rf = test::rel_l2(fast, want), re = test::rel_l2(exact, want);
@@ -73,40 +64,30 @@ TEST_P(CudaFastTier, LogitsNearExact) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, CudaFastTier,
-                         ::testing::Values(Case{"bundled"}, Case{"tiny-q"}, Case{"tiny-shakespeare-fp8"}),
-                         [](const auto& info) { return test::test_name(info.param.name); });
-
-int32_t argmax(const Tensor& l) { return int32_t(std::max_element(l.data.begin(), l.data.end()) - l.data.begin()); }
+INSTANTIATE_TEST_SUITE_P(Models, CudaFastTier, ::testing::Values("bundled", "tiny-q", "tiny-shakespeare-fp8"),
+                         [](const auto& info) { return test::test_name(info.param); });
 
 // Greedy generation in both tiers from one prompt: the same ids, or the same up to a first divergence
-// where the exact tier's logits of the two picks differ by no more than twice the largest logit change
-// between the tiers at that step (a near-tie that the fast tier's rounding may flip).
+// that is a proven near-tie: there the exact tier's logits of the two picks differ by no more than the
+// fast kernels' stated element-wise tolerance (the gemm-bf16 row of the op table at the top logit).
 TEST(CudaFastTierGreedy, BundledTextMatchesExact) {
-  if (!have_hopper_device()) GTEST_SKIP() << "no sm_90 CUDA device";
+  DSV4_REQUIRE_HOPPER();
   const std::string dir = test::bundled_model_dir();
-  auto fast = load_tier(dir, KernelTier::Fast, 256, 64), exact = load_tier(dir, KernelTier::Exact, 256, 64);
   const std::vector<int32_t> prompt = {0, 50, 60, 70, 80, 90, 100, 110};
-  Tensor lf = fast->forward(0, 0, prompt), le = exact->forward(0, 0, prompt);
   const int64_t N = 48;
-  int64_t same = 0;
-  for (; same < N; ++same) {
-    const int32_t i_f = argmax(lf), i_e = argmax(le);
-    if (i_f != i_e) {
-      double diff = 0;
-      for (size_t v = 0; v < le.data.size(); ++v) diff = std::max(diff, double(std::fabs(lf.data[v] - le.data[v])));
-      const double gap = double(le.data[size_t(i_e)]) - double(le.data[size_t(i_f)]);
-      std::printf("    greedy diverges at token %lld: exact picks %d, fast %d; exact gap %.5f, largest tier "
-                  "difference %.5f\n", (long long)same, i_e, i_f, gap, diff);
-      EXPECT_LE(gap, 2 * diff) << "the first divergence is no near-tie";
-      break;
-    }
-    const int32_t pos = int32_t(prompt.size() + size_t(same));
-    lf = fast->decode_step({i_f}, {0}, {pos});
-    le = exact->decode_step({i_e}, {0}, {pos});
-  }
-  std::printf("    bundled greedy: %lld of %lld ids equal between the tiers\n", (long long)same, (long long)N);
+  const test::Greedy f = test::greedy(*test::load_cuda(dir, KernelTier::Fast, 256, 64), prompt, N);
+  const test::Greedy e = test::greedy(*test::load_cuda(dir, KernelTier::Exact, 256, 64), prompt, N);
+  const size_t same = test::first_divergence(f.ids, e.ids);
+  std::printf("    bundled greedy: %zu of %lld ids equal between the tiers\n", same, (long long)N);
+  if (same == f.ids.size()) return;
+  const Tensor& le = e.logits[same];
+  const float top = le.data[size_t(e.ids[same])], other = le.data[size_t(f.ids[same])];
+  const cuda::test::Tolerance& tol = cuda::test::tolerance(cuda::test::Tol::GemmBf16);
+  const double gap = double(top) - double(other), bound = tol.atol + tol.rtol * std::fabs(double(top));
+  std::printf("    greedy diverges at token %zu: exact picks %d, fast %d; exact-tier gap %.5f, tolerance %.5f\n", same,
+              e.ids[same], f.ids[same], gap, bound);
+  EXPECT_LE(gap, bound) << "the first divergence is no near-tie";
 }
 
 }  // namespace
-}  // namespace dsv4::cuda
+}  // namespace dsv4

@@ -1,8 +1,8 @@
-// Sampling on the GPU in the CUDA step model (cuda_model.h decode_sample / forward_sample,
-// cuda_step_model.h *_sampled): the kernel's draw is its CPU twin sample_philox's (runtime/sampler.h)
-// id for id on the same logits; the model's sampled decode (inside the graph) picks sample_philox's
-// ids on the logits it leaves on the device; through the engine, sampled requests reproduce per seed,
-// greedy ones equal the logits path, and penalty / logprobs requests fall back to the host Sampler.
+// Sampling on the GPU: the kernel's draw is its CPU twin's (cpu::sample_philox, backend/cpu/sampling.h)
+// id for id on the same logits; the CUDA backend's sampled calls (the decode graph ends with the
+// sampler) pick the twin's ids on the logits they leave on the device. (The engine's device sampling,
+// sampled requests reproducing per seed and the host fallback for penalties / logprobs, is the
+// runner's: tests/runtime.)
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -13,15 +13,12 @@
 #include "backend/cuda/buffer.h"
 #include "backend/cuda/context.h"
 #include "backend/cuda/sampling.h"
-#include "model_cuda/cuda_step_model.h"
-#include "runtime/engine.h"
-#include "support/engine_events.h"
+#include "backend/cpu/sampling.h"
+#include "model_steps.h"
 #include "support/test_paths.h"
 
 namespace dsv4::cuda {
 namespace {
-
-using namespace std::chrono_literals;
 
 TEST(CudaSampling, KernelDrawsEqualTheCpuTwin) {
   if (!have_hopper_device()) GTEST_SKIP() << "no sm_90 CUDA device";
@@ -66,13 +63,9 @@ TEST(CudaSampling, KernelDrawsEqualTheCpuTwin) {
     const std::vector<int32_t> got = dout.download();
     int same = 0;
     for (int64_t r = 0; r < rows; ++r) {
-      SamplingParams sp;
-      sp.temperature = c.t;
-      sp.top_k = c.k;
-      sp.top_p = c.p;
-      sp.min_p = c.m;
-      sp.seed = seed[size_t(r)];
-      same += got[size_t(r)] == sample_philox(z.data() + r * V, V, sp, step[size_t(r)]);
+      const SampleRow row{.temperature = c.t, .top_k = c.k, .top_p = c.p, .min_p = c.m, .seed = seed[size_t(r)],
+                          .step = step[size_t(r)]};
+      same += got[size_t(r)] == cpu::sample_philox(z.data() + r * V, V, row);
     }
     std::printf("    T=%.1f k=%d p=%.2f min_p=%.2f: %d of %lld draws equal the CPU twin\n", c.t, c.k, c.p, c.m, same,
                 (long long)rows);
@@ -83,141 +76,49 @@ TEST(CudaSampling, KernelDrawsEqualTheCpuTwin) {
   EXPECT_GE(equal, total - 2);
 }
 
-std::unique_ptr<CudaStepModel> load_bundled(int seqs) {
-  for (const std::string& dir : {test::bundled_model_dir(), test::fixture_dir("tiny-shakespeare-fp8") + "/model"}) {
-    if (!std::filesystem::exists(dir)) continue;
-    try {
-      return CudaStepModel::load(dir, seqs, 256, 16);
-    } catch (const Error& e) {
-      std::printf("    %s: not on the GPU: %s\n", dir.c_str(), e.what());
-    }
-  }
-  return nullptr;
-}
-
-TEST(CudaSampling, SampledDecodeEqualsTheTwinOnItsLogits) {
+// The backend's sampled calls: a prefill chunk whose last row is sampled, then decode steps of four
+// sequences whose graph ends with sample_tokens (each row its own parameters, greedy among them): every
+// id is the CPU twin's draw on the logits the step leaves on the device.
+TEST(CudaSampling, SampledStepsEqualTheTwinOnTheirLogits) {
   if (!have_hopper_device()) GTEST_SKIP() << "no sm_90 CUDA device";
-  auto m = load_bundled(4);
-  if (!m) GTEST_SKIP() << "no model the GPU loads";
-  const Tokenizer tok = Tokenizer::load(test::bundled_model_dir());
+  auto m = dsv4::test::load_cuda(dsv4::test::bundled_model_dir(), KernelTier::Exact, 256, 16, 4);
+  Backend& be = m->backend();
   const int64_t V = m->config().vocab_size;
-  const std::vector<std::string> prompts = {"ROMEO:\n", "JULIET:\nO Romeo, Romeo, wherefore art thou", "A", "HAMLET:\nTo be"};
-  std::vector<RowSampling> rows(4);
-  rows[0].params.temperature = 1.0f;
-  rows[1].params.temperature = 0.7f;
-  rows[1].params.top_p = 0.9f;
-  rows[2].params.temperature = 0.0f;
-  rows[3].host = true;  // logits come back
-  std::vector<int> slots;
-  std::vector<DecodeItem> batch;
+  std::vector<SampleRow> rows = {{.temperature = 1.0f, .seed = 40}, {.temperature = 0.7f, .top_p = 0.9f, .seed = 41},
+                                 {.temperature = 0.0f, .seed = 42}, {.temperature = 1.1f, .top_k = 20, .min_p = 0.02f, .seed = 43}};
+  std::vector<int32_t> next(4), pos(4);
   int checked = 0, equal = 0;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    rows[i].params.seed = 40 + i;
-    slots.push_back(m->new_sequence());
-    const std::vector<int32_t> p = tok.encode(prompts[i]);
-    const SampledStep s = m->prefill_sampled(slots[i], 0, p, rows[i]);  // > 16 tokens: chunked
-    ASSERT_EQ(s.ids.size(), 1u);
-    if (rows[i].host) {
-      EXPECT_EQ(s.ids[0], -1);
-      EXPECT_EQ(s.logits.shape, (std::vector<int64_t>{1, V}));
-    } else {
-      const Tensor l = m->model().logits_rows({0});
-      equal += s.ids[0] == sample_philox(l.ptr(), V, rows[i].params, 0);
-      ++checked;
-    }
-    batch.push_back({slots[i], s.ids[0] >= 0 ? s.ids[0] : 5, int64_t(p.size())});
+  for (int s = 0; s < 4; ++s) {
+    std::vector<int32_t> prompt(size_t(5 + 3 * s));
+    for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 17 + size_t(s) * 29 + 1) % size_t(V));
+    const int64_t T = int64_t(prompt.size());
+    Batch b{.ids = prompt, .positions = {}, .slots = std::vector<int32_t>(size_t(T), s), .run_len = T};
+    for (int64_t t = 0; t < T; ++t) b.positions.push_back(int32_t(t));
+    be.set_sampling({rows[size_t(s)]});
+    m->step(b, StepPlan{.head_first = T - 1, .head_rows = 1, .sample = true});
+    next[size_t(s)] = be.sampled(1).at(0);
+    const Tensor l = be.logits(1);
+    equal += next[size_t(s)] == cpu::sample_philox(l.ptr(), V, rows[size_t(s)]);
+    ++checked;
+    pos[size_t(s)] = int32_t(T);
   }
   for (int step = 1; step <= 8; ++step) {
     for (auto& r : rows) r.step = uint64_t(step);
-    const SampledStep s = m->decode_sampled(batch, rows);
-    const Tensor l = m->model().logits_rows({0, 1, 2, 3});
-    ASSERT_EQ(s.ids.size(), 4u);
+    const Batch b{.ids = next, .positions = pos, .slots = {0, 1, 2, 3}, .run_len = 1};
+    be.set_sampling(rows);
+    m->step(b, StepPlan{.head_first = 0, .head_rows = 4, .sample = true});
+    const std::vector<int32_t> ids = be.sampled(4);
+    const Tensor l = be.logits(4);
     for (size_t i = 0; i < 4; ++i) {
-      if (rows[i].host) {
-        EXPECT_EQ(s.ids[i], -1);
-        EXPECT_TRUE(std::equal(l.row(int64_t(i)), l.row(int64_t(i)) + V, s.logits.row(int64_t(i))));
-        batch[i].token = int32_t(std::max_element(l.row(int64_t(i)), l.row(int64_t(i)) + V) - l.row(int64_t(i)));
-      } else {
-        equal += s.ids[i] == sample_philox(l.row(int64_t(i)), V, rows[i].params, rows[i].step);
-        ++checked;
-        batch[i].token = s.ids[i];
-      }
-      ++batch[i].pos;
+      equal += ids[i] == cpu::sample_philox(l.row(int64_t(i)), V, rows[i]);
+      ++checked;
+      if (rows[i].temperature == 0) EXPECT_EQ(ids[i], dsv4::test::argmax(l.row(int64_t(i)), V));
+      next[i] = ids[i];
+      ++pos[i];
     }
   }
-  std::printf("    %d of %d sampled ids equal sample_philox on the step's logits\n", equal, checked);
+  std::printf("    %d of %d sampled ids equal the CPU twin's draw on the step's logits\n", equal, checked);
   EXPECT_EQ(equal, checked);
-}
-
-std::vector<int32_t> run_engine(StepModel& m, const Tokenizer& tok, const GenerationRequest& r) {
-  EngineOptions opt;
-  opt.max_num_seqs = 4;
-  opt.prefill_chunk = 64;  // the prompts fit one chunk, as in generate()
-  opt.max_step_tokens = 64;
-  Engine e(m, tok, opt);
-  return test::collect_ids(*e.submit(r));
-}
-
-TEST(CudaSampling, EngineSamplesOnTheDevice) {
-  if (!have_hopper_device()) GTEST_SKIP() << "no sm_90 CUDA device";
-  auto m = load_bundled(4);
-  if (!m) GTEST_SKIP() << "no model the GPU loads";
-  const Tokenizer tok = Tokenizer::load(test::bundled_model_dir());
-  GenerationRequest r;
-  r.prompt = tok.encode("KING HENRY:\nOnce more unto the breach");
-  r.sampling.temperature = 1.0f;
-  r.sampling.seed = 1;
-  r.stop.max_tokens = 48;
-  const auto a = run_engine(*m, tok, r), b = run_engine(*m, tok, r);
-  GenerationRequest r2 = r;
-  r2.sampling.seed = 2;
-  const auto c = run_engine(*m, tok, r2);
-  ASSERT_EQ(a.size(), 48u);
-  EXPECT_EQ(a, b);  // same seed, same ids
-  EXPECT_NE(a, c);  // another seed, other ids
-  // generate() over the model draws the same (Philox(seed, step)) from the same batch-1 logits.
-  Sampler s(r.sampling);
-  EXPECT_EQ(generate(*m, tok, r.prompt, s, r.stop).ids, a);
-
-  // Penalties and logprobs: host rows, the request's Sampler; sampled and well formed.
-  GenerationRequest pen = r, lp = r;
-  pen.sampling.repetition_penalty = 1.3f;
-  lp.top_logprobs = 3;
-  EXPECT_EQ(run_engine(*m, tok, pen).size(), 48u);
-  EngineOptions opt;
-  opt.max_num_seqs = 4;
-  Engine e(*m, tok, opt);
-  auto ch = e.submit(lp);
-  int tokens = 0;
-  bool finished = false;
-  const auto deadline = std::chrono::steady_clock::now() + 120s;
-  while (!finished && std::chrono::steady_clock::now() < deadline)
-    for (const EngineEvent& ev : ch->wait(100ms)) {
-      if (ev.kind == EngineEvent::Kind::Token) {
-        ++tokens;
-        EXPECT_TRUE(ev.has_logprobs);
-        EXPECT_EQ(ev.logprobs.top.size(), 3u);
-        EXPECT_LE(ev.logprobs.chosen, 0.0f);
-      }
-      EXPECT_NE(ev.kind, EngineEvent::Kind::Failed) << ev.text;
-      finished |= ev.final();
-    }
-  EXPECT_EQ(tokens, 48);
-
-  // Greedy: the device argmax equals the host's on the logits path.
-  GenerationRequest g = r;
-  g.sampling.temperature = 0;
-  Sampler sg(g.sampling);
-  const auto ids_dev = run_engine(*m, tok, g);
-  StepSequence seq(*m, 16);
-  Tensor l = seq.feed(g.prompt);
-  std::vector<int32_t> ids_host;
-  const int64_t V = m->config().vocab_size;
-  for (int i = 0; i < 48; ++i) {
-    ids_host.push_back(int32_t(std::max_element(l.data.begin(), l.data.begin() + V) - l.data.begin()));
-    if (i + 1 < 48) l = seq.feed({ids_host.back()});
-  }
-  EXPECT_EQ(ids_dev, ids_host);
 }
 
 }  // namespace

@@ -9,12 +9,9 @@
 #include <cstdint>
 #include <string>
 
-namespace dsv4::cuda {
+#include "backend/backend.h"  // KernelTier
 
-// Which kernels compute the linears (docs/cuda.md "Kernel tiers"): Exact reproduces the CPU's
-// summation order bit for bit; Fast keeps the quantization sites of the official numerics and frees
-// the order (tensor cores, split K). The choice is made in one place, cuda::linear (linear_fast.h).
-enum class KernelTier : uint8_t { Exact, Fast };
+namespace dsv4::cuda {
 
 class DeviceContext {
  public:
@@ -37,7 +34,8 @@ class DeviceContext {
   size_t max_smem_per_block() const { return max_smem_optin_; }  // with the opt-in attribute
   const std::string& name() const { return name_; }
 
-  // The tier the linears of this context run (default Exact: tests compare against the CPU bit for bit).
+  // The tier of the kernel-level dispatchers cuda::linear / linear_f32 (linear_fast.h, attn_ops.h; default
+  // Exact: tests compare against the CPU bit for bit). The backend's linears choose in linear_choice.h.
   KernelTier kernels() const { return kernels_; }
   void set_kernels(KernelTier t) { kernels_ = t; }
 

@@ -19,7 +19,7 @@ namespace dsv4::cuda {
 using bf16 = __nv_bfloat16;
 struct DevMoeWeights;
 
-struct MoeWorkspace;  // ffn_layer.h: the buffers of both routed-expert passes (plan, tiles, rows)
+struct MoeWorkspace;  // moe_sublayer.h: the buffers of both routed-expert passes (plan, tiles, rows)
 
 // The expert-sorted plan of T * k entries in ws (moe_plan: counts | offsets | rows, entry_row), the
 // routing weight per plan row (ws.w_rows) and the expert tiles of rows_per_tile rows (ws.tiles).

@@ -1,41 +1,27 @@
-// The GPU MoE, embedding and head (contracts in ffn_layer.h).
-#include "model_cuda/ffn_layer.h"
+// The GPU MoE sub-layer (contracts in moe_sublayer.h).
+#include "backend/cuda/moe_sublayer.h"
 
 #include <algorithm>
 #include <vector>
 
 #include "backend/cuda/attn_ops.h"
-#include "backend/cuda/embed_head.h"
 #include "backend/cuda/fp4_gemv.h"
 #include "backend/cuda/fp4_grouped_mma.h"
 #include "backend/cuda/fp4_tiled.h"
+#include "backend/cuda/linear_choice.h"
 #include "backend/cuda/linear_exact.h"
 #include "backend/cuda/linear_fast.h"
 #include "backend/cuda/moe_ops.h"
 #include "backend/cuda/ops.h"
 #include "core/dtype.h"
 #include "core/error.h"
-#include "model_cuda/moe_prefill.h"
+#include "backend/cuda/device_weights.h"
+#include "backend/cuda/moe_prefill.h"
 
 namespace dsv4::cuda {
 namespace {
 
 constexpr int64_t kMaxSelections = 65535;  // fp4_gemv's grid.y limit per launch
-
-DeviceBuffer<bf16> upload_bf16(const TensorView& v) {
-  DeviceBuffer<bf16> d(size_t(v.numel()));
-  std::vector<uint16_t> h(size_t(v.numel()));
-  if (v.dtype == DType::BF16) {
-    std::copy_n(reinterpret_cast<const uint16_t*>(v.data), h.size(), h.data());
-  } else {
-    const Tensor t = to_tensor(v);
-    for (size_t i = 0; i < h.size(); ++i) h[i] = f32_to_bf16(t.data[i]);
-  }
-  if (!h.empty()) DSV4_CUDA_CHECK(cudaMemcpy(d.get(), h.data(), h.size() * 2, cudaMemcpyHostToDevice));
-  return d;
-}
-
-DeviceBuffer<float> upload_f32(const TensorView& v) { return DeviceBuffer<float>(to_tensor(v).data); }
 
 // Appends a dense weight's bf16 bits (checking its shape) to a host staging vector.
 void stage_dense(const LinearWeight& w, int64_t rows, int64_t K, std::vector<uint16_t>& dst) {
@@ -210,128 +196,90 @@ MoeWorkspace::SharedPlans& MoeWorkspace::plans(const DeviceContext& ctx, int64_t
 }
 
 void MoeWorkspace::prepare(const DeviceContext& ctx, int64_t T) {
-  if (T > kExactLinearMaxTokens || fast_tier_gemm(ctx, T)) plans(ctx, T);
+  if (linear_kernel(LinearSite::SharedExpert, T, ctx.kernels()) == LinearKernel::Lt) plans(ctx, T);
 }
 
-// ---- Forward.
-void moe_forward(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace& ws, const bf16* x,
-                 const int32_t* token_ids, int64_t T, bf16* y) {
-  if (T == 0) return;
-  if (T > ws.max_tokens()) fail("moe_forward: ", T, " tokens, the workspace holds ", ws.max_tokens());
-  if (ws.D != w.D || ws.I != w.I || ws.E != w.E || ws.k != w.k) fail("moe_forward: workspace shapes differ from the layer's");
-  const int64_t D = w.D, I = w.I, k = w.k, Tk = T * k;
-  const bool exact = T <= kExactLinearMaxTokens, shared_fp8 = w.has_shared && !w.shared_dense;
-  if (w.dense_experts && Tk > 65535) fail("moe_forward: ", Tk, " dense-expert selections exceed one launch");
-  // The shared expert on cuBLASLt: above the exact range, and in the fast tier above fast_gemv's.
-  MoeWorkspace::SharedPlans* plans = shared_fp8 && (!exact || fast_tier_gemm(ctx, T)) ? &ws.plans(ctx, T) : nullptr;
-  const int64_t P = plans ? plans->up->padded_tokens() : T;
+// ---- The ops.
+namespace {
 
-  RouterParams r;
-  r.x = x;
-  r.gate = w.gate.get();
-  r.bias = w.bias.get();
-  r.tid2eid = w.route == RouteKind::Hash ? w.tid2eid.get() : nullptr;
-  r.token_ids = token_ids;
-  r.scores = ws.scores.get();
-  r.ids = ws.ids.get();
-  r.weights = ws.weights.get();
-  r.bad = ws.bad.get();
-  r.T = T;
-  r.vocab = w.vocab;
-  r.E = int(w.E);
-  r.D = int(D);
-  r.k = int(k);
-  r.norm_topk_prob = w.norm_topk_prob;
-  r.scaling = w.routed_scaling;
-  moe_router(ctx, r);
+void check_call(const DevMoeWeights& w, const MoeWorkspace& ws, int64_t T) {
+  if (T > ws.max_tokens()) fail("moe: ", T, " tokens, the workspace holds ", ws.max_tokens());
+  if (ws.D != w.D || ws.I != w.I || ws.E != w.E || ws.k != w.k) fail("moe: workspace shapes differ from the layer's");
+}
+
+}  // namespace
+
+void moe_route(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace& ws, const bf16* x,
+               const int32_t* token_ids, int64_t T) {
+  if (T == 0) return;
+  check_call(w, ws, T);
+  moe_router(ctx, {.x = x, .gate = w.gate.get(), .bias = w.bias.get(),
+                   .tid2eid = w.route == RouteKind::Hash ? w.tid2eid.get() : nullptr, .token_ids = token_ids,
+                   .scores = ws.scores.get(), .ids = ws.ids.get(), .weights = ws.weights.get(), .bad = ws.bad.get(),
+                   .T = T, .vocab = w.vocab, .E = int(w.E), .D = int(w.D), .k = int(w.k),
+                   .norm_topk_prob = w.norm_topk_prob, .scaling = w.routed_scaling});
+}
+
+void moe_experts(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace& ws, const bf16* x, int64_t T,
+                 bf16* y) {
+  if (T == 0) return;
+  check_call(w, ws, T);
+  const int64_t D = w.D, I = w.I, k = w.k, Tk = T * k;
+  const bool shared_fp8 = w.has_shared && !w.shared_dense;
+  if (w.dense_experts && Tk > 65535) fail("moe: ", Tk, " dense-expert selections exceed one launch");
+  const KernelTier tier = ctx.kernels();
+  const LinearKernel shared_kernel = linear_kernel(LinearSite::SharedExpert, T, tier);
+  const LinearKernel dense_kernel = linear_kernel(LinearSite::Dense, T, tier);
+  const RoutedKernel routed = routed_kernel(T, ws.grouped_prefill, ws.expert_tiles_from);
+  // The shared expert on cuBLASLt where the table says so.
+  MoeWorkspace::SharedPlans* plans = shared_fp8 && shared_kernel == LinearKernel::Lt ? &ws.plans(ctx, T) : nullptr;
+  const int64_t P = plans ? plans->up->padded_tokens() : T;
 
   if (!w.dense_experts || shared_fp8)  // x -> e4m3, scales block-major (b * P + t)
     act_quant_rows(ctx, x, T, D, ws.xq.get(), ws.xs.get(), 1, P);
 
   // Large FP4 calls: the grouped tensor-core pass (moe_prefill.h) instead of the GEMVs below.
   GroupedRouted grouped;
-  if (!exact && !w.dense_experts && ws.grouped_prefill)
+  if (!w.dense_experts && routed == RoutedKernel::Grouped)
     grouped = moe_routed_grouped(ctx, w, ws, ws.xq.get(), ws.xs.get(), P, ws.ids.get(), ws.weights.get(), T);
 
-  // exact_linear of a bf16 / FP8 input against a bf16 / FP8 weight (one token per expert selection
-  // when expert_ids is given).
-  auto exact_dense = [&](const bf16* xin, int64_t rows, int64_t row_div, const bf16* wt, const int32_t* ids,
-                         int64_t out, int64_t K, bf16* yout) {
-    ExactLinearParams e;
-    e.x = xin;
-    e.x_stride = K;
-    e.x_row_div = row_div;
-    e.w16 = wt;
-    e.expert_ids = ids;
-    e.w_expert_stride = out * K;
-    e.y = yout;
-    e.y_stride = out;
-    e.tokens = rows;
-    e.out = int(out);
-    e.in = int(K);
-    linear(ctx, e);
+  // A dense (bf16) linear at the Dense site (one token per expert selection when expert_ids is given).
+  auto dense = [&](const bf16* xin, int64_t rows, int64_t row_div, const bf16* wt, const int32_t* ids, int64_t out,
+                   int64_t K, bf16* yout) {
+    run_linear_kernel(ctx, dense_kernel, {.x = xin, .x_stride = K, .x_row_div = row_div, .w16 = wt,
+                                          .expert_ids = ids, .w_expert_stride = out * K, .y = yout, .y_stride = out,
+                                          .tokens = rows, .out = int(out), .in = int(K)});
+  };
+  // The shared expert's FP8 linears below cuBLASLt's range (exact_linear or fast_gemv).
+  auto shared_fp8_linear = [&](const uint8_t* codes, const float* scales, int64_t P_in, const Fp8Weight& wt,
+                               bf16* yout) {
+    run_linear_kernel(ctx, shared_kernel, fp8_linear_params(codes, scales, 1, P_in, wt, T, yout));
   };
   // Routed experts: one GEMV selection per (token, pick), in launches of at most 65535 selections.
   auto gemv = [&](const DeviceBuffer<uint8_t>& wp, const DeviceBuffer<uint8_t>& wsc, const uint8_t* xc, const float* xsc,
                   int64_t rows, int64_t K, bf16* out) {
     for (int64_t s0 = 0; s0 < Tk; s0 += kMaxSelections) {
-      Fp4GemvParams f;
-      f.w_packed = wp.get();
-      f.tiled = true;
-      f.w_scales = wsc.get();
-      f.expert_ids = ws.ids.get() + s0;
-      f.x_codes = xc + s0 * K;
-      f.x_scales = xsc + s0 * (K / 128);
-      f.y = out + s0 * rows;
-      f.selections = int(std::min(kMaxSelections, Tk - s0));
-      f.tokens = 1;
-      f.rows = rows;
-      f.K = K;
-      f.x_sel_stride = K;
-      f.xs_sel_stride = K / 128;
-      f.xs_blk_stride = 1;
-      f.y_sel_stride = rows;
-      fp4_gemv(ctx, f);
+      fp4_gemv(ctx, {.w_packed = wp.get(), .tiled = true, .w_scales = wsc.get(), .expert_ids = ws.ids.get() + s0,
+                     .x_codes = xc + s0 * K, .x_scales = xsc + s0 * (K / 128), .y = out + s0 * rows,
+                     .selections = int(std::min(kMaxSelections, Tk - s0)), .tokens = 1, .rows = rows, .K = K,
+                     .x_sel_stride = K, .xs_sel_stride = K / 128, .xs_blk_stride = 1, .y_sel_stride = rows});
     }
   };
   // Expert tiles: one fp4_gemv selection per (expert, up to kMoeExpertTileRows plan rows).
   auto tile_gemv = [&](const DeviceBuffer<uint8_t>& wp, const DeviceBuffer<uint8_t>& wsc, const uint8_t* xc,
                        const float* xsc, int64_t rows, int64_t K, bf16* out) {
-    Fp4GemvParams f;
-    f.w_packed = wp.get();
-    f.tiled = true;
-    f.w_scales = wsc.get();
-    f.tiles = ws.tiles.get();
-    f.offsets = ws.plan.get() + w.E;
-    f.x_codes = xc;
-    f.x_scales = xsc;
-    f.y = out;
-    f.selections = int(fp4_grouped_max_tiles(Tk, int(w.E), kMoeExpertTileRows));
-    f.tokens = kMoeExpertTileRows;
-    f.rows = rows;
-    f.K = K;
-    f.x_tok_stride = K;
-    f.xs_tok_stride = K / 128;
-    f.xs_blk_stride = 1;
-    f.y_tok_stride = rows;
-    fp4_gemv(ctx, f);
+    fp4_gemv(ctx, {.w_packed = wp.get(), .tiled = true, .w_scales = wsc.get(), .x_codes = xc, .x_scales = xsc,
+                   .y = out, .selections = int(fp4_grouped_max_tiles(Tk, int(w.E), kMoeExpertTileRows)),
+                   .tokens = kMoeExpertTileRows, .rows = rows, .K = K, .x_tok_stride = K, .xs_tok_stride = K / 128,
+                   .xs_blk_stride = 1, .y_tok_stride = rows, .tiles = ws.tiles.get(), .offsets = ws.plan.get() + w.E});
   };
-  const bool expert_tiles = exact && !w.dense_experts && T >= ws.expert_tiles_from;
   if (grouped.y2) {
     // done above
-  } else if (expert_tiles) {
+  } else if (!w.dense_experts && routed == RoutedKernel::Tiles) {
     const MoePlanRefs plan = moe_plan_tiles(ctx, ws, ws.ids.get(), ws.weights.get(), Tk, int(w.E), kMoeExpertTileRows);
-    MoeGatherParams g;  // x rows in plan order
-    g.xq = ws.xq.get();
-    g.xs = ws.xs.get();
-    g.sel_xq = ws.sel_xq.get();
-    g.sel_xs = ws.sel_xs.get();
-    g.rows = plan.rows;
-    g.T = T;
-    g.P = P;
-    g.k = int(k);
-    g.D = int(D);
-    moe_gather(ctx, g);
+    // x rows in plan order
+    moe_gather(ctx, {.xq = ws.xq.get(), .xs = ws.xs.get(), .sel_xq = ws.sel_xq.get(), .sel_xs = ws.sel_xs.get(),
+                     .rows = plan.rows, .T = T, .P = P, .k = int(k), .D = int(D)});
     tile_gemv(w.w13, w.w13_scales, ws.sel_xq.get(), ws.sel_xs.get(), 2 * I, D, ws.y13.get());
     swiglu_gate_up(ctx, ws.y13.get(), ws.w_rows.get(), ws.h.get(), Tk, I, w.swiglu_limit);
     act_quant_rows(ctx, ws.h.get(), Tk, I, ws.hq.get(), ws.hs.get(), I / 128, 1);
@@ -339,18 +287,10 @@ void moe_forward(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace&
     grouped.y2 = ws.y2.get();
     grouped.entry_row = ws.entry_row.get();
   } else if (w.dense_experts) {
-    exact_dense(x, Tk, k, w.w13_16.get(), ws.ids.get(), 2 * I, D, ws.y13.get());
+    dense(x, Tk, k, w.w13_16.get(), ws.ids.get(), 2 * I, D, ws.y13.get());
   } else {
-    MoeGatherParams g;
-    g.xq = ws.xq.get();
-    g.xs = ws.xs.get();
-    g.sel_xq = ws.sel_xq.get();
-    g.sel_xs = ws.sel_xs.get();
-    g.T = T;
-    g.P = P;
-    g.k = int(k);
-    g.D = int(D);
-    moe_gather(ctx, g);
+    moe_gather(ctx, {.xq = ws.xq.get(), .xs = ws.xs.get(), .sel_xq = ws.sel_xq.get(), .sel_xs = ws.sel_xs.get(),
+                     .T = T, .P = P, .k = int(k), .D = int(D)});
     gemv(w.w13, w.w13_scales, ws.sel_xq.get(), ws.sel_xs.get(), 2 * I, D, ws.y13.get());
   }
 
@@ -358,7 +298,7 @@ void moe_forward(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace&
     swiglu_gate_up(ctx, ws.y13.get(), ws.weights.get(), ws.h.get(), Tk, I, w.swiglu_limit);
 
     if (w.dense_experts) {
-      exact_dense(ws.h.get(), Tk, 1, w.w2_16.get(), ws.ids.get(), D, I, ws.y2.get());
+      dense(ws.h.get(), Tk, 1, w.w2_16.get(), ws.ids.get(), D, I, ws.y2.get());
     } else {
       act_quant_rows(ctx, ws.h.get(), Tk, I, ws.hq.get(), ws.hs.get(), I / 128, 1);
       gemv(w.w2, w.w2_scales, ws.hq.get(), ws.hs.get(), D, I, ws.y2.get());
@@ -368,123 +308,33 @@ void moe_forward(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace&
   if (w.has_shared) {
     // Gate and up.
     if (w.shared_dense) {
-      exact_dense(x, T, 1, w.shared16_w1.get(), nullptr, I, D, ws.sg.get());
-      exact_dense(x, T, 1, w.shared16_w3.get(), nullptr, I, D, ws.su.get());
+      dense(x, T, 1, w.shared16_w1.get(), nullptr, I, D, ws.sg.get());
+      dense(x, T, 1, w.shared16_w3.get(), nullptr, I, D, ws.su.get());
     } else if (plans) {
       plans->up->run_fp8(ctx, ws.xq.get(), ws.xs.get(), w.shared_w1, ws.sg.get());
       plans->up->run_fp8(ctx, ws.xq.get(), ws.xs.get(), w.shared_w3, ws.su.get());
     } else {
-      const SharedInputOutput outs[2] = {{&w.shared_w1, ws.sg.get()}, {&w.shared_w3, ws.su.get()}};
-      if (!linear_fp8_shared_input(ctx, ws.xq.get(), ws.xs.get(), 1, P, outs, 2, T)) {  // else one launch each
-        linear_fp8(ctx, ws.xq.get(), ws.xs.get(), 1, P, w.shared_w1, T, ws.sg.get());
-        linear_fp8(ctx, ws.xq.get(), ws.xs.get(), 1, P, w.shared_w3, T, ws.su.get());
+      const ExactLinearParams calls[2] = {fp8_linear_params(ws.xq.get(), ws.xs.get(), 1, P, w.shared_w1, T, ws.sg.get()),
+                                          fp8_linear_params(ws.xq.get(), ws.xs.get(), 1, P, w.shared_w3, T, ws.su.get())};
+      if (!run_shared_input(ctx, shared_kernel, calls, 2)) {  // else one launch each
+        shared_fp8_linear(ws.xq.get(), ws.xs.get(), P, w.shared_w1, ws.sg.get());
+        shared_fp8_linear(ws.xq.get(), ws.xs.get(), P, w.shared_w3, ws.su.get());
       }
     }
-    SwigluParams ss;
-    ss.g = ws.sg.get();
-    ss.u = ws.su.get();
-    ss.g_stride = ss.u_stride = I;
-    ss.h = ws.sh.get();
-    ss.rows = T;
-    ss.I = int(I);
-    ss.limit = w.swiglu_limit;
-    swiglu(ctx, ss);
+    swiglu(ctx, {.g = ws.sg.get(), .u = ws.su.get(), .h = ws.sh.get(), .rows = T, .g_stride = I, .u_stride = I,
+                 .I = int(I), .limit = w.swiglu_limit});
     // Down.
     if (w.shared_dense) {
-      exact_dense(ws.sh.get(), T, 1, w.shared16_w2.get(), nullptr, D, I, ws.ys.get());
+      dense(ws.sh.get(), T, 1, w.shared16_w2.get(), nullptr, D, I, ws.ys.get());
     } else {
       const int64_t P2 = plans ? plans->down->padded_tokens() : T;
       act_quant_rows(ctx, ws.sh.get(), T, I, ws.shq.get(), ws.shs.get(), 1, P2);
       if (plans) plans->down->run_fp8(ctx, ws.shq.get(), ws.shs.get(), w.shared_w2, ws.ys.get());
-      else linear_fp8(ctx, ws.shq.get(), ws.shs.get(), 1, P2, w.shared_w2, T, ws.ys.get());
+      else shared_fp8_linear(ws.shq.get(), ws.shs.get(), P2, w.shared_w2, ws.ys.get());
     }
   }
 
-  MoeCombineParams c;
-  c.y2 = grouped.y2 ? grouped.y2 : ws.y2.get();
-  c.entry_row = grouped.entry_row;
-  c.ids = ws.ids.get();
-  c.shared = w.has_shared ? ws.ys.get() : nullptr;
-  c.y = y;
-  c.T = T;
-  c.k = int(k);
-  c.D = int(D);
-  moe_combine(ctx, c);
+  moe_combine(ctx, {.y2 = grouped.y2 ? grouped.y2 : ws.y2.get(), .ids = ws.ids.get(), .entry_row = grouped.entry_row,
+                    .shared = w.has_shared ? ws.ys.get() : nullptr, .y = y, .T = T, .k = int(k), .D = int(D)});
 }
-
-// ---- Embedding.
-DevEmbedWeights upload_embed_weights(const DeviceContext& ctx, const Weights& w, const ModelConfig& cfg) {
-  (void)ctx;
-  DevEmbedWeights d;
-  d.vocab = cfg.vocab_size;
-  d.D = cfg.hidden_size;
-  if (w.embed.numel() != d.vocab * d.D) fail("GPU embedding: table of ", w.embed.numel(), " values, expected V * D");
-  d.embed = upload_bf16(w.embed);
-  return d;
-}
-
-void embed_forward(const DeviceContext& ctx, const DevEmbedWeights& w, const int32_t* token_ids, int64_t T, int n,
-                   bf16* X, int32_t* bad_id) {
-  EmbedParams p;
-  p.ids = token_ids;
-  p.table = w.embed.get();
-  p.X = X;
-  p.bad = bad_id;
-  p.T = T;
-  p.vocab = w.vocab;
-  p.n = n;
-  p.D = int(w.D);
-  embed_gather(ctx, p);
-}
-
-// ---- Head.
-DevHeadWeights upload_head_weights(const DeviceContext& ctx, const HcWeights& hc, const TensorView& norm,
-                                   const LinearWeight& head, const ModelConfig& cfg) {
-  (void)ctx;
-  DevHeadWeights d;
-  d.vocab = cfg.vocab_size;
-  d.D = cfg.hidden_size;
-  d.n = int(cfg.hc_mult);
-  d.eps = float(cfg.rms_norm_eps);
-  d.hc_eps = float(cfg.hc_eps);
-  if (head.format != WeightFormat::Dense) fail(head.name, ": the GPU head needs a dense (bf16) weight");
-  d.hc_fn = upload_f32(hc.fn);
-  d.hc_base = upload_f32(hc.base);
-  d.hc_scale = upload_f32(hc.scale);
-  d.norm = upload_f32(norm);
-  d.head = upload_bf16(head.weight);
-  return d;
-}
-
-void head_hidden_forward(const DeviceContext& ctx, const DevHeadWeights& w, const bf16* X, int64_t T, bf16* h) {
-  HcHeadParams c;
-  c.X = X;
-  c.fn = w.hc_fn.get();
-  c.base = w.hc_base.get();
-  c.scale = w.hc_scale.get();
-  c.u = h;
-  c.T = T;
-  c.n = w.n;
-  c.D = int(w.D);
-  c.norm_eps = w.eps;
-  c.hc_eps = w.hc_eps;
-  hc_head_collapse(ctx, c);
-  rms_norm_rows(ctx, h, w.norm.get(), T, w.D, w.eps);
-}
-
-void head_forward(const DeviceContext& ctx, const DevHeadWeights& w, const bf16* X, int64_t T, bf16* h,
-                  float* logits, LtMatmul* plan) {
-  head_hidden_forward(ctx, w, X, T, h);
-  LinearF32Params m;
-  m.x = h;
-  m.x_stride = w.D;
-  m.w = w.head.get();
-  m.y = logits;
-  m.tokens = T;
-  m.out = int(w.vocab);
-  m.in = int(w.D);
-  m.plan = plan;
-  linear_f32(ctx, m);
-}
-
 }  // namespace dsv4::cuda

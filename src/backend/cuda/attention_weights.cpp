@@ -1,13 +1,12 @@
-// upload_attention_weights (attention_layer.h): one layer's attention weights from the checkpoint views
+// upload_attention_weights (attention_sublayer.h): one layer's attention weights from the checkpoint views
 // to the device, in the form each GEMM / kernel reads.
 #include <cstring>
 #include <vector>
 
-#include "backend/cpu/ops.h"
+#include "backend/cuda/attention_sublayer.h"
 #include "core/dtype.h"
 #include "core/error.h"
-#include "backend/cpu/rope_util.h"
-#include "model_cuda/attention_layer.h"
+#include "io/rope_freq.h"
 
 namespace dsv4::cuda {
 namespace {
@@ -50,7 +49,8 @@ DevLinear upload_linear(const LinearWeight& w) {
       d.w16 = upload_dense_bf16(w);
       break;
     case WeightFormat::FP4:
-      fail("upload_attention_weights: ", w.name, " is FP4 (only routed experts are FP4)");
+    case WeightFormat::NVFP4:
+      fail("upload_attention_weights: ", w.name, " is ", weight_format_name(w.format), " (only routed experts are FP4)");
   }
   return d;
 }
@@ -82,7 +82,7 @@ DevAttentionWeights upload_attention_weights(const DeviceContext& ctx, const Att
   d.q_norm = upload_f32(w.q_norm, "q_norm");
   d.kv_norm = upload_f32(w.kv_norm, "kv_norm");
   d.sink = upload_f32(w.attn_sink, "attn_sink");
-  d.inv_freq = DeviceBuffer<float>(cpu::rope_inv_freq(cfg.rope_dim, rope_params(cfg.rope_for(spec))));
+  d.inv_freq = DeviceBuffer<float>(rope_inv_freq(cfg.rope_dim, cfg.rope_for(spec)));
   if (spec.attn != AttnKind::Sliding) {
     if (!w.compressor) fail("upload_attention_weights: a compressed layer without compressor weights");
     d.comp = upload_compressor(*w.compressor, spec.ratio, int(cfg.head_dim), spec.attn == AttnKind::CSA);

@@ -1,5 +1,5 @@
 // The whole model's weights in device memory: per layer the mHC mixes, the two norms, the attention
-// weights (attention_layer.h) and the MoE weights (ffn_layer.h); embedding and head. Built from a
+// weights (attention_sublayer.h) and the MoE weights (moe_sublayer.h); embedding and head (head_layer.h). Built from a
 // `Weights` whose views point into the checkpoint's mmap (or DummyWeights' pools): tensor by tensor,
 // straight from the mapped pages to device memory, FP8 and packed FP4 kept as stored (no host copy of
 // the model). A progress callback reports bytes as layers land.
@@ -7,13 +7,13 @@
 #include <cstdint>
 #include <vector>
 
+#include "backend/cuda/attention_sublayer.h"
 #include "backend/cuda/buffer.h"
 #include "backend/cuda/context.h"
+#include "backend/cuda/head_layer.h"
+#include "backend/cuda/moe_sublayer.h"
 #include "io/config.h"
 #include "io/weights.h"
-#include "backend/cpu/cpu_weights.h"  // LoadProgress
-#include "model_cuda/attention_layer.h"
-#include "model_cuda/ffn_layer.h"
 
 namespace dsv4::cuda {
 
@@ -39,6 +39,8 @@ struct DeviceWeights {
 
 // Any float tensor (bf16 / f16 / f32) as fp32 on the device.
 DeviceBuffer<float> upload_f32(const TensorView& v);
+// Any float tensor as bf16 on the device (bf16 bits copied as stored, others rounded once).
+DeviceBuffer<bf16> upload_bf16(const TensorView& v);
 DevHc upload_hc(const HcWeights& w);
 
 // Uploads every layer of cfg.layers (a truncated cfg uploads only its first layers) plus embed and

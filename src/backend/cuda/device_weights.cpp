@@ -1,10 +1,10 @@
-#include "model_cuda/device_weights.h"
+#include "backend/cuda/device_weights.h"
 
 #include <vector>
 
 #include "core/dtype.h"
 #include "core/error.h"
-#include "model_cuda/dummy_weights.h"
+#include "io/dummy_weights.h"  // weights_bytes
 
 namespace dsv4::cuda {
 namespace {
@@ -45,6 +45,19 @@ DeviceBuffer<float> upload_f32(const TensorView& v) {
   std::vector<float> h(size_t(v.numel()));
   to_f32(v.dtype, v.data, 0, h.size(), h.data());
   return DeviceBuffer<float>(h);
+}
+
+DeviceBuffer<bf16> upload_bf16(const TensorView& v) {
+  DeviceBuffer<bf16> d(size_t(v.numel()));
+  std::vector<uint16_t> h(size_t(v.numel()));
+  if (v.dtype == DType::BF16) {
+    std::copy_n(reinterpret_cast<const uint16_t*>(v.data), h.size(), h.data());
+  } else {
+    const Tensor t = to_tensor(v);
+    for (size_t i = 0; i < h.size(); ++i) h[i] = f32_to_bf16(t.data[i]);
+  }
+  if (!h.empty()) DSV4_CUDA_CHECK(cudaMemcpy(d.get(), h.data(), h.size() * 2, cudaMemcpyHostToDevice));
+  return d;
 }
 
 DevHc upload_hc(const HcWeights& w) { return {upload_f32(w.fn), upload_f32(w.base), upload_f32(w.scale)}; }

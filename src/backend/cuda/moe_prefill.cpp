@@ -1,11 +1,11 @@
 // The grouped routed-expert pass for prefill (contract in moe_prefill.h).
-#include "model_cuda/moe_prefill.h"
+#include "backend/cuda/moe_prefill.h"
 
 #include "backend/cuda/fp4_grouped_mma.h"
 #include "backend/cuda/moe_ops.h"
 #include "backend/cuda/ops.h"
 #include "core/error.h"
-#include "model_cuda/ffn_layer.h"
+#include "backend/cuda/moe_sublayer.h"
 
 namespace dsv4::cuda {
 

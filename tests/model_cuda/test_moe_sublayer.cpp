@@ -1,51 +1,31 @@
-// The GPU MoE, embedding and head (model_cuda/ffn_layer.h) against the CPU model's official numerics on
-// the fixture models, and the batch-1 MoE time of one Flash-shaped layer with random weights.
+// The GPU MoE sub-layer (backend/cuda/moe_sublayer.h) inside the backend: above kExactLinearMaxTokens
+// tokens the FP4 experts' grouped tensor-core pass (moe_prefill.h) against the per-(token, pick) GEMVs
+// of the same call (the path bit-identical to the CPU, which the layer-prefix tests check), on the
+// fixtures' layers; the Flash-shaped layer's expert tiles equal the per-selection path bit for bit
+// and a graph replay equals the plain call; and the MoE time of one Flash-shaped layer.
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <limits>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <random>
 #include <vector>
 
-#include "backend/cpu/ops.h"
 #include "backend/cuda/fill.h"
+#include "backend/cuda/moe_sublayer.h"
 #include "core/dtype.h"
-#include "model/model.h"
-#include "model_cuda/ffn_layer.h"
-#include "model_cuda/moe_prefill.h"
+#include "cuda/harness.h"
+#include "io/safetensors.h"
 #include "support/test_paths.h"
 
 namespace dsv4::cuda {
 namespace {
 
-#define REQUIRE_HOPPER_AND(fixture)                                                         \
-  do {                                                                                      \
-    if (!have_hopper_device()) GTEST_SKIP() << "no sm_90 CUDA device";                      \
-    if (!std::filesystem::exists(test::fixture_dir(fixture))) GTEST_SKIP() << "no fixture"; \
-  } while (0)
-
-struct Diff {
-  double max_abs = 0, rel_l2 = 0, cos_dist = 0;
-};
-Diff diff(const std::vector<float>& got, const std::vector<float>& ref) {
-  Diff d;
-  double num = 0, den = 0, dot = 0, gg = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    const double e = double(got[i]) - ref[i];
-    d.max_abs = std::max(d.max_abs, std::abs(e));
-    num += e * e;
-    den += double(ref[i]) * ref[i];
-    dot += double(got[i]) * ref[i];
-    gg += double(got[i]) * got[i];
-  }
-  d.rel_l2 = std::sqrt(num / std::max(den, 1e-30));
-  d.cos_dist = 1 - dot / std::sqrt(std::max(den * gg, 1e-30));
-  return d;
-}
+using test::compare;
+using test::Tol;
 
 std::vector<float> bf16_normal(std::mt19937_64& g, size_t n, float sigma) {
   std::normal_distribution<float> nd(0.0f, sigma);
@@ -68,106 +48,53 @@ std::vector<float> from_device_bf16(const bf16* p, size_t n) {
   return v;
 }
 
-// Above kExactLinearMaxTokens FP4 experts take the grouped tensor-core pass (moe_prefill.h): the same
-// products summed in another order, so bf16-level agreement instead of bit equality.
-void check_moe(const std::string& fixture, const std::vector<int64_t>& Ts = {1, 5, 16}, bool grouped = false) {
-  const std::string dir = test::fixture_dir(fixture) + "/model";
-  auto model = Model::load(dir, Numerics::Official);
-  const ModelConfig& cfg = model->config();
+void moe(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace& ws, const bf16* x, const int32_t* tokens,
+         int64_t T, bf16* y) {
+  moe_route(ctx, w, ws, x, tokens, T);
+  moe_experts(ctx, w, ws, x, T, y);
+}
+
+// The grouped pass sums the same products in another order with the tensor core's accumulation (bf16
+// level, not bit-exact): the FP4 GEMV row of the tolerance table against the per-selection path.
+void check_grouped(const std::string& fixture) {
+  const std::string dir = dsv4::test::fixture_dir(fixture) + "/model";
+  const ModelConfig cfg = load_config(dir);
   auto ckpt = Checkpoint::open(dir);
   const Weights w = bind_weights(cfg, *ckpt);
   DeviceContext ctx;
-  MoeWorkspace ws(ctx, cfg, *std::max_element(Ts.begin(), Ts.end()));
-  ws.grouped_prefill = grouped;
+  MoeWorkspace ws(ctx, cfg, 2048);
   std::mt19937_64 g(7);
   const int64_t D = cfg.hidden_size;
-  for (size_t layer = 0; layer < w.layers.size(); ++layer) {
+  for (size_t layer = 0; layer < size_t(cfg.num_layers); ++layer) {
     const DevMoeWeights dw = upload_moe_weights(ctx, w.layers[layer].ffn, cfg, cfg.layers[layer]);
-    for (int64_t T : Ts) {
-      std::vector<float> x = bf16_normal(g, size_t(T * D), 1.0f);
+    for (int64_t T : {600, 2048}) {
       std::vector<int32_t> tokens;
       for (int64_t t = 0; t < T; ++t) tokens.push_back(int32_t(g() % uint64_t(cfg.vocab_size)));
-      Tensor xt({T, D});
-      xt.data = x;
-      const Tensor ref = model->moe_layer(layer, xt, tokens);
-      DeviceBuffer<bf16> dx = to_device_bf16(x), dy(size_t(T * D));
+      DeviceBuffer<bf16> dx = to_device_bf16(bf16_normal(g, size_t(T * D), 1.0f)), dy(size_t(T * D));
       DeviceBuffer<int32_t> dtok(tokens);
-      moe_forward(ctx, dw, ws, dx.get(), dtok.get(), T, dy.get());
-      ctx.synchronize();
-      const std::vector<float> got = from_device_bf16(dy.get(), size_t(T * D));
-      const Diff d = diff(got, ref.data);
-      std::printf("[moe %s layer %zu %s T=%lld] max|d| %.3g rel-L2 %.3g cos-dist %.3g\n", fixture.c_str(), layer,
-                  cfg.layers[layer].route == RouteKind::Hash ? "hash" : "top-k", (long long)T, d.max_abs, d.rel_l2,
-                  d.cos_dist);
-      EXPECT_LT(d.rel_l2, 1e-2) << fixture << " layer " << layer << " T " << T;
-      EXPECT_LT(d.cos_dist, 1e-4) << fixture << " layer " << layer << " T " << T;
+      ws.grouped_prefill = false;
+      moe(ctx, dw, ws, dx.get(), dtok.get(), T, dy.get());
+      const std::vector<float> per_selection = from_device_bf16(dy.get(), size_t(T * D));
+      ws.grouped_prefill = true;
+      moe(ctx, dw, ws, dx.get(), dtok.get(), T, dy.get());
+      const std::vector<float> grouped = from_device_bf16(dy.get(), size_t(T * D));
+      compare("moe " + fixture + " layer " + std::to_string(layer) + " T=" + std::to_string(T) +
+                  " grouped vs per-selection",
+              grouped, per_selection, Tol::GemvFp4);
     }
   }
   EXPECT_EQ(ws.bad.download()[0], 0);
 }
 
-TEST(FfnLayer, MoeMatchesCpuTinyQ) {
-  REQUIRE_HOPPER_AND("tiny-q");
-  check_moe("tiny-q");
+TEST(MoeSublayer, GroupedPrefillNearPerSelectionTinyQ) {
+  DSV4_REQUIRE_HOPPER();
+  if (!std::filesystem::exists(dsv4::test::fixture_dir("tiny-q"))) GTEST_SKIP() << "no fixture";
+  check_grouped("tiny-q");
 }
-TEST(FfnLayer, MoeMatchesCpuTinyShakespeareFp8) {
-  REQUIRE_HOPPER_AND("tiny-shakespeare-fp8");
-  check_moe("tiny-shakespeare-fp8");
-}
-
-TEST(FfnLayer, MoePrefillMatchesCpuTinyQ) {
-  REQUIRE_HOPPER_AND("tiny-q");
-  check_moe("tiny-q", {600, 2048}, true);
-}
-TEST(FfnLayer, MoePrefillMatchesCpuTinyShakespeareFp8) {
-  REQUIRE_HOPPER_AND("tiny-shakespeare-fp8");
-  check_moe("tiny-shakespeare-fp8", {600, 2048}, true);
-}
-
-TEST(FfnLayer, EmbedAndHeadMatchCpu) {
-  REQUIRE_HOPPER_AND("tiny-q");
-  const std::string dir = test::fixture_dir("tiny-q") + "/model";
-  auto model = Model::load(dir, Numerics::Official);
-  const ModelConfig& cfg = model->config();
-  auto ckpt = Checkpoint::open(dir);
-  const Weights w = bind_weights(cfg, *ckpt);
-  DeviceContext ctx;
-  const int64_t T = 5, D = cfg.hidden_size, V = cfg.vocab_size, n = cfg.hc_mult;
-
-  const DevEmbedWeights de = upload_embed_weights(ctx, w, cfg);
-  const std::vector<int32_t> ids = {0, 1, 7, int32_t(V - 1), 42};
-  DeviceBuffer<int32_t> dids(ids), bad(std::vector<int32_t>{0});
-  DeviceBuffer<bf16> X(size_t(T * n * D));
-  embed_forward(ctx, de, dids.get(), T, int(n), X.get(), bad.get());
-  ctx.synchronize();
-  const Tensor table = to_tensor(w.embed);
-  const std::vector<float> Xg = from_device_bf16(X.get(), size_t(T * n * D));
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t j = 0; j < n; ++j)
-      for (int64_t c = 0; c < D; ++c)
-        ASSERT_EQ(Xg[size_t((t * n + j) * D + c)], table.data[size_t(ids[size_t(t)] * D + c)]);
-  EXPECT_EQ(bad.download()[0], 0);
-
-  std::mt19937_64 g(9);
-  const std::vector<float> xs = bf16_normal(g, size_t(T * n * D), 1.0f);
-  Tensor Xt({T, n, D});
-  Xt.data = xs;
-  const Tensor h_ref = model->head_hidden_of(Xt);
-  std::vector<float> logits_ref(size_t(T * V));
-  const Tensor head = to_tensor(w.head.weight);
-  cpu::matmul(h_ref.ptr(), T, D, head.ptr(), V, logits_ref.data());
-
-  const DevHeadWeights dh = upload_head_weights(ctx, w.hc_head, w.norm, w.head, cfg);
-  DeviceBuffer<bf16> dX = to_device_bf16(xs), h(size_t(T * D));
-  DeviceBuffer<float> logits(size_t(T * V));
-  head_forward(ctx, dh, dX.get(), T, h.get(), logits.get());
-  ctx.synchronize();
-  const Diff dhid = diff(from_device_bf16(h.get(), size_t(T * D)), h_ref.data);
-  const Diff dlog = diff(logits.download(), logits_ref);
-  std::printf("[head tiny-q T=%lld] hidden: max|d| %.3g rel-L2 %.3g; logits: max|d| %.3g rel-L2 %.3g\n", (long long)T,
-              dhid.max_abs, dhid.rel_l2, dlog.max_abs, dlog.rel_l2);
-  EXPECT_LT(dhid.rel_l2, 4e-3);
-  EXPECT_LT(dlog.rel_l2, 4e-3);
+TEST(MoeSublayer, GroupedPrefillNearPerSelectionTinyShakespeareFp8) {
+  DSV4_REQUIRE_HOPPER();
+  if (!std::filesystem::exists(dsv4::test::fixture_dir("tiny-shakespeare-fp8"))) GTEST_SKIP() << "no fixture";
+  check_grouped("tiny-shakespeare-fp8");
 }
 
 // One Flash-shaped MoE layer: D 4096, I 2048, 256 experts, 6 active + the shared expert, random weights
@@ -223,8 +150,8 @@ DevMoeWeights flash_moe_weights(const DeviceContext& ctx) {
 }
 
 // Batch-1 (and batch-8) MoE time of the Flash-shaped layer; CUDA-graph replays timed with events.
-TEST(FfnLayer, FlashMoeTiming) {
-  if (!have_hopper_device()) GTEST_SKIP() << "no sm_90 CUDA device";
+TEST(MoeSublayer, FlashMoeTiming) {
+  DSV4_REQUIRE_HOPPER();
   DeviceContext ctx;
   const ModelConfig cfg = flash_moe_config();
   const int64_t E = 256, D = 4096, I = 2048, k = 6;
@@ -242,14 +169,14 @@ TEST(FfnLayer, FlashMoeTiming) {
     if (tiles && T < 8) continue;
     ws.expert_tiles_from = tiles ? 1 : std::numeric_limits<int64_t>::max();
     ws.prepare(ctx, T);
-    moe_forward(ctx, w, ws, x.get(), tok.get(), T, y.get());  // eager reference
+    moe(ctx, w, ws, x.get(), tok.get(), T, y.get());  // eager reference
     ctx.synchronize();
     if (!tiles) per_selection = from_device_bf16(y.get(), size_t(T * D));
     else EXPECT_EQ(from_device_bf16(y.get(), size_t(T * D)), per_selection) << "expert tiles, T " << T;
     cudaGraph_t graph;
     cudaGraphExec_t exec;
     DSV4_CUDA_CHECK(cudaStreamBeginCapture(ctx.stream(), cudaStreamCaptureModeThreadLocal));
-    moe_forward(ctx, w, ws, x.get(), tok.get(), T, y_graph.get());
+    moe(ctx, w, ws, x.get(), tok.get(), T, y_graph.get());
     DSV4_CUDA_CHECK(cudaStreamEndCapture(ctx.stream(), &graph));
     DSV4_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
     for (int i = 0; i < 5; ++i) DSV4_CUDA_CHECK(cudaGraphLaunch(exec, ctx.stream()));
@@ -285,8 +212,8 @@ TEST(FfnLayer, FlashMoeTiming) {
 
 // Prefill-sized MoE calls of the Flash-shaped layer (the grouped pass of moe_prefill.h), eager, timed
 // with events; two calls give the same output (deterministic), and the host time of one call.
-TEST(FfnLayer, FlashMoePrefillTiming) {
-  if (!have_hopper_device()) GTEST_SKIP() << "no sm_90 CUDA device";
+TEST(MoeSublayer, FlashMoePrefillTiming) {
+  DSV4_REQUIRE_HOPPER();
   DeviceContext ctx;
   const ModelConfig cfg = flash_moe_config();
   const DevMoeWeights w = flash_moe_weights(ctx);
@@ -302,12 +229,12 @@ TEST(FfnLayer, FlashMoePrefillTiming) {
   DSV4_CUDA_CHECK(cudaEventCreate(&a));
   DSV4_CUDA_CHECK(cudaEventCreate(&b));
   for (int64_t T : {1024, 2048}) {
-    moe_forward(ctx, w, ws, x.get(), tok.get(), T, y_again.get());  // plans, workspace
+    moe(ctx, w, ws, x.get(), tok.get(), T, y_again.get());  // plans, workspace
     ctx.synchronize();
     const int reps = 5;
     DSV4_CUDA_CHECK(cudaEventRecord(a, ctx.stream()));
     const auto h0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < reps; ++i) moe_forward(ctx, w, ws, x.get(), tok.get(), T, y.get());
+    for (int i = 0; i < reps; ++i) moe(ctx, w, ws, x.get(), tok.get(), T, y.get());
     const auto h1 = std::chrono::steady_clock::now();
     DSV4_CUDA_CHECK(cudaEventRecord(b, ctx.stream()));
     ctx.synchronize();

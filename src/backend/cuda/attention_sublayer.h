@@ -1,18 +1,21 @@
 // The attention sub-layer of one DeepSeek-V4 layer on the GPU (MODEL.md §4-§6), official numerics,
-// for a batch of sequences each at its own position. Same structure as the CPU path
-// (src/model/attention.cpp + compressor.cpp + indexer.cpp + quantize.cpp):
+// for a batch of sequences each at its own position, as the backend's ops (backend/backend.h): the
+// CPU backend's attention step by step (compressor, indexer, quantization sites):
 //
-//   Q : wq_a (FP8) -> q_norm -> bf16 -> wq_b (FP8) -> per-head unweighted norm (bf16 op by op) -> RoPE
-//   KV: wkv (FP8) -> kv_norm -> bf16 -> RoPE -> FP8 snap of the non-rope dims (64-blocks)
-//   CSA/HCA: compressor (fp32 projections, gated pooling, norm, RoPE at the block start, KV grid) appends
-//   entries; CSA: indexer compressor (Hadamard + FP4 keys) and the lightning indexer's top-k
-//   sparse attention with sinks over window ring + compressed entries, inverse RoPE,
-//   grouped wo_a (bf16 GEMM per group), wo_b (FP8).
+//   attn_qkv     Q : wq_a (FP8) -> q_norm -> bf16 -> wq_b (FP8) -> per-head unweighted norm (bf16 op by
+//                op) -> RoPE;  KV: wkv (FP8) -> kv_norm -> bf16 -> RoPE -> FP8 snap of the non-rope dims
+//   attn_compress  CSA/HCA: the compressor (fp32 projections, gated pooling, norm, RoPE at the block
+//                start, KV grid) appends entries; CSA: the indexer's compressor (Hadamard + FP4 keys)
+//   attn_index_topk  CSA: the lightning indexer's queries, head weights, scores and top-k
+//   attn_attend  key lists, sparse attention with sinks over window ring + compressed entries, inverse
+//                RoPE, then the ring takes this call's KV
+//   attn_out     grouped wo_a (bf16 GEMM per group), wo_b (FP8): the sub-layer's output
 //
 // Batches: `tokens` rows of x in runs of `run_len` consecutive tokens of one sequence (decode: run_len
 // 1, one token per sequence; prefill: one run of T tokens). Positions and state slots are read on the
 // device, so a decode call with a fixed token count can be captured in a CUDA graph once its GEMM
-// plans exist (prepare()). Everything is enqueued on ctx.stream(); nothing synchronizes.
+// plans exist (prepare()). Everything is enqueued on ctx.stream(); nothing synchronizes. The kernels of
+// the linears come from the table of linear_choice.h.
 #pragma once
 #include <cuda_bf16.h>
 
@@ -21,10 +24,12 @@
 #include <memory>
 #include <optional>
 #include <tuple>
+#include <vector>
 
 #include "backend/cuda/buffer.h"
 #include "backend/cuda/context.h"
 #include "backend/cuda/gemm.h"
+#include "backend/backend.h"
 #include "io/config.h"
 #include "io/weights.h"
 
@@ -93,6 +98,14 @@ struct AttentionLayerState {
   // Indexer (CSA).
   DeviceBuffer<float> icur_a, icur_g, iprev_a, iprev_g;  // as above with dc = dI
   DeviceBuffer<bf16> index_keys;       // [max_seqs, max_entries, dI] Hadamard + FP4 keys
+
+  // What slot `slot` owns, as contiguous device byte ranges (ring rows, pool entries, compressor and
+  // indexer partial windows, indexer keys): a slot snapshot copies these.
+  struct Piece {
+    void* data = nullptr;
+    size_t bytes = 0;
+  };
+  std::vector<Piece> slot_pieces(int64_t slot);
 };
 
 // Scratch of attention_forward for up to `max_tokens` tokens per call, shared by all layers of a
@@ -128,9 +141,24 @@ struct AttentionBatch {
   const int32_t* slots = nullptr;     // device [T]: state slot of each token's sequence
 };
 
-// out [T, D] bf16 = attention sub-layer of x [T, D] bf16 (the attn-normed input); updates `st`.
-void attention_forward(const DeviceContext& ctx, const ModelConfig& cfg, const DevAttentionWeights& w,
-                       AttentionLayerState& st, AttentionWorkspace& ws, const AttentionBatch& batch, const bf16* x,
-                       bf16* out);
+// What the ops of one layer's attention read and write.
+struct AttentionCall {
+  const ModelConfig& cfg;
+  const DevAttentionWeights& w;
+  AttentionLayerState& st;
+  AttentionWorkspace& ws;
+  AttentionBatch b;
+};
+
+// Q into ws.q and this call's KV into the chunk rows of st, from x [T, D] bf16 (the attn-normed input).
+void attn_qkv(const DeviceContext& ctx, const AttentionCall& a, const bf16* x);
+// The main compressor (CSA / HCA: entries into the pool) or the indexer's (CSA: FP4 keys) over x.
+void attn_compress(const DeviceContext& ctx, const AttentionCall& a, const bf16* x, CompressorKind kind);
+// CSA: the indexer's top-k of each query into ws.selected (x: the sub-layer input, for weights_proj).
+void attn_index_topk(const DeviceContext& ctx, const AttentionCall& a, const bf16* x);
+// Key lists, sparse attention with sinks, inverse RoPE into ws.o; then the ring takes this call's KV.
+void attn_attend(const DeviceContext& ctx, const AttentionCall& a);
+// out [T, D] bf16 = wo_b(grouped wo_a(ws.o)).
+void attn_out(const DeviceContext& ctx, const AttentionCall& a, bf16* out);
 
 }  // namespace dsv4::cuda

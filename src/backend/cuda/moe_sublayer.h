@@ -1,11 +1,11 @@
-// The FFN side of the forward on the GPU (MODEL.md §2, §7), official numerics: the MoE sub-layer
-// (router, routed FP4 experts, shared FP8 expert), the token embedding and the output head
-// (hc_head collapse, final norm, fp32 logits). CPU twins: Model::moe, the embedding copy of
-// Model::forward and Model::head_hidden / head_logits (src/model/moe.cpp, model.cpp).
+// The MoE sub-layer on the GPU (MODEL.md §7), official numerics, as the backend's two ops: moe_route
+// (router scores, hash / biased top-k, weights into the workspace) and moe_experts (routed FP4 or dense
+// experts, the shared FP8 expert, combined). CPU twin: the CPU backend's MoE.
 //
-// Weights are uploaded once per layer; a workspace is sized once for `max_tokens` and every forward
-// call after that enqueues kernels on ctx.stream() only (no allocation, no host sync, device-side
-// routing), so decode steps can be captured into a CUDA graph. Token ids are device pointers.
+// Weights are uploaded once per layer; a workspace is sized once for `max_tokens` and every call
+// after that enqueues kernels on ctx.stream() only (no allocation, no host sync, device-side routing),
+// so decode steps can be captured into a CUDA graph. Token ids are device pointers. The kernels come
+// from the tables of linear_choice.h (shared expert, dense experts, routed FP4 experts).
 #pragma once
 #include <cuda_bf16.h>
 
@@ -16,6 +16,7 @@
 #include "backend/cuda/buffer.h"
 #include "backend/cuda/context.h"
 #include "backend/cuda/gemm.h"
+#include "backend/cuda/linear_choice.h"
 #include "io/config.h"
 #include "io/weights.h"
 
@@ -56,13 +57,10 @@ struct DevMoeWeights {
 DevMoeWeights upload_moe_weights(const DeviceContext& ctx, const MoeWeights& w, const ModelConfig& cfg,
                                  const LayerSpec& spec);
 
-// From this many tokens per call up to kExactLinearMaxTokens, FP4 routed experts run as expert tiles of
-// up to kMoeExpertTileRows rows (bit-identical to one GEMV selection per (token, pick), which serves fewer).
-// (H200, Flash MoE layer: tiles lost ~46 us per layer at 8 tokens when their grid held ceil(n/8) + E
-// tile slots, mostly empty blocks, and won ~300 us at 32; the grid is now bounded by n as well, and the
-// threshold 16 is an estimate between the two measurements.)
-constexpr int64_t kMoeExpertTileMinTokens = 16;
-constexpr int kMoeExpertTileRows = 8;
+// Expert tiles (linear_choice.h, RoutedKernel::Tiles) from kMoeExpertTileMinTokens tokens: H200, Flash
+// MoE layer: tiles lost ~46 us per layer at 8 tokens when their grid held ceil(n/8) + E tile slots,
+// mostly empty blocks, and won ~300 us at 32; the grid is now bounded by n as well, and the threshold 16
+// is an estimate between the two measurements.
 
 // Scratch of moe_forward for up to max_tokens tokens; shared by all layers of one model (same shapes).
 struct MoeWorkspace {
@@ -102,7 +100,7 @@ struct MoeWorkspace {
   DeviceBuffer<int32_t> tiles;       // fp4_grouped_tile_ints(T*k, E, kMoeExpertTileRows)
   DeviceBuffer<float> w_rows;        // [T*k] routing weight per plan row
   // Off: every FP4 call takes the per-selection GEMVs (bit-identical to the CPU at any T, slow for
-  // prefill). CudaModel sets it from CudaModelOptions::grouped_moe_prefill.
+  // prefill). The backend sets it from BackendOptions::grouped_moe_prefill.
   bool grouped_prefill = true;
   // Expert tiles from this many tokens (kMoeExpertTileMinTokens; larger than kExactLinearMaxTokens: never).
   int64_t expert_tiles_from = kMoeExpertTileMinTokens;
@@ -110,41 +108,13 @@ struct MoeWorkspace {
 };
 
 
-// y [T, D] bf16 = MoE(x [T, D] bf16, ffn-normed) for tokens `token_ids` [T] (device, int32; hash
-// routing reads tid2eid at them). T <= ws.max_tokens(). x and y may not alias.
-void moe_forward(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace& ws, const bf16* x,
-                 const int32_t* token_ids, int64_t T, bf16* y);
-
-// ---- Embedding: X [T, n, D] bf16, every stream a copy of embed[id].
-struct DevEmbedWeights {
-  int64_t vocab = 0, D = 0;
-  DeviceBuffer<bf16> embed;  // [V, D]
-};
-DevEmbedWeights upload_embed_weights(const DeviceContext& ctx, const Weights& w, const ModelConfig& cfg);
-// Ids outside [0, V) read row 0 (never out of bounds) and set *bad_id (device int32, optional) to 1.
-void embed_forward(const DeviceContext& ctx, const DevEmbedWeights& w, const int32_t* token_ids, int64_t T, int n,
-                   bf16* X, int32_t* bad_id = nullptr);
-
-// ---- Head: hc_head collapse (sigmoid mixes, no Sinkhorn) -> bf16 -> final RMSNorm -> bf16 -> logits
-// fp32 = h . head^T.
-struct DevHeadWeights {
-  int64_t vocab = 0, D = 0;
-  int n = 4;
-  float eps = 1e-6f, hc_eps = 1e-6f;
-  DeviceBuffer<float> hc_fn;     // [n, n*D]
-  DeviceBuffer<float> hc_base;   // [n]
-  DeviceBuffer<float> hc_scale;  // [1]
-  DeviceBuffer<float> norm;      // [D]
-  DeviceBuffer<bf16> head;       // [V, D]
-};
-// The main head (w.hc_head, w.norm, w.head). For an MTP block's head pass its hc_head / norm and the
-// shared head weight.
-DevHeadWeights upload_head_weights(const DeviceContext& ctx, const HcWeights& hc, const TensorView& norm,
-                                   const LinearWeight& head, const ModelConfig& cfg);
-// h [T, D] bf16 (workspace of the caller) = norm(collapse(X)); X [T, n, D]. Then logits [T, V] fp32.
-void head_hidden_forward(const DeviceContext& ctx, const DevHeadWeights& w, const bf16* X, int64_t T, bf16* h);
-// `plan` (optional, [vocab, D] x T Bf16F32Out): the fast tier's logits through cuBLASLt (CudaModel::head_plan).
-void head_forward(const DeviceContext& ctx, const DevHeadWeights& w, const bf16* X, int64_t T, bf16* h,
-                  float* logits, LtMatmul* plan = nullptr);
+// The router of x [T, D] bf16 (ffn-normed) for tokens `token_ids` [T] (device, int32; hash routing reads
+// tid2eid at them): ws.ids / ws.weights [T, k]. T <= ws.max_tokens().
+void moe_route(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace& ws, const bf16* x,
+               const int32_t* token_ids, int64_t T);
+// y [T, D] bf16 = the routed experts of ws.ids / ws.weights (moe_route of the same x) + the shared
+// expert, combined. x and y may not alias.
+void moe_experts(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace& ws, const bf16* x, int64_t T,
+                 bf16* y);
 
 }  // namespace dsv4::cuda

@@ -1,0 +1,381 @@
+// The attention ops and their state / workspace (attention_sublayer.h). The op sequence mirrors the
+// CPU backend's attention step by step; each step's numerics are its kernel's.
+#include "backend/cuda/attention_sublayer.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "backend/cuda/attn_ops.h"
+#include "backend/cuda/check.h"
+#include "backend/cuda/linear_choice.h"
+#include "backend/cuda/linear_exact.h"
+#include "backend/cuda/linear_fast.h"
+#include "backend/cuda/ops.h"
+#include "core/error.h"
+
+namespace dsv4::cuda {
+namespace {
+
+int64_t round16(int64_t n) { return (n + 15) / 16 * 16; }
+
+int64_t max_entries_of(const LayerSpec& spec, int64_t max_ctx) {
+  return spec.attn == AttnKind::Sliding ? 0 : max_ctx / spec.ratio;
+}
+
+int64_t max_keys_of(const ModelConfig& cfg, const LayerSpec& spec, int64_t max_ctx) {
+  if (spec.attn == AttnKind::CSA) return cfg.sliding_window + cfg.index_topk;
+  return cfg.sliding_window + max_entries_of(spec, max_ctx);
+}
+
+template <typename T>
+void zero(DeviceBuffer<T>& b) { b.fill_bytes(0); }
+
+}  // namespace
+
+AttentionLayerState::AttentionLayerState(const ModelConfig& cfg, const LayerSpec& spec, int64_t max_seqs_,
+                                         int64_t max_ctx_, int64_t max_tokens)
+    : max_seqs(max_seqs_), max_ctx(max_ctx_), window(cfg.sliding_window), head_dim(cfg.head_dim),
+      chunk_rows(round16(max_tokens)), max_entries(max_entries_of(spec, max_ctx_)) {
+  if (max_seqs <= 0 || max_ctx <= 0 || max_tokens <= 0) fail("AttentionLayerState: empty capacity");
+  kv = DeviceBuffer<bf16>(size_t((pool_base() + max_seqs * max_entries) * head_dim));
+  zero(kv);
+  if (spec.attn != AttnKind::Sliding) {
+    const int64_t m = spec.ratio, c = spec.attn == AttnKind::CSA ? 2 : 1, d = head_dim;
+    cur_a = DeviceBuffer<float>(size_t(max_seqs * m * c * d));
+    cur_g = DeviceBuffer<float>(size_t(max_seqs * m * c * d));
+    if (c == 2) {
+      prev_a = DeviceBuffer<float>(size_t(max_seqs * m * d));
+      prev_g = DeviceBuffer<float>(size_t(max_seqs * m * d));
+    }
+  }
+  if (spec.attn == AttnKind::CSA) {
+    const int64_t m = spec.ratio, dI = cfg.index_head_dim;
+    icur_a = DeviceBuffer<float>(size_t(max_seqs * m * 2 * dI));
+    icur_g = DeviceBuffer<float>(size_t(max_seqs * m * 2 * dI));
+    iprev_a = DeviceBuffer<float>(size_t(max_seqs * m * dI));
+    iprev_g = DeviceBuffer<float>(size_t(max_seqs * m * dI));
+    index_keys = DeviceBuffer<bf16>(size_t(max_seqs * max_entries * dI));
+    zero(index_keys);
+  }
+}
+
+std::vector<AttentionLayerState::Piece> AttentionLayerState::slot_pieces(int64_t slot) {
+  if (slot < 0 || slot >= max_seqs) fail("attention state: slot ", slot, " outside [0, ", max_seqs, ")");
+  std::vector<Piece> out;
+  auto rows = [&](int64_t first, int64_t n) {
+    if (n > 0) out.push_back({kv.get() + first * head_dim, size_t(n * head_dim) * sizeof(bf16)});
+  };
+  rows(ring_base() + slot * window, window);
+  rows(pool_base() + slot * max_entries, max_entries);
+  auto per_slot = [&](auto& b) {
+    if (b.size() == 0) return;
+    const size_t n = b.size() / size_t(max_seqs);
+    out.push_back({b.get() + size_t(slot) * n, n * sizeof(*b.get())});
+  };
+  for (DeviceBuffer<float>* b : {&cur_a, &cur_g, &prev_a, &prev_g, &icur_a, &icur_g, &iprev_a, &iprev_g}) per_slot(*b);
+  per_slot(index_keys);
+  return out;
+}
+
+AttentionWorkspace::AttentionWorkspace(const ModelConfig& cfg, int64_t max_tokens, int64_t max_ctx)
+    : max_tokens_(max_tokens), max_padded_(round16(max_tokens)) {
+  if (max_tokens <= 0) fail("AttentionWorkspace: max_tokens must be positive");
+  const int64_t D = cfg.hidden_size, H = cfg.num_heads, d = cfg.head_dim, qr = cfg.q_lora_rank;
+  const int64_t G = cfg.o_groups, ro = cfg.o_lora_rank, gin = H * d / G;
+  const int64_t HI = cfg.index_n_heads, dI = cfg.index_head_dim, T = max_tokens, P = max_padded_;
+  bool any_csa = false;
+  for (const LayerSpec& l : cfg.layers) {
+    max_keys_ = std::max(max_keys_, max_keys_of(cfg, l, max_ctx));
+    if (l.attn == AttnKind::CSA) {
+      any_csa = true;
+      max_entries_ = std::max(max_entries_, max_entries_of(l, max_ctx));
+    }
+  }
+  const int64_t max_in = std::max({D, qr, G * ro});
+  codes = DeviceBuffer<uint8_t>(size_t(P * max_in));
+  scales = DeviceBuffer<float>(size_t((max_in + 127) / 128 * P));
+  zero(codes);
+  zero(scales);
+  cq = DeviceBuffer<bf16>(size_t(P * qr));
+  q = DeviceBuffer<bf16>(size_t(P * H * d));
+  o = DeviceBuffer<bf16>(size_t(T * H * d));
+  og = DeviceBuffer<bf16>(size_t(T * gin));
+  zg = DeviceBuffer<bf16>(size_t(T * ro));
+  z = DeviceBuffer<bf16>(size_t(P * G * ro));
+  y = DeviceBuffer<bf16>(size_t(P * D));
+  const int64_t dc = std::max(d, any_csa ? dI : 0);
+  ca = DeviceBuffer<float>(size_t(T * 2 * dc));
+  cg = DeviceBuffer<float>(size_t(T * 2 * dc));
+  pooled = DeviceBuffer<bf16>(size_t(T * dc));
+  if (any_csa) {
+    qi = DeviceBuffer<bf16>(size_t(P * HI * dI));
+    wi = DeviceBuffer<bf16>(size_t(T * HI));
+    scores = DeviceBuffer<float>(size_t(T * std::max<int64_t>(max_entries_, 1)));
+    selected = DeviceBuffer<int32_t>(size_t(T * cfg.index_topk));
+  }
+  indices = DeviceBuffer<int32_t>(size_t(T * max_keys_));
+}
+
+LtMatmul& AttentionWorkspace::plan(const DeviceContext& ctx, GemmKind kind, int64_t out, int64_t in, int64_t tokens) {
+  auto key = std::make_tuple(int(kind), out, in, tokens);
+  auto it = plans_.find(key);
+  if (it == plans_.end()) it = plans_.emplace(key, std::make_unique<LtMatmul>(ctx, kind, out, in, tokens)).first;
+  return *it->second;
+}
+
+namespace {
+
+// y [P, out] = linear(x [T, in]) in official numerics: FP8 weights quantize x (1x128), dense weights
+// take x as is. The kernel is the table's (linear_choice.h, LinearSite::Projection): exact_linear
+// (bit-identical to the CPU twin) or fast_gemv, each on its own quantization layout, or cuBLASLt (FP8
+// block-scaled or bf16 GEMM), whose y must hold the plan's padded rows.
+void run_linear(const DeviceContext& ctx, AttentionWorkspace& ws, const DevLinear& w, const bf16* x, int64_t T,
+                bf16* y) {
+  const LinearKernel k = linear_kernel(LinearSite::Projection, T, ctx.kernels());
+  if (k != LinearKernel::Lt) {
+    if (w.fp8) {
+      const int64_t nb = (w.in + 127) / 128;
+      act_quant_rows(ctx, x, T, w.in, ws.codes.get(), ws.scales.get(), nb, 1);
+      run_linear_kernel(ctx, k, fp8_linear_params(ws.codes.get(), ws.scales.get(), nb, 1, w.w8, T, y));
+      return;
+    }
+    run_linear_kernel(ctx, k, {.x = x, .x_stride = w.in, .w16 = w.w16.get(), .y = y, .y_stride = w.out, .tokens = T,
+                               .out = int(w.out), .in = int(w.in)});
+    return;
+  }
+  if (!w.fp8) {
+    ws.plan(ctx, GemmKind::Bf16, w.out, w.in, T).run_bf16(ctx, x, w.w16.get(), y);
+    return;
+  }
+  LtMatmul& mm = ws.plan(ctx, GemmKind::Fp8BlockScaled, w.out, w.in, T);
+  const int64_t P = mm.padded_tokens();
+  if (P > ws.max_padded_) fail("attention: ", P, " padded tokens exceed the workspace");
+  act_quant_rows(ctx, x, T, w.in, ws.codes.get(), ws.scales.get(), 1, P);
+  mm.run_fp8(ctx, ws.codes.get(), ws.scales.get(), w.w8, y);
+}
+
+// run_linear of two FP8 weights on the same x (wq_a and wkv) where the table picks fast_gemv: one
+// quantization of x and, where fast_gemv takes both, one launch. False (nothing run) elsewhere.
+bool run_linear_pair(const DeviceContext& ctx, AttentionWorkspace& ws, const DevLinear& a, const DevLinear& b,
+                     const bf16* x, int64_t T, bf16* ya, bf16* yb) {
+  const LinearKernel k = linear_kernel(LinearSite::Projection, T, ctx.kernels());
+  if (k != LinearKernel::FastGemv || !a.fp8 || !b.fp8 || a.in != b.in) return false;
+  const int64_t nb = (a.in + 127) / 128;
+  act_quant_rows(ctx, x, T, a.in, ws.codes.get(), ws.scales.get(), nb, 1);
+  const ExactLinearParams calls[2] = {fp8_linear_params(ws.codes.get(), ws.scales.get(), nb, 1, a.w8, T, ya),
+                                      fp8_linear_params(ws.codes.get(), ws.scales.get(), nb, 1, b.w8, T, yb)};
+  if (!run_shared_input(ctx, k, calls, 2)) {
+    run_linear_kernel(ctx, k, calls[0]);
+    run_linear_kernel(ctx, k, calls[1]);
+  }
+  return true;
+}
+
+// linear_f32's contract (attn_ops.h) for the compressor and weights_proj, the kernel from the table:
+// y_f32 and / or y_bf16 [T, out] = x [T, in] . w^T with fp32 sums.
+void run_linear_f32(const DeviceContext& ctx, AttentionWorkspace& ws, LinearSite site, const bf16* x, int64_t x_stride,
+                    const bf16* w, int64_t T, int in, int out, float* y_f32, bf16* y_bf16) {
+  const LinearKernel k = linear_kernel(site, T, ctx.kernels());
+  if (k == LinearKernel::Lt) {
+    const GemmKind kind = y_f32 ? GemmKind::Bf16F32Out : GemmKind::Bf16;
+    linear_f32(ctx, {.x = x, .w = w, .y = y_f32, .y_bf16 = y_bf16, .tokens = T, .x_stride = x_stride, .in = in,
+                     .out = out, .plan = &ws.plan(ctx, kind, out, in, T)});
+    return;
+  }
+  if (in <= 0 || in % 8 != 0 || x_stride % 8 != 0 || out <= 0)
+    fail("linear_f32: in = ", in, " and the row stride must be multiples of 8");
+  run_linear_kernel(ctx, k, {.x = x, .x_stride = x_stride, .w16 = w, .y = y_bf16, .y_f32 = y_f32, .y_stride = out,
+                             .tokens = T, .out = out, .in = in});
+}
+
+void run_rope(const DeviceContext& ctx, bf16* x, const AttentionBatch& b, const float* inv_freq, int64_t heads,
+              int64_t head_dim, int64_t rope_dim, bool inverse) {
+  rope(ctx, {.x = x, .positions = b.positions, .inv_freq = inv_freq, .rows = b.tokens, .heads = int(heads),
+             .head_dim = int(head_dim), .rope_dim = int(rope_dim), .row_stride = heads * head_dim,
+             .head_stride = head_dim, .inverse = inverse});
+}
+
+// The compressor of compress_chunk: fp32 projections, pooling into the slot state, entry emission.
+void run_compressor(const DeviceContext& ctx, const ModelConfig& cfg, AttentionWorkspace& ws,
+                    const DevCompressorWeights& w, const AttentionBatch& b, const bf16* x, float* cur_a, float* cur_g,
+                    float* prev_a, float* prev_g, bf16* entries, int64_t max_entries, const float* inv_freq,
+                    bool indexer) {
+  const int width = (w.overlap ? 2 : 1) * w.dc, in = int(cfg.hidden_size);
+  // wkv and wgate read the same x: one fast_gemv launch where the table's fast_gemv takes both.
+  const LinearKernel k = linear_kernel(LinearSite::CompressorF32, b.tokens, ctx.kernels());
+  const ExactLinearParams e[2] = {
+      {.x = x, .x_stride = cfg.hidden_size, .w16 = w.wkv.get(), .y_f32 = ws.ca.get(), .y_stride = width,
+       .tokens = b.tokens, .out = width, .in = in},
+      {.x = x, .x_stride = cfg.hidden_size, .w16 = w.wgate.get(), .y_f32 = ws.cg.get(), .y_stride = width,
+       .tokens = b.tokens, .out = width, .in = in}};
+  if (!run_shared_input(ctx, k, e, 2)) {
+    run_linear_f32(ctx, ws, LinearSite::CompressorF32, x, cfg.hidden_size, w.wkv.get(), b.tokens, in, width,
+                   ws.ca.get(), nullptr);
+    run_linear_f32(ctx, ws, LinearSite::CompressorF32, x, cfg.hidden_size, w.wgate.get(), b.tokens, in, width,
+                   ws.cg.get(), nullptr);
+  }
+  compressor_pool(ctx, {.a = ws.ca.get(), .g = ws.cg.get(), .ape = w.ape.get(), .cur_a = cur_a, .cur_g = cur_g,
+                        .prev_a = prev_a, .prev_g = prev_g, .pooled = ws.pooled.get(), .positions = b.positions,
+                        .slots = b.slots, .tokens = b.tokens, .run_len = b.run_len, .ratio = w.ratio, .dc = w.dc,
+                        .overlap = w.overlap});
+  compressor_emit(ctx, {.pooled = ws.pooled.get(), .norm = w.norm.get(), .inv_freq = inv_freq, .entries = entries,
+                        .positions = b.positions, .slots = b.slots, .tokens = b.tokens, .max_entries = max_entries,
+                        .ratio = w.ratio, .dc = w.dc, .rope_dim = int(cfg.rope_dim), .indexer = indexer,
+                        .eps = float(cfg.rms_norm_eps)});
+}
+
+void check_call(const AttentionCall& a) {
+  const int64_t T = a.b.tokens;
+  if (T > a.ws.max_tokens() || T > a.st.chunk_rows) fail("attention: ", T, " tokens exceed the workspace");
+  if (a.b.run_len <= 0 || T % a.b.run_len != 0) fail("attention: ", T, " tokens in runs of ", a.b.run_len);
+  if (!a.b.positions || !a.b.slots) fail("attention: null pointer");
+}
+
+}  // namespace
+
+void AttentionWorkspace::prepare(const DeviceContext& ctx, const ModelConfig& cfg, const DevAttentionWeights& w,
+                                 int64_t tokens) {
+  const KernelTier tier = ctx.kernels();
+  auto lt = [&](LinearSite s) { return linear_kernel(s, tokens, tier) == LinearKernel::Lt; };
+  if (lt(LinearSite::Projection)) {
+    auto lin = [&](const DevLinear& l) {
+      plan(ctx, l.fp8 ? GemmKind::Fp8BlockScaled : GemmKind::Bf16, l.out, l.in, tokens);
+    };
+    lin(w.wq_a);
+    lin(w.wq_b);
+    lin(w.wkv);
+    lin(w.wo_b);
+    if (w.idx) lin(w.idx->wq_b);
+  }
+  if (lt(LinearSite::GroupedWoA))
+    plan(ctx, GemmKind::Bf16, cfg.o_lora_rank, cfg.num_heads * cfg.head_dim / cfg.o_groups, tokens);
+  if (lt(LinearSite::CompressorF32)) {
+    if (w.comp) plan(ctx, GemmKind::Bf16F32Out, (w.comp->overlap ? 2 : 1) * w.comp->dc, cfg.hidden_size, tokens);
+    if (w.idx) plan(ctx, GemmKind::Bf16F32Out, 2 * w.idx->comp.dc, cfg.hidden_size, tokens);
+  }
+  if (lt(LinearSite::WeightsProj) && w.idx) plan(ctx, GemmKind::Bf16, cfg.index_n_heads, cfg.hidden_size, tokens);
+}
+
+void attn_qkv(const DeviceContext& ctx, const AttentionCall& a, const bf16* x) {
+  const ModelConfig& cfg = a.cfg;
+  const DevAttentionWeights& w = a.w;
+  AttentionWorkspace& ws = a.ws;
+  const AttentionBatch& b = a.b;
+  const int64_t T = b.tokens, H = cfg.num_heads, d = cfg.head_dim, rd = cfg.rope_dim;
+  const float eps = float(cfg.rms_norm_eps);
+  check_call(a);
+  if (!x) fail("attention: null pointer");
+
+  // Q: wq_a, q_norm, wq_b, per-head norm, RoPE (wkv with wq_a where run_linear_pair takes them).
+  bf16* kv_chunk = a.st.kv.get() + a.st.chunk_base() * d;
+  const bool kv_done = run_linear_pair(ctx, ws, w.wq_a, w.wkv, x, T, ws.cq.get(), kv_chunk);
+  if (!kv_done) run_linear(ctx, ws, w.wq_a, x, T, ws.cq.get());
+  rms_norm_rows(ctx, ws.cq.get(), w.q_norm.get(), T, cfg.q_lora_rank, eps);
+  run_linear(ctx, ws, w.wq_b, ws.cq.get(), T, ws.q.get());
+  head_norm_bf16(ctx, {.x = ws.q.get(), .rows = T, .row_stride = H * d, .heads = int(H), .dim = int(d), .eps = eps});
+  run_rope(ctx, ws.q.get(), b, w.inv_freq.get(), H, d, rd, false);
+
+  // KV of this call's tokens into the chunk rows: wkv, kv_norm, RoPE, FP8 snap of the non-rope dims.
+  if (!kv_done) run_linear(ctx, ws, w.wkv, x, T, kv_chunk);
+  rms_norm_rows(ctx, kv_chunk, w.kv_norm.get(), T, d, eps);
+  run_rope(ctx, kv_chunk, b, w.inv_freq.get(), 1, d, rd, false);
+  fp8_kv_snap(ctx, {.x = kv_chunk, .rows = T, .row_stride = d, .nope = int(d - rd)});
+}
+
+void attn_compress(const DeviceContext& ctx, const AttentionCall& a, const bf16* x, CompressorKind kind) {
+  check_call(a);
+  AttentionLayerState& st = a.st;
+  const DevAttentionWeights& w = a.w;
+  if (kind == CompressorKind::Main) {
+    if (!w.comp) fail("attention: a sliding layer has no compressor");
+    run_compressor(ctx, a.cfg, a.ws, *w.comp, a.b, x, st.cur_a.get(), st.cur_g.get(), st.prev_a.get(),
+                   st.prev_g.get(), st.kv.get() + st.pool_base() * a.cfg.head_dim, st.max_entries, w.inv_freq.get(),
+                   false);
+    return;
+  }
+  if (!w.idx) fail("attention: only CSA layers have an indexer");
+  run_compressor(ctx, a.cfg, a.ws, w.idx->comp, a.b, x, st.icur_a.get(), st.icur_g.get(), st.iprev_a.get(),
+                 st.iprev_g.get(), st.index_keys.get(), st.max_entries, w.inv_freq.get(), true);
+}
+
+// Indexer queries, head weights, scores over the visible keys, top-k.
+void attn_index_topk(const DeviceContext& ctx, const AttentionCall& a, const bf16* x) {
+  check_call(a);
+  const ModelConfig& cfg = a.cfg;
+  AttentionWorkspace& ws = a.ws;
+  const AttentionBatch& b = a.b;
+  if (!a.w.idx) fail("attention: only CSA layers have an indexer");
+  const DevIndexerWeights& w = *a.w.idx;
+  const int64_t HI = cfg.index_n_heads, dI = cfg.index_head_dim;
+  run_linear(ctx, ws, w.wq_b, ws.cq.get(), b.tokens, ws.qi.get());
+  run_rope(ctx, ws.qi.get(), b, a.w.inv_freq.get(), HI, dI, cfg.rope_dim, false);
+  hadamard_fp4(ctx, {.x = ws.qi.get(), .vectors = b.tokens * HI, .stride = dI, .n = int(dI)});
+  run_linear_f32(ctx, ws, LinearSite::WeightsProj, x, cfg.hidden_size, w.weights_proj.get(), b.tokens,
+                 int(cfg.hidden_size), int(HI), nullptr, ws.wi.get());
+  indexer_scores(ctx, {.q = ws.qi.get(), .w = ws.wi.get(), .keys = a.st.index_keys.get(), .scores = ws.scores.get(),
+                       .positions = b.positions, .slots = b.slots, .tokens = b.tokens,
+                       .max_entries = a.st.max_entries, .heads = int(HI), .dim = int(dI), .ratio = w.comp.ratio,
+                       .wscale = float(1.0 / std::sqrt(double(dI)) / std::sqrt(double(HI)))});
+  indexer_topk(ctx, {.scores = ws.scores.get(), .selected = ws.selected.get(), .positions = b.positions,
+                     .tokens = b.tokens, .max_entries = a.st.max_entries, .k = int(cfg.index_topk),
+                     .ratio = w.comp.ratio});
+}
+
+void attn_attend(const DeviceContext& ctx, const AttentionCall& a) {
+  check_call(a);
+  const ModelConfig& cfg = a.cfg;
+  const DevAttentionWeights& w = a.w;
+  AttentionLayerState& st = a.st;
+  AttentionWorkspace& ws = a.ws;
+  const AttentionBatch& b = a.b;
+  const int64_t T = b.tokens, H = cfg.num_heads, d = cfg.head_dim, W = cfg.sliding_window;
+  const AttnKind kind = w.spec.attn;
+  const int64_t max_keys = max_keys_of(cfg, w.spec, st.max_ctx);
+  build_key_list(ctx, {.indices = ws.indices.get(), .positions = b.positions, .slots = b.slots,
+                       .selected = kind == AttnKind::CSA ? ws.selected.get() : nullptr, .tokens = T,
+                       .run_len = b.run_len, .window = int(W), .max_keys = int(max_keys),
+                       .topk = int(cfg.index_topk), .ratio = kind == AttnKind::Sliding ? 0 : w.spec.ratio,
+                       .ring_base = st.ring_base(), .chunk_base = st.chunk_base(), .pool_base = st.pool_base(),
+                       .max_entries = st.max_entries});
+  sparse_attention(ctx, {.q = ws.q.get(), .kv = st.kv.get(), .indices = ws.indices.get(), .sinks = w.sink.get(),
+                         .out = ws.o.get(), .tokens = T, .entries = st.pool_base() + st.max_seqs * st.max_entries,
+                         .heads = int(H), .dim = int(d), .max_keys = int(max_keys),
+                         .scale = float(1.0 / std::sqrt(double(d)))});
+  run_rope(ctx, ws.o.get(), b, w.inv_freq.get(), H, d, cfg.rope_dim, true);
+  ring_write(ctx, {.kv = st.kv.get(), .positions = b.positions, .slots = b.slots, .tokens = T, .run_len = b.run_len,
+                   .ring_base = st.ring_base(), .chunk_base = st.chunk_base(), .window = int(W), .dim = int(d)});
+}
+
+// Grouped output projection: heads of group g through rows g*ro.. of wo_a (bf16 GEMM), then wo_b.
+void attn_out(const DeviceContext& ctx, const AttentionCall& a, bf16* out) {
+  check_call(a);
+  const ModelConfig& cfg = a.cfg;
+  const DevAttentionWeights& w = a.w;
+  AttentionWorkspace& ws = a.ws;
+  const int64_t T = a.b.tokens, D = cfg.hidden_size, H = cfg.num_heads, d = cfg.head_dim;
+  const int64_t G = cfg.o_groups, ro = cfg.o_lora_rank, gin = H * d / G;
+  if (!out) fail("attention: null pointer");
+  const LinearKernel k = linear_kernel(LinearSite::GroupedWoA, T, ctx.kernels());
+  if (k != LinearKernel::Lt) {
+    // All G groups in one launch (exact_linear's group mode; fast_gemv's projections).
+    run_linear_kernel(ctx, k, {.x = ws.o.get(), .x_stride = H * d, .w16 = w.wo_a.get(), .w_expert_stride = ro * gin,
+                               .groups = int(G), .x_group_stride = gin, .y_group_stride = ro, .y = ws.z.get(),
+                               .y_stride = G * ro, .tokens = T, .out = int(ro), .in = int(gin)});
+  } else {
+    LtMatmul& mm_a = ws.plan(ctx, GemmKind::Bf16, ro, gin, T);
+    for (int64_t g = 0; g < G; ++g) {
+      DSV4_CUDA_CHECK(cudaMemcpy2DAsync(ws.og.get(), size_t(gin) * sizeof(bf16), ws.o.get() + g * gin,
+                                        size_t(H * d) * sizeof(bf16), size_t(gin) * sizeof(bf16), size_t(T),
+                                        cudaMemcpyDeviceToDevice, ctx.stream()));
+      mm_a.run_bf16(ctx, ws.og.get(), w.wo_a.get() + g * ro * gin, ws.zg.get());
+      DSV4_CUDA_CHECK(cudaMemcpy2DAsync(ws.z.get() + g * ro, size_t(G * ro) * sizeof(bf16), ws.zg.get(),
+                                        size_t(ro) * sizeof(bf16), size_t(ro) * sizeof(bf16), size_t(T),
+                                        cudaMemcpyDeviceToDevice, ctx.stream()));
+    }
+  }
+  run_linear(ctx, ws, w.wo_b, ws.z.get(), T, ws.y.get());
+  DSV4_CUDA_CHECK(cudaMemcpyAsync(out, ws.y.get(), size_t(T * D) * sizeof(bf16), cudaMemcpyDeviceToDevice,
+                                  ctx.stream()));
+}
+
+}  // namespace dsv4::cuda

@@ -1,0 +1,371 @@
+// CudaBackend (cuda_backend.h): slots, buffers, the call's uploads and CUDA graphs, and the ops over
+// the sub-layers of this folder (attention_sublayer.h, moe_sublayer.h, head_layer.h).
+#include "backend/cuda/cuda_backend.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "backend/cuda/check.h"
+#include "backend/cuda/gemm.h"
+#include "backend/cuda/linear_choice.h"
+#include "backend/cuda/ops.h"
+#include "backend/cuda/sampling.h"
+#include "core/dtype.h"
+#include "core/error.h"
+
+namespace dsv4::cuda {
+namespace {
+
+[[noreturn]] void no_mtp() { fail("MTP blocks are not on cuda yet (use --device cpu)"); }
+
+}  // namespace
+
+CudaBackend::CudaBackend(const ModelConfig& cfg, const Weights& w, uint64_t total_bytes, const BackendOptions& o,
+                         const LoadProgress& progress)
+    : cfg_(cfg), opt_(o), cap_(o.capacity) {
+  if (cap_.max_seqs < 1 || cap_.max_tokens < 1 || cap_.max_ctx < 1)
+    fail("cuda backend: slots, context and tokens per call must be positive");
+  cap_.max_tokens = std::max(cap_.max_tokens, cap_.max_seqs);  // a decode batch is one call
+  ctx_ = std::make_unique<DeviceContext>(o.gpu);
+  ctx_->set_kernels(o.kernels);
+  w_ = upload_weights(*ctx_, cfg_, w, total_bytes, progress);
+
+  const int64_t T = cap_.max_tokens, n = cfg_.hc_mult, D = cfg_.hidden_size, V = cfg_.vocab_size;
+  for (int64_t i = 0; i < cfg_.num_layers; ++i)
+    states_.emplace_back(cfg_, cfg_.layers[size_t(i)], cap_.max_seqs, cap_.max_ctx, T);
+  attn_ws_ = std::make_unique<AttentionWorkspace>(cfg_, T, cap_.max_ctx);
+  moe_ws_ = std::make_unique<MoeWorkspace>(*ctx_, cfg_, T);
+  moe_ws_->grouped_prefill = o.grouped_moe_prefill;
+  // Logit rows: every decode row, and prefill logits in pieces of at most ~256 MiB.
+  logit_rows_ = std::min(T, std::max<int64_t>(cap_.max_seqs, (int64_t(256) << 20) / (V * 4)));
+
+  ids_ = DeviceBuffer<int32_t>(size_t(T));
+  positions_ = DeviceBuffer<int32_t>(size_t(T));
+  slots_ = DeviceBuffer<int32_t>(size_t(T));
+  DSV4_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&host_in_), size_t(3 * T) * sizeof(int32_t)));
+  const int64_t rows = (T + 15) / 16 * 16;  // GEMM outputs may be padded to a multiple of 16 rows
+  X_ = DeviceBuffer<bf16>(size_t(rows * n * D));
+  u_ = DeviceBuffer<bf16>(size_t(rows * D));
+  y_ = DeviceBuffer<bf16>(size_t(rows * D));
+  h_ = DeviceBuffer<bf16>(size_t(logit_rows_ * D));
+  pre_ = DeviceBuffer<float>(size_t(T * n));
+  post_ = DeviceBuffer<float>(size_t(T * n));
+  comb_ = DeviceBuffer<float>(size_t(T * n * n));
+  partial_ = DeviceBuffer<float>(mhc_pre_partial_floats(T, int(n), int(D)));
+  logits_ = DeviceBuffer<float>(size_t(logit_rows_ * V));
+  samp_params_ = DeviceBuffer<uint64_t>(size_t(4 * logit_rows_));
+  samp_ids_ = DeviceBuffer<int32_t>(size_t(logit_rows_));
+  DSV4_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&samp_host_), size_t(4 * logit_rows_) * sizeof(uint64_t)));
+  DSV4_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&samp_ids_host_), size_t(logit_rows_) * sizeof(int32_t)));
+  samp_params_.fill_bytes(0);
+  for (auto* b : {&X_, &u_, &y_, &h_}) b->fill_bytes(0);  // padded GEMM rows stay finite
+}
+
+CudaBackend::~CudaBackend() {
+  for (auto& [key, g] : graphs_) cudaGraphExecDestroy(g);
+  if (host_in_) cudaFreeHost(host_in_);
+  if (samp_host_) cudaFreeHost(samp_host_);
+  if (samp_ids_host_) cudaFreeHost(samp_ids_host_);
+}
+
+std::string CudaBackend::name() const { return std::string("cuda (") + kernel_tier_name(opt_.kernels) + " kernels)"; }
+
+// ---- a call
+
+void CudaBackend::begin(const Batch& b) {
+  const int64_t T = b.size();
+  if (T < 1 || T > cap_.max_tokens) fail("cuda backend: ", T, " tokens in one call, at most ", cap_.max_tokens);
+  if (b.slots.size() != b.ids.size() || b.positions.size() != b.ids.size())
+    fail("cuda backend: ids, slots and positions differ in length");
+  if (b.run_len < 1 || T % b.run_len != 0) fail("cuda backend: ", T, " tokens do not split into runs of ", b.run_len);
+  for (int64_t t = 0; t < T; ++t) {
+    const int32_t id = b.ids[size_t(t)], s = b.slots[size_t(t)], p = b.positions[size_t(t)];
+    if (id < 0 || id >= cfg_.vocab_size) fail("token id ", id, " is outside the vocabulary [0, ", cfg_.vocab_size, ")");
+    if (s < 0 || s >= cap_.max_seqs) fail("cuda backend: slot ", s, " outside [0, ", cap_.max_seqs, ")");
+    if (p < 0 || p >= cap_.max_ctx) fail("cuda backend: position ", p, " outside the context of ", cap_.max_ctx);
+  }
+  // The previous call's copies from the pinned buffer must be done before it is overwritten.
+  ctx_->synchronize();
+  const int64_t M = cap_.max_tokens;
+  std::memcpy(host_in_, b.ids.data(), size_t(T) * 4);
+  std::memcpy(host_in_ + M, b.positions.data(), size_t(T) * 4);
+  std::memcpy(host_in_ + 2 * M, b.slots.data(), size_t(T) * 4);
+  const cudaStream_t s = ctx_->stream();
+  DSV4_CUDA_CHECK(cudaMemcpyAsync(ids_.get(), host_in_, size_t(T) * 4, cudaMemcpyHostToDevice, s));
+  DSV4_CUDA_CHECK(cudaMemcpyAsync(positions_.get(), host_in_ + M, size_t(T) * 4, cudaMemcpyHostToDevice, s));
+  DSV4_CUDA_CHECK(cudaMemcpyAsync(slots_.get(), host_in_ + 2 * M, size_t(T) * 4, cudaMemcpyHostToDevice, s));
+  T_ = T;
+  run_len_ = b.run_len;
+}
+
+void CudaBackend::prepare(const StepShape& shape) {
+  const int64_t T = shape.tokens;
+  if (!prepared_[T]) {
+    for (int64_t i = 0; i < cfg_.num_layers; ++i) attn_ws_->prepare(*ctx_, cfg_, w_.layers[size_t(i)].attn, T);
+    moe_ws_->prepare(*ctx_, T);
+    prepared_[T] = true;
+  }
+  if (shape.head_rows > 0) head_plan(shape.head_rows);
+}
+
+void CudaBackend::execute(const StepShape& shape, const std::function<void()>& body) {
+  if (shape.mtp || shape.head != 0) no_mtp();
+  if (shape.tokens != T_ || shape.run_len != run_len_)
+    fail("cuda backend: a shape of ", shape.tokens, " tokens in runs of ", shape.run_len, " after a batch of ", T_,
+         " in runs of ", run_len_);
+  stage_sampling();
+  if (!opt_.graphs || !shape.graph || shape.run_len != 1) {
+    body();
+    return;
+  }
+  auto it = graphs_.find(shape.key());
+  if (it == graphs_.end()) {
+    prepare(shape);
+    const cudaStream_t s = ctx_->stream();
+    cudaGraph_t graph = nullptr;
+    DSV4_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
+    try {
+      body();
+    } catch (...) {
+      cudaStreamEndCapture(s, &graph);
+      if (graph) cudaGraphDestroy(graph);
+      throw;
+    }
+    DSV4_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    DSV4_CUDA_CHECK(e);
+    it = graphs_.emplace(shape.key(), exec).first;
+  }
+  DSV4_CUDA_CHECK(cudaGraphLaunch(it->second, ctx_->stream()));
+}
+
+void CudaBackend::set_sampling(const std::vector<SampleRow>& rows) {
+  const int64_t n = int64_t(rows.size());
+  if (n < 1 || n > logit_rows_) fail("cuda backend: ", n, " sampled rows outside [1, ", logit_rows_, "]");
+  samp_pending_ = rows;
+}
+
+void CudaBackend::stage_sampling() {
+  if (samp_pending_.empty()) return;
+  // The pinned buffer is free: begin() waited for the previous call's copies.
+  const int64_t R = logit_rows_, n = int64_t(samp_pending_.size());
+  uint64_t* seed = samp_host_;
+  uint64_t* step = samp_host_ + R;
+  float* temp = reinterpret_cast<float*>(samp_host_ + 2 * R);
+  float* top_p = temp + R;
+  float* min_p = top_p + R;
+  int32_t* top_k = reinterpret_cast<int32_t*>(min_p + R);
+  for (int64_t b = 0; b < n; ++b) {
+    const SampleRow& r = samp_pending_[size_t(b)];
+    seed[b] = r.seed;
+    step[b] = r.step;
+    temp[b] = r.temperature;
+    top_p[b] = r.top_p;
+    min_p[b] = r.min_p;
+    top_k[b] = r.top_k;
+  }
+  DSV4_CUDA_CHECK(cudaMemcpyAsync(samp_params_.get(), samp_host_, size_t(4 * R) * sizeof(uint64_t),
+                                  cudaMemcpyHostToDevice, ctx_->stream()));
+  samp_pending_.clear();
+}
+
+// ---- the ops
+
+const DevBlockWeights& CudaBackend::block(int64_t layer, const char* op) const {
+  if (layer >= cfg_.num_layers && layer < cfg_.num_layers + int64_t(cfg_.mtp_layers.size())) no_mtp();
+  if (layer < 0 || layer >= int64_t(w_.layers.size()))
+    fail("cuda backend: ", op, " of layer ", layer, ", the model has ", w_.layers.size());
+  return w_.layers[size_t(layer)];
+}
+
+AttentionCall CudaBackend::attention(int64_t layer, const char* op) {
+  const DevBlockWeights& b = block(layer, op);
+  return {.cfg = cfg_, .w = b.attn, .st = states_[size_t(layer)], .ws = *attn_ws_,
+          .b = {.tokens = T_, .run_len = run_len_, .positions = positions_.get(), .slots = slots_.get()}};
+}
+
+void CudaBackend::embed() { embed_forward(*ctx_, w_.embed, ids_.get(), T_, int(cfg_.hc_mult), X_.get()); }
+
+void CudaBackend::mhc(const MhcStep& s) {
+  const int n = int(cfg_.hc_mult), D = int(cfg_.hidden_size);
+  const float eps = float(cfg_.rms_norm_eps);
+  if (s.post) {
+    block(s.post->layer, "mhc post");
+    mhc_post(*ctx_, {.X = X_.get(), .y = y_.get(), .post = post_.get(), .comb = comb_.get(), .out = X_.get(),
+                     .tokens = T_, .n = n, .D = D});
+  }
+  if (s.pre) {
+    const DevBlockWeights& b = block(s.pre->layer, "mhc pre");
+    const bool attn = s.pre->sub == SubLayer::Attention;
+    const DevHc& hc = attn ? b.hc_attn : b.hc_ffn;
+    mhc_pre(*ctx_, {.X = X_.get(), .fn = hc.fn.get(), .base = hc.base.get(), .scale = hc.scale.get(),
+                    .pre = pre_.get(), .post = post_.get(), .comb = comb_.get(), .u = u_.get(),
+                    .partial = partial_.get(), .tokens = T_, .n = n, .D = D, .norm_eps = eps,
+                    .hc_eps = float(cfg_.hc_eps), .sinkhorn_iters = int(cfg_.hc_sinkhorn_iters)});
+    rms_norm_rows(*ctx_, u_.get(), (attn ? b.attn_norm : b.ffn_norm).get(), T_, D, eps);
+  }
+}
+
+void CudaBackend::attn_qkv(int64_t layer) { cuda::attn_qkv(*ctx_, attention(layer, "attn_qkv"), u_.get()); }
+void CudaBackend::compress(int64_t layer, CompressorKind c) {
+  attn_compress(*ctx_, attention(layer, "compress"), u_.get(), c);
+}
+void CudaBackend::index_topk(int64_t layer) { attn_index_topk(*ctx_, attention(layer, "index_topk"), u_.get()); }
+void CudaBackend::attend(int64_t layer) { attn_attend(*ctx_, attention(layer, "attend")); }
+void CudaBackend::attn_out(int64_t layer) { cuda::attn_out(*ctx_, attention(layer, "attn_out"), y_.get()); }
+
+void CudaBackend::moe_route(int64_t layer) {
+  cuda::moe_route(*ctx_, block(layer, "moe_route").ffn, *moe_ws_, u_.get(), ids_.get(), T_);
+}
+void CudaBackend::moe_experts(int64_t layer) {
+  cuda::moe_experts(*ctx_, block(layer, "moe_experts").ffn, *moe_ws_, u_.get(), T_, y_.get());
+}
+
+void CudaBackend::mtp_input(int64_t) { no_mtp(); }
+void CudaBackend::set_streams(const Tensor&) { no_mtp(); }
+
+LtMatmul* CudaBackend::head_plan(int64_t rows) {
+  if (linear_kernel(LinearSite::Head, rows, opt_.kernels) != LinearKernel::Lt) return nullptr;
+  auto& plan = head_plans_[rows];
+  if (!plan) plan = std::make_unique<LtMatmul>(*ctx_, GemmKind::Bf16F32Out, cfg_.vocab_size, cfg_.hidden_size, rows);
+  return plan.get();
+}
+
+void CudaBackend::head(int64_t head, int64_t first, int64_t rows) {
+  if (head != 0) no_mtp();
+  if (rows < 1 || rows > logit_rows_ || first < 0 || first + rows > T_)
+    fail("cuda backend: head rows [", first, ", ", first + rows, ") of a call of ", T_, " tokens (at most ",
+         logit_rows_, " rows)");
+  head_forward(*ctx_, w_.head, X_.get() + first * cfg_.hc_mult * cfg_.hidden_size, rows, h_.get(), logits_.get(),
+               linear_kernel(LinearSite::Head, rows, opt_.kernels), head_plan(rows));
+}
+
+void CudaBackend::sample(int64_t rows) {
+  if (rows < 1 || rows > logit_rows_) fail("cuda backend: ", rows, " sampled rows outside [1, ", logit_rows_, "]");
+  const int64_t R = logit_rows_;
+  const uint64_t* base = samp_params_.get();
+  const float* temperature = reinterpret_cast<const float*>(base + 2 * R);
+  const float* top_p = temperature + R;
+  const float* min_p = top_p + R;
+  sample_tokens(*ctx_, {.logits = logits_.get(), .out = samp_ids_.get(), .temperature = temperature,
+                        .top_k = reinterpret_cast<const int32_t*>(min_p + R), .top_p = top_p, .min_p = min_p,
+                        .seed = base, .step = base + R, .rows = rows, .vocab = cfg_.vocab_size,
+                        .logits_stride = cfg_.vocab_size});
+}
+
+// ---- slot state
+
+namespace {
+
+// A slot's device state: the bytes of every layer's pieces (AttentionLayerState::slot_pieces) in
+// order, in one device buffer. Taken and restored by copies on the backend's stream (no host sync):
+// they land between the calls around them.
+struct CudaSnapshot final : SlotSnapshot {
+  uint64_t bytes() const override { return data.bytes(); }
+  const void* owner = nullptr;  // the backend it belongs to
+  DeviceBuffer<uint8_t> data;
+};
+
+}  // namespace
+
+std::shared_ptr<const SlotSnapshot> CudaBackend::snapshot(int slot, int64_t pos, int64_t mtp_pos) {
+  std::vector<AttentionLayerState::Piece> pieces;
+  for (AttentionLayerState& st : states_)
+    for (const auto& p : st.slot_pieces(slot)) pieces.push_back(p);
+  size_t total = 0;
+  for (const auto& p : pieces) total += p.bytes;
+  auto s = std::make_shared<CudaSnapshot>();
+  s->pos = pos;
+  s->mtp_pos = mtp_pos;
+  s->owner = this;
+  s->data = DeviceBuffer<uint8_t>(total);
+  size_t off = 0;
+  for (const auto& p : pieces) {
+    DSV4_CUDA_CHECK(cudaMemcpyAsync(s->data.get() + off, p.data, p.bytes, cudaMemcpyDeviceToDevice, ctx_->stream()));
+    off += p.bytes;
+  }
+  return s;
+}
+
+void CudaBackend::restore(int slot, const SlotSnapshot& s) {
+  const auto* c = dynamic_cast<const CudaSnapshot*>(&s);
+  if (!c || c->owner != this) fail("cuda backend: a snapshot of another backend cannot be restored here");
+  size_t off = 0;
+  for (AttentionLayerState& st : states_)
+    for (const auto& p : st.slot_pieces(slot)) {
+      if (off + p.bytes > c->data.bytes()) fail("cuda backend: the snapshot does not match the slot layout");
+      DSV4_CUDA_CHECK(cudaMemcpyAsync(p.data, c->data.get() + off, p.bytes, cudaMemcpyDeviceToDevice, ctx_->stream()));
+      off += p.bytes;
+    }
+}
+
+// ---- outputs
+
+Tensor CudaBackend::logits(int64_t rows) {
+  if (rows < 1 || rows > logit_rows_) fail("cuda backend: ", rows, " logit rows outside [1, ", logit_rows_, "]");
+  Tensor out({rows, cfg_.vocab_size});
+  DSV4_CUDA_CHECK(cudaMemcpyAsync(out.ptr(), logits_.get(), size_t(rows * cfg_.vocab_size) * sizeof(float),
+                                  cudaMemcpyDeviceToHost, ctx_->stream()));
+  ctx_->synchronize();
+  return out;
+}
+
+std::vector<int32_t> CudaBackend::sampled(int64_t rows) {
+  if (rows < 1 || rows > logit_rows_) fail("cuda backend: ", rows, " sampled rows outside [1, ", logit_rows_, "]");
+  DSV4_CUDA_CHECK(cudaMemcpyAsync(samp_ids_host_, samp_ids_.get(), size_t(rows) * sizeof(int32_t),
+                                  cudaMemcpyDeviceToHost, ctx_->stream()));
+  ctx_->synchronize();
+  return std::vector<int32_t>(samp_ids_host_, samp_ids_host_ + rows);
+}
+
+namespace {
+
+Tensor download_bf16(const DeviceContext& ctx, const bf16* src, Shape shape) {
+  Tensor out(std::move(shape));
+  std::vector<uint16_t> raw(out.data.size());
+  DSV4_CUDA_CHECK(cudaMemcpyAsync(raw.data(), src, raw.size() * 2, cudaMemcpyDeviceToHost, ctx.stream()));
+  ctx.synchronize();
+  for (size_t i = 0; i < raw.size(); ++i) out.data[i] = bf16_to_f32(raw[i]);
+  return out;
+}
+
+}  // namespace
+
+Tensor CudaBackend::streams() { return download_bf16(*ctx_, X_.get(), {T_, cfg_.hc_mult, cfg_.hidden_size}); }
+
+Tensor CudaBackend::head_hidden(int64_t head, int64_t first, int64_t rows) {
+  if (head != 0) no_mtp();
+  const int64_t n = cfg_.hc_mult, D = cfg_.hidden_size;
+  if (rows < 1 || first < 0 || first + rows > T_)
+    fail("cuda backend: head rows [", first, ", ", first + rows, ") of a call of ", T_, " tokens");
+  Tensor out({rows, D});
+  for (int64_t r0 = 0; r0 < rows; r0 += logit_rows_) {
+    const int64_t piece = std::min(logit_rows_, rows - r0);
+    head_hidden_forward(*ctx_, w_.head, X_.get() + (first + r0) * n * D, piece, h_.get());
+    const Tensor part = download_bf16(*ctx_, h_.get(), {piece, D});
+    std::copy(part.data.begin(), part.data.end(), out.row(r0));
+  }
+  return out;
+}
+
+double CudaBackend::time_ms(int64_t warmup, int64_t reps, const std::function<void()>& fn) {
+  if (reps < 1) fail("time_ms: at least one repetition");
+  for (int64_t i = 0; i < warmup; ++i) fn();
+  cudaEvent_t a = nullptr, b = nullptr;
+  DSV4_CUDA_CHECK(cudaEventCreate(&a));
+  DSV4_CUDA_CHECK(cudaEventCreate(&b));
+  DSV4_CUDA_CHECK(cudaEventRecord(a, ctx_->stream()));
+  for (int64_t i = 0; i < reps; ++i) fn();
+  DSV4_CUDA_CHECK(cudaEventRecord(b, ctx_->stream()));
+  ctx_->synchronize();
+  float ms = 0;
+  const cudaError_t e = cudaEventElapsedTime(&ms, a, b);
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  DSV4_CUDA_CHECK(e);
+  return double(ms) / double(reps);
+}
+
+}  // namespace dsv4::cuda

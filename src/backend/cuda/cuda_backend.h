@@ -1,0 +1,117 @@
+// CudaBackend: the backend interface (backend/backend.h) on one GPU in official numerics (MODEL.md
+// §2-§8): weights in device memory (device_weights.h), per-sequence state in device slots (one
+// AttentionLayerState per layer), the call's activations in device buffers, and the ops over the
+// kernels of this folder. A call: begin() checks and uploads ids / positions / slots (pinned buffer,
+// async copies); execute() runs the forward's ops directly, or, for decode shapes (run_len 1, graphs
+// on), captures them once per shape into a CUDA graph (its GEMM plans made before the capture) and
+// replays it; outputs are read afterwards (logits, sampled ids, streams).
+//
+// Positions are the caller's: a sequence in slot s at position p feeds its next tokens at p, p+1, ...;
+// a slot restarts a sequence by feeding position 0 (no reset needed, see AttentionLayerState).
+// MTP blocks are not on the GPU yet: num_mtp() is 0 and the MTP ops throw.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/buffer.h"
+#include "backend/cuda/context.h"
+#include "backend/cuda/device_weights.h"
+#include "core/tensor.h"
+#include "io/config.h"
+#include "io/weights.h"
+
+namespace dsv4::cuda {
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(const ModelConfig& cfg, const Weights& w, uint64_t total_bytes, const BackendOptions& o,
+              const LoadProgress& progress = {});
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  const ModelConfig& config() const override { return cfg_; }
+  const Capacity& capacity() const override { return cap_; }
+  Numerics numerics() const override { return Numerics::Official; }
+  std::string name() const override;
+  int64_t num_mtp() const override { return 0; }
+
+  void begin(const Batch& b) override;
+  void execute(const StepShape& shape, const std::function<void()>& body) override;
+  void set_sampling(const std::vector<SampleRow>& rows) override;
+
+  void embed() override;
+  void mhc(const MhcStep& s) override;
+  void attn_qkv(int64_t layer) override;
+  void compress(int64_t layer, CompressorKind c) override;
+  void index_topk(int64_t layer) override;
+  void attend(int64_t layer) override;
+  void attn_out(int64_t layer) override;
+  void moe_route(int64_t layer) override;
+  void moe_experts(int64_t layer) override;
+  void mtp_input(int64_t k) override;
+  void head(int64_t head, int64_t first, int64_t rows) override;
+  void sample(int64_t rows) override;
+
+  std::shared_ptr<const SlotSnapshot> snapshot(int slot, int64_t pos, int64_t mtp_pos) override;
+  void restore(int slot, const SlotSnapshot& s) override;
+
+  int64_t max_logit_rows() const override { return logit_rows_; }
+  Tensor logits(int64_t rows) override;
+  std::vector<int32_t> sampled(int64_t rows) override;
+  Tensor streams() override;
+  Tensor head_hidden(int64_t head, int64_t first, int64_t rows) override;
+  void set_streams(const Tensor& S) override;
+  double time_ms(int64_t warmup, int64_t reps, const std::function<void()>& fn) override;
+
+  // The device state (tests, benchmarks).
+  DeviceContext& context() { return *ctx_; }
+  const DeviceWeights& weights() const { return w_; }
+
+ private:
+  void prepare(const StepShape& shape);  // GEMM plans of a shape (before its capture)
+  const DevBlockWeights& block(int64_t layer, const char* op) const;
+  AttentionCall attention(int64_t layer, const char* op);
+  // The fast tier's head GEMM for `rows` rows where the table picks cuBLASLt (else null).
+  LtMatmul* head_plan(int64_t rows);
+  void stage_sampling();  // the rows of set_sampling to the device (outside any capture)
+
+  ModelConfig cfg_;
+  BackendOptions opt_;
+  Capacity cap_;
+  std::unique_ptr<DeviceContext> ctx_;
+  DeviceWeights w_;
+  std::vector<AttentionLayerState> states_;
+  std::unique_ptr<AttentionWorkspace> attn_ws_;
+  std::unique_ptr<MoeWorkspace> moe_ws_;
+  int64_t logit_rows_ = 0;
+  int64_t T_ = 0, run_len_ = 1;  // the current call (begin)
+
+  DeviceBuffer<int32_t> ids_, positions_, slots_;  // [max_tokens] step inputs
+  int32_t* host_in_ = nullptr;                     // pinned [3, max_tokens]
+  DeviceBuffer<bf16> X_, u_, y_, h_;               // [T, n, D], [T, D], [T, D], [logit_rows, D]
+  DeviceBuffer<float> pre_, post_, comb_, partial_;
+  DeviceBuffer<float> logits_;                     // [logit_rows, V]
+  // Sampling parameters of up to logit_rows_ rows, one buffer: seed [R] u64, step [R] u64,
+  // temperature [R] f32, top_p [R] f32, min_p [R] f32, top_k [R] i32 (4R u64 in all).
+  DeviceBuffer<uint64_t> samp_params_;
+  uint64_t* samp_host_ = nullptr;     // pinned [4R], the staging copy
+  DeviceBuffer<int32_t> samp_ids_;    // [R] sampled ids
+  int32_t* samp_ids_host_ = nullptr;  // pinned [R]
+  std::vector<SampleRow> samp_pending_;  // set_sampling's rows, staged by execute()
+  using ShapeKey = decltype(StepShape{}.key());
+  std::map<ShapeKey, cudaGraphExec_t> graphs_;
+  std::map<int64_t, bool> prepared_;
+  // The fast tier's head GEMMs by row count (prepare() makes a decode shape's before its capture).
+  std::map<int64_t, std::unique_ptr<LtMatmul>> head_plans_;
+};
+
+}  // namespace dsv4::cuda

@@ -1,0 +1,93 @@
+// The GPU embedding and head (contracts in head_layer.h).
+#include "backend/cuda/head_layer.h"
+
+#include "backend/cuda/attn_ops.h"
+#include "backend/cuda/device_weights.h"
+#include "backend/cuda/embed_head.h"
+#include "backend/cuda/linear_choice.h"
+#include "backend/cuda/ops.h"
+#include "core/error.h"
+
+namespace dsv4::cuda {
+
+// ---- Embedding.
+DevEmbedWeights upload_embed_weights(const DeviceContext& ctx, const Weights& w, const ModelConfig& cfg) {
+  (void)ctx;
+  DevEmbedWeights d;
+  d.vocab = cfg.vocab_size;
+  d.D = cfg.hidden_size;
+  if (w.embed.numel() != d.vocab * d.D) fail("GPU embedding: table of ", w.embed.numel(), " values, expected V * D");
+  d.embed = upload_bf16(w.embed);
+  return d;
+}
+
+void embed_forward(const DeviceContext& ctx, const DevEmbedWeights& w, const int32_t* token_ids, int64_t T, int n,
+                   bf16* X, int32_t* bad_id) {
+  EmbedParams p;
+  p.ids = token_ids;
+  p.table = w.embed.get();
+  p.X = X;
+  p.bad = bad_id;
+  p.T = T;
+  p.vocab = w.vocab;
+  p.n = n;
+  p.D = int(w.D);
+  embed_gather(ctx, p);
+}
+
+// ---- Head.
+DevHeadWeights upload_head_weights(const DeviceContext& ctx, const HcWeights& hc, const TensorView& norm,
+                                   const LinearWeight& head, const ModelConfig& cfg) {
+  (void)ctx;
+  DevHeadWeights d;
+  d.vocab = cfg.vocab_size;
+  d.D = cfg.hidden_size;
+  d.n = int(cfg.hc_mult);
+  d.eps = float(cfg.rms_norm_eps);
+  d.hc_eps = float(cfg.hc_eps);
+  if (head.format != WeightFormat::Dense) fail(head.name, ": the GPU head needs a dense (bf16) weight");
+  d.hc_fn = upload_f32(hc.fn);
+  d.hc_base = upload_f32(hc.base);
+  d.hc_scale = upload_f32(hc.scale);
+  d.norm = upload_f32(norm);
+  d.head = upload_bf16(head.weight);
+  return d;
+}
+
+void head_hidden_forward(const DeviceContext& ctx, const DevHeadWeights& w, const bf16* X, int64_t T, bf16* h) {
+  HcHeadParams c;
+  c.X = X;
+  c.fn = w.hc_fn.get();
+  c.base = w.hc_base.get();
+  c.scale = w.hc_scale.get();
+  c.u = h;
+  c.T = T;
+  c.n = w.n;
+  c.D = int(w.D);
+  c.norm_eps = w.eps;
+  c.hc_eps = w.hc_eps;
+  hc_head_collapse(ctx, c);
+  rms_norm_rows(ctx, h, w.norm.get(), T, w.D, w.eps);
+}
+
+void head_forward(const DeviceContext& ctx, const DevHeadWeights& w, const bf16* X, int64_t T, bf16* h,
+                  float* logits, LinearKernel kernel, LtMatmul* plan) {
+  head_hidden_forward(ctx, w, X, T, h);
+  const int in = int(w.D), out = int(w.vocab);
+  switch (kernel) {
+    case LinearKernel::Exact:
+    case LinearKernel::FastGemv:
+      return run_linear_kernel(ctx, kernel, {.x = h, .x_stride = w.D, .w16 = w.head.get(), .y_f32 = logits,
+                                             .y_stride = out, .tokens = T, .out = out, .in = in});
+    case LinearKernel::Lt:
+      if (!plan) fail("head_forward: the cuBLASLt path without a plan");
+      return linear_f32(ctx, {.x = h, .w = w.head.get(), .y = logits, .tokens = T, .x_stride = w.D, .in = in,
+                              .out = out, .plan = plan});
+    case LinearKernel::Warp:  // linear_f32 without a plan above kExactLinearMaxTokens tokens
+      if (T <= kExactLinearMaxTokens) fail("head_forward: the warp kernel runs above ", kExactLinearMaxTokens, " rows");
+      return linear_f32(ctx, {.x = h, .w = w.head.get(), .y = logits, .tokens = T, .x_stride = w.D, .in = in,
+                              .out = out});
+  }
+}
+
+}  // namespace dsv4::cuda

@@ -1,0 +1,56 @@
+// The kernel table of the CUDA backend's linears (linear_choice.h).
+#include "backend/cuda/linear_choice.h"
+
+#include "backend/cuda/linear_fast.h"
+#include "core/error.h"
+
+namespace dsv4::cuda {
+
+LinearKernel linear_kernel(LinearSite site, int64_t tokens, KernelTier tier) {
+  const bool fast = tier == KernelTier::Fast, exact_range = tokens <= kExactLinearMaxTokens;
+  switch (site) {
+    case LinearSite::Projection:
+    case LinearSite::SharedExpert:
+      if (fast) return tokens <= kFastGemvMaxTokens ? LinearKernel::FastGemv : LinearKernel::Lt;
+      return exact_range ? LinearKernel::Exact : LinearKernel::Lt;
+    case LinearSite::GroupedWoA:
+    case LinearSite::CompressorF32:
+    case LinearSite::WeightsProj:
+      if (!exact_range) return LinearKernel::Lt;
+      return fast ? LinearKernel::FastGemv : LinearKernel::Exact;
+    case LinearSite::Dense:
+      return fast ? LinearKernel::FastGemv : LinearKernel::Exact;
+    case LinearSite::Head:
+      if (fast) return tokens <= kHeadGemvMaxRows ? LinearKernel::FastGemv : LinearKernel::Lt;
+      return exact_range ? LinearKernel::Exact : LinearKernel::Warp;
+  }
+  fail("linear_kernel: unknown site");
+}
+
+void run_linear_kernel(const DeviceContext& ctx, LinearKernel k, const ExactLinearParams& e) {
+  switch (k) {
+    case LinearKernel::Exact:
+      return exact_linear(ctx, e);
+    case LinearKernel::FastGemv:
+      // cuda::linear's fast-tier branch: fast_gemv where fast_gemv_supports(e), grouped calls in token
+      // slices, exact_linear otherwise.
+      if (ctx.kernels() != KernelTier::Fast) fail("run_linear_kernel: fast_gemv chosen in the exact tier");
+      return linear(ctx, e);
+    case LinearKernel::Lt:
+    case LinearKernel::Warp:
+      break;
+  }
+  fail("run_linear_kernel: a cuBLASLt or warp-kernel choice takes its plan, not ExactLinearParams");
+}
+
+bool run_shared_input(const DeviceContext& ctx, LinearKernel k, const ExactLinearParams* calls, int n) {
+  if (k != LinearKernel::FastGemv) return false;
+  return linear_shared_input(ctx, calls, n);
+}
+
+RoutedKernel routed_kernel(int64_t tokens, bool grouped_prefill, int64_t tiles_from) {
+  if (tokens > kExactLinearMaxTokens) return grouped_prefill ? RoutedKernel::Grouped : RoutedKernel::PerSelection;
+  return tokens >= tiles_from ? RoutedKernel::Tiles : RoutedKernel::PerSelection;
+}
+
+}  // namespace dsv4::cuda

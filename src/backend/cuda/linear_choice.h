@@ -1,0 +1,68 @@
+// THE choice of the CUDA backend's kernels for the model's linears and routed experts (issue 13): one
+// table by (site, token count, tier), read by every call site and by the prepare() functions that make
+// cuBLASLt plans before a graph capture. Each kernel states what it supports (fast_gemv_supports: 1-32
+// tokens, no expert mode; exact_linear: anything in the official formats); the table picks among them.
+//
+//   site                      | exact tier                      | fast tier
+//   Projection (FP8 / bf16)   | <= 512: Exact; above: Lt        | <= 32: FastGemv; above: Lt
+//   SharedExpert (FP8)        | the same as Projection          | the same as Projection
+//   GroupedWoA (bf16, groups) | <= 512: Exact; above: Lt        | <= 512: FastGemv (slices); above: Lt
+//   CompressorF32, WeightsProj| <= 512: Exact; above: Lt        | <= 512: FastGemv; above: Lt
+//   Dense (bf16 experts, shared) | Exact                        | FastGemv
+//   Head (bf16, fp32 logits)  | <= 512: Exact; above: Warp      | <= 16: FastGemv; above: Lt
+//
+// FastGemv means fast_gemv where it supports the call and exact_linear where it does not (more than 32
+// tokens, expert mode); a grouped call above 32 tokens runs fast_gemv in token slices of 32. Measured
+// on the H200 (docs/perf-log.md, 2026-12-01): cuBLASLt beats exact_linear 5-30x on FP8 projections from
+// 33 tokens; the head through fast_gemv takes 268-284 us up to 16 rows and 392 at 32, cuBLASLt 271-293.
+//
+// Routed FP4 experts: PerSelection (one fp4_gemv selection per (token, pick)) below 16 tokens, Tiles
+// (one selection per (expert, up to 8 plan rows), the same bits) up to 512, Grouped (fp4_grouped_mma on
+// the tensor cores, bf16-level) above when the options allow it, else PerSelection at any size.
+#pragma once
+#include <cstdint>
+
+#include "backend/backend.h"
+#include "backend/cuda/context.h"
+#include "backend/cuda/linear_exact.h"
+
+namespace dsv4::cuda {
+
+enum class LinearSite : uint8_t {
+  Projection,     // attention wq_a, wq_b, wkv, wo_b, the indexer's wq_b (FP8, or bf16 in dense checkpoints)
+  SharedExpert,   // the shared expert's w1, w3, w2 (FP8)
+  GroupedWoA,     // wo_a: G groups of heads through their own rows (bf16)
+  CompressorF32,  // the compressors' wkv / wgate (bf16 operands, fp32 out)
+  WeightsProj,    // the indexer's weights_proj (bf16 operands, fp32 sums, bf16 out)
+  Dense,          // dense (bf16) routed experts (expert mode) and a dense shared expert
+  Head,           // the logits (bf16 operands, fp32 out)
+};
+
+enum class LinearKernel : uint8_t {
+  Exact,     // exact_linear: the CPU twin's bits
+  FastGemv,  // fast_gemv where it supports the call, else exact_linear (grouped: token slices of 32)
+  Lt,        // a cuBLASLt plan (FP8 block-scaled, bf16 or bf16 -> fp32)
+  Warp,      // linear_f32's warp kernel (fp32 sums in another order)
+};
+
+// Largest head row count the fast tier gives fast_gemv (above: cuBLASLt).
+inline constexpr int64_t kHeadGemvMaxRows = 16;
+
+LinearKernel linear_kernel(LinearSite site, int64_t tokens, KernelTier tier);
+
+// The kernel of an ExactLinearParams call at a site that chose Exact or FastGemv (fast_gemv_supports
+// decides within FastGemv; grouped calls above kFastGemvMaxTokens run fast_gemv in token slices).
+void run_linear_kernel(const DeviceContext& ctx, LinearKernel k, const ExactLinearParams& e);
+// Several linears of one input (wq_a with wkv, w1 with w3, the compressor's wkv with wgate) as one
+// fast_gemv launch: true when the site chose FastGemv and fast_gemv takes every call; false, having run
+// nothing, otherwise (the caller runs them one by one).
+bool run_shared_input(const DeviceContext& ctx, LinearKernel k, const ExactLinearParams* calls, int n);
+
+// Routed FP4 experts.
+enum class RoutedKernel : uint8_t { PerSelection, Tiles, Grouped };
+inline constexpr int64_t kMoeExpertTileMinTokens = 16;
+inline constexpr int kMoeExpertTileRows = 8;
+// `tiles_from`: the Tiles threshold (kMoeExpertTileMinTokens; tests move it to compare the paths).
+RoutedKernel routed_kernel(int64_t tokens, bool grouped_prefill, int64_t tiles_from = kMoeExpertTileMinTokens);
+
+}  // namespace dsv4::cuda
