@@ -29,6 +29,8 @@ uint64_t block_device_bytes(const DevBlockWeights& b) {
   const DevMoeWeights& m = b.ffn;
   s += m.gate.bytes() + m.bias.bytes() + m.tid2eid.bytes() + m.w13.bytes() + m.w13_scales.bytes() + m.w2.bytes() +
        m.w2_scales.bytes();
+  for (const ExpertStack* x : {&m.w13_x, &m.w2_x})
+    s += x->codes.bytes() + x->tile_scales.bytes() + x->block_scales.bytes() + x->global.bytes();
   for (const Fp8Weight* w : {&m.shared_w1, &m.shared_w2, &m.shared_w3}) s += w->codes.bytes() + w->scales.bytes();
   return s;
 }
@@ -82,12 +84,6 @@ DeviceWeights upload_weights(const DeviceContext& ctx, const ModelConfig& cfg, c
   for (int64_t i = 0; i < cfg.num_layers; ++i) {
     const BlockWeights& b = w.layers[size_t(i)];
     const LayerSpec& spec = cfg.layers[size_t(i)];
-    // The GPU MoE runs MXFP4 or dense routed experts; FP8 (Base) and NVFP4 experts are a later step.
-    for (const ExpertWeights& e : b.ffn.experts)
-      for (const LinearWeight* l : {&e.w1, &e.w2, &e.w3})
-        if (l->format != WeightFormat::FP4 && l->format != WeightFormat::Dense)
-          fail(l->name, ": layer ", i, " has ", weight_format_name(l->format),
-               " routed experts, which the CUDA backend does not run yet (it runs fp4-e2m1 1x32 or dense; use the CPU backend)");
     DevBlockWeights db;
     db.hc_attn = upload_hc(b.hc_attn);
     db.hc_ffn = upload_hc(b.hc_ffn);
