@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/error.h"
 #include "cuda/harness.h"
 #include "io/safetensors.h"
 #include "io/temp_dir.h"
@@ -169,6 +170,40 @@ TEST_F(CudaVariants, Fp8ExpertsMatchCpu) {
   EXPECT_GT(variants::requant_fp8_experts(test::bundled_model_dir(), bundled).inexact, 0u);
   expect_expert_format(bundled, WeightFormat::FP8);
   expect_gpu_equals_cpu(bundled, "bundled fp8 experts");
+}
+
+// A layer whose routed experts mix formats (expert 0's w1 NVFP4, everything else FP8): the CPU runs it,
+// the GPU refuses at load with one line naming the tensor and the format found.
+TEST_F(CudaVariants, MixedFormatsInOneLayerFailWithOneLine) {
+  const std::string src = test::fixture_dir("tiny-shakespeare-fp8") + "/model", f8 = dir_.file("fp8"),
+                    nv = dir_.file("nvfp4"), dst = dir_.file("mixed");
+  variants::requant_fp8_experts(src, f8);
+  variants::cast_nvfp4(src, nv);
+  {
+    auto a = Checkpoint::open(f8), b = Checkpoint::open(nv);
+    const std::string w1 = "layers.0.ffn.experts.0.w1.";
+    std::vector<std::pair<std::string, TensorView>> ts;
+    for (const TensorEntry* e : a->all())
+      if (e->name.rfind(w1, 0) != 0) ts.emplace_back(e->name, e->view);
+    for (const TensorEntry* e : b->all())
+      if (e->name.rfind(w1, 0) == 0) ts.emplace_back(e->name, e->view);
+    std::filesystem::create_directories(dst);
+    std::filesystem::copy_file(std::filesystem::path(f8) / "config.json", std::filesystem::path(dst) / "config.json");
+    write_safetensors((std::filesystem::path(dst) / "model.safetensors").string(), ts);
+  }
+  auto cpu = Model::load(dst, Numerics::Official);
+  Sequence seq(*cpu);
+  EXPECT_EQ(seq.forward(token_ids(8, cpu->config().vocab_size)).dim(0), 8);
+  try {
+    test::load_cuda(dst, KernelTier::Exact, 64, 16);
+    FAIL() << "the GPU loaded a layer of mixed expert formats";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    std::printf("    mixed formats: %s\n", m.c_str());
+    EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+    EXPECT_NE(m.find("layers.0.ffn.experts.0.w3"), std::string::npos) << m;
+    EXPECT_NE(m.find("one format"), std::string::npos) << m;
+  }
 }
 
 }  // namespace
