@@ -1,6 +1,6 @@
 // The MoE sub-layer on the GPU (MODEL.md §7), official numerics, as the backend's two ops: moe_route
-// (router scores, hash / biased top-k, weights into the workspace) and moe_experts (routed FP4 or dense
-// experts, the shared FP8 expert, combined). CPU twin: the CPU backend's MoE.
+// (router scores, hash / biased top-k, weights into the workspace) and moe_experts (routed FP4, FP8,
+// NVFP4 or dense experts, the shared FP8 expert, combined). CPU twin: the CPU backend's MoE.
 //
 // Weights are uploaded once per layer; a workspace is sized once for `max_tokens` and every call
 // after that enqueues kernels on ctx.stream() only (no allocation, no host sync, device-side routing),
