@@ -6,6 +6,7 @@
 // FP8 experts (e4m3 + 128x128 scales) in the expert mode through every exact kernel.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -248,6 +249,70 @@ TEST(CudaExactLinearExperts, Nvfp4RejectsMissingScales) {
   ExactLinearParams p{.x_codes = xc.get(), .x_scales = xs.get(), .x_stride = 16, .w4 = codes.get(), .y = y.get(),
                       .y_stride = 16, .tokens = 1, .out = 16, .in = 16};
   EXPECT_THROW(exact_linear(ctx, p), Error);  // no weight_scale / weight_scale_2
+}
+
+// Flash-shaped routed-expert timings (w1 | w3 [4096, 4096] per expert, 8 experts, 6 picks per token):
+// the FP8 expert mode (exact_gemv) and the NVFP4 kernel, per call, for docs/perf-log.md. No bound.
+TEST(CudaExactLinearExperts, FlashShapeTiming) {
+  DSV4_REQUIRE_HOPPER();
+  DeviceContext ctx;
+  const int64_t E = 8, out = 4096, in = 4096, k = 6;
+  DeviceBuffer<uint8_t> w8(size_t(E * out * in)), w4(size_t(E * out * in / 2)), ws4(size_t(E * out * in / 16));
+  DeviceBuffer<float> ws8(size_t(E * out / 128 * in / 128)), g(size_t(E * 2));
+  w8.fill_bytes(0x31);
+  w4.fill_bytes(0x23);
+  ws4.fill_bytes(0x38);
+  ws8.fill_bytes(0);
+  g.fill_bytes(0);
+  for (int64_t T : {int64_t(1), int64_t(32)}) {
+    const int64_t n = T * k;
+    std::vector<int32_t> ids(static_cast<size_t>(n));
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 5 + 1) % size_t(E));
+    DeviceBuffer<int32_t> did(ids);
+    DeviceBuffer<uint8_t> xc(size_t(T * in));
+    DeviceBuffer<float> xs(size_t(T * in / 128));
+    DeviceBuffer<bf16> y(size_t(n * out));
+    xc.fill_bytes(0x38);
+    xs.fill_bytes(0);
+    ExactLinearParams base{.x_codes = xc.get(), .x_scales = xs.get(), .x_stride = in, .xs_row_stride = in / 128,
+                           .xs_block_stride = 1, .x_row_div = k};
+    base.expert_ids = did.get();
+    base.y = y.get();
+    base.y_stride = out;
+    base.tokens = n;
+    base.out = int(out);
+    base.in = int(in);
+    ExactLinearParams f8 = base, f4 = base;
+    f8.w8 = w8.get();
+    f8.w_scales = ws8.get();
+    f8.w_scale_ld = in / 128;
+    f8.w_expert_stride = out * in;
+    f8.ws_expert_stride = out / 128 * (in / 128);
+    f4.w4 = w4.get();
+    f4.w4_scales = ws4.get();
+    f4.w4_global = g.get();
+    f4.w4_global_rows = int(out / 2);
+    f4.w_expert_stride = out * in / 2;
+    f4.ws_expert_stride = out * in / 16;
+    auto time = [&](const ExactLinearParams& p) {
+      exact_linear(ctx, p);
+      cudaEvent_t a, b;
+      DSV4_CUDA_CHECK(cudaEventCreate(&a));
+      DSV4_CUDA_CHECK(cudaEventCreate(&b));
+      DSV4_CUDA_CHECK(cudaEventRecord(a, ctx.stream()));
+      for (int i = 0; i < 20; ++i) exact_linear(ctx, p);
+      DSV4_CUDA_CHECK(cudaEventRecord(b, ctx.stream()));
+      ctx.synchronize();
+      float ms = 0;
+      DSV4_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+      cudaEventDestroy(a);
+      cudaEventDestroy(b);
+      return 1000.0 * ms / 20;
+    };
+    const double t8 = time(f8), t4 = time(f4);
+    std::printf("[expert timing] w1|w3 [%lld x %lld], %lld selections: fp8 exact_gemv %.1f us, nvfp4 %.1f us\n",
+                (long long)out, (long long)in, (long long)n, t8, t4);
+  }
 }
 
 }  // namespace
