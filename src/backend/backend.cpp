@@ -4,6 +4,7 @@
 #include "backend/make_backend.h"
 #include "core/error.h"
 #if DSV4_HAVE_CUDA
+#include "backend/cuda/context.h"
 #include "backend/cuda/cuda_backend.h"
 #endif
 
@@ -34,6 +35,14 @@ std::unique_ptr<Backend> make_backend(const ModelConfig& cfg, const Weights& w, 
   return std::make_unique<cuda::CudaBackend>(cfg, w, total_bytes, o, progress);
 #else
   fail("--device cuda: this dsv4 was built without CUDA");
+#endif
+}
+
+bool cuda_available() {
+#if DSV4_HAVE_CUDA
+  return cuda::have_hopper_device();
+#else
+  return false;
 #endif
 }
 

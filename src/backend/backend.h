@@ -125,6 +125,13 @@ struct StepShape {
   auto key() const { return std::tuple(tokens, run_len, layers, head, head_first, head_rows, sample, mtp); }
 };
 
+// What a backend holds, for reports (`dsv4 bench`).
+struct BackendInfo {
+  std::string device;         // the device's name ("NVIDIA H200"; "cpu")
+  uint64_t weight_bytes = 0;  // the weights' storage there
+  uint64_t free_bytes = 0;    // device memory still free (0: not reported)
+};
+
 // A slot's whole state at a position, as a backend keeps it (opaque above the backend): what a prefix
 // cache keeps at 128-token boundaries and what speculative decoding restores after rejected drafts.
 class SlotSnapshot {
@@ -143,6 +150,7 @@ class Backend {
   virtual Numerics numerics() const = 0;
   virtual std::string name() const = 0;  // "cpu", "cuda (fast kernels)", ... for messages
   virtual int64_t num_mtp() const = 0;   // MTP blocks with weights
+  virtual BackendInfo info() const { return BackendInfo{.device = name()}; }
 
   // ---- a call
   // Validates and uploads the batch (ids in the vocabulary, slots and positions within capacity).

@@ -16,4 +16,7 @@ namespace dsv4 {
 std::unique_ptr<Backend> make_backend(const ModelConfig& cfg, const Weights& w, uint64_t total_bytes,
                                       const BackendOptions& o, const LoadProgress& progress = {});
 
+// Whether make_backend can build Device::Cuda here: a CUDA build and a Hopper (sm_90) device.
+bool cuda_available();
+
 }  // namespace dsv4

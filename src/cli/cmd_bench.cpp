@@ -1,8 +1,11 @@
-// dsv4 bench: decode and prefill timings of the CUDA model (shared/docs/PERFORMANCE.md): decode time
-// per step and per layer at given batch sizes and context (CUDA graph replays, CUDA events, medians),
-// prefill tokens/s, achieved GB/s and TFLOP/s against the measured ceilings, each row's floor (the larger of
-// bytes over HBM bandwidth and FLOPs over the matrix peak) and its ratio to it; table and JSON. `--kernels
-// both` runs the fast and the exact tier one after the other (one model at a time) and prints the speedups.
+// dsv4 bench: decode and prefill timings of the model on the GPU (shared/docs/PERFORMANCE.md), over
+// Model::step and Backend::time_ms: decode time per step and per layer at given batch sizes and
+// context (a decode call of B sequences, CUDA graph replays, device events), prefill tokens/s, achieved
+// GB/s and TFLOP/s against the measured ceilings, each row's floor (the larger of bytes over HBM
+// bandwidth and FLOPs over the matrix peak) and its ratio to it; table and JSON. `--kernels both` runs
+// the fast and the exact tier one after the other (one model at a time) and prints the speedups. The
+// per-layer time is the step minus a step of no layers (StepPlan.layers = 0: embedding and head),
+// over the layer count. GPU only: a build without CUDA, or no Hopper GPU, is refused with one line.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -19,13 +22,7 @@
 #include "core/error.h"
 #include "io/config.h"
 #include "io/presets.h"
-
-#if DSV4_HAVE_CUDA
-#include <cuda_runtime.h>
-
-#include "backend/cuda/check.h"
-#include "model_cuda/cuda_model.h"
-#endif
+#include "runtime/runner.h"
 
 namespace dsv4::cli {
 namespace {
@@ -42,61 +39,39 @@ struct BenchArgs {
   uint64_t seed = 1234;
 };
 
-#if DSV4_HAVE_CUDA
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
-
-// Median milliseconds of `reps` runs of fn (each timed with a pair of CUDA events on the stream).
-template <typename F>
-double time_ms(cuda::DeviceContext& ctx, int64_t warmup, int64_t reps, F&& fn) {
-  for (int64_t i = 0; i < warmup; ++i) fn();
-  std::vector<cudaEvent_t> ev(size_t(2 * reps));
-  for (auto& e : ev) DSV4_CUDA_CHECK(cudaEventCreate(&e));
-  for (int64_t i = 0; i < reps; ++i) {
-    DSV4_CUDA_CHECK(cudaEventRecord(ev[size_t(2 * i)], ctx.stream()));
-    fn();
-    DSV4_CUDA_CHECK(cudaEventRecord(ev[size_t(2 * i + 1)], ctx.stream()));
-  }
-  ctx.synchronize();
-  std::vector<double> ms;
-  for (int64_t i = 0; i < reps; ++i) {
-    float t = 0;
-    DSV4_CUDA_CHECK(cudaEventElapsedTime(&t, ev[size_t(2 * i)], ev[size_t(2 * i + 1)]));
-    ms.push_back(t);
-  }
-  for (auto& e : ev) cudaEventDestroy(e);
-  return median(ms);
-}
-
 void write_json(const std::string& path, const nlohmann::ordered_json& j) {
   std::ofstream f(path);
   if (!f) fail("--json: cannot write ", path);
   f << j.dump(2) << "\n";
 }
 
-void prefill(cuda::CudaModel& m, int slot, int64_t P, int64_t chunk, uint64_t seed) {
-  std::vector<int32_t> ids;
+// P tokens of slot `slot` from position 0 in calls of up to `chunk` (the logits of the last position
+// only), through `layers` main layers.
+void prefill(Model& m, int slot, int64_t P, int64_t chunk, uint64_t seed, int64_t layers) {
   for (int64_t p = 0; p < P; p += chunk) {
-    ids.clear();
-    for (int64_t t = p; t < std::min(P, p + chunk); ++t)
-      ids.push_back(int32_t((uint64_t(t) * 2654435761u + seed) % uint64_t(m.config().vocab_size)));
-    m.forward_async(slot, p, ids);
+    Batch b;
+    for (int64_t t = p; t < std::min(P, p + chunk); ++t) {
+      b.ids.push_back(int32_t((uint64_t(t) * 2654435761u + seed) % uint64_t(m.config().vocab_size)));
+      b.positions.push_back(int32_t(t));
+      b.slots.push_back(slot);
+    }
+    b.run_len = b.size();
+    const bool last = p + chunk >= P;
+    m.step(b, StepPlan{.layers = layers, .head_first = b.size() - 1, .head_rows = last ? 1 : 0});
   }
 }
 
-nlohmann::ordered_json run_tier(const BenchArgs& a, cuda::KernelTier tier);
+nlohmann::ordered_json run_tier(const BenchArgs& a, KernelTier tier);
 
 void run_bench(const BenchArgs& a) {
   if (a.kernels != "both") {
-    const auto j = run_tier(a, a.kernels == "exact" ? cuda::KernelTier::Exact : cuda::KernelTier::Fast);
+    const auto j = run_tier(a, parse_kernel_tier(a.kernels));
     if (!a.json.empty()) write_json(a.json, j);
     return;
   }
   nlohmann::ordered_json j;
-  j["fast"] = run_tier(a, cuda::KernelTier::Fast);
-  j["exact"] = run_tier(a, cuda::KernelTier::Exact);
+  j["fast"] = run_tier(a, KernelTier::Fast);
+  j["exact"] = run_tier(a, KernelTier::Exact);
   std::printf("\nfast vs exact (exact time / fast time)\n%6s %10s %10s\n", "batch", "step", "layer");
   const nlohmann::ordered_json f = j["fast"]["decode"], e = j["exact"]["decode"];  // copies: j grows below
   for (size_t i = 0; i < f.size() && i < e.size(); ++i) {
@@ -108,8 +83,8 @@ void run_bench(const BenchArgs& a) {
   if (!a.json.empty()) write_json(a.json, j);
 }
 
-nlohmann::ordered_json run_tier(const BenchArgs& a, cuda::KernelTier tier) {
-  const char* tier_name = tier == cuda::KernelTier::Fast ? "fast" : "exact";
+nlohmann::ordered_json run_tier(const BenchArgs& a, KernelTier tier) {
+  const char* tier_name = kernel_tier_name(tier);
   ModelConfig cfg;
   if (!a.preset.empty()) {
     if (!a.dummy) fail("--preset needs --dummy-weights (a preset has no checkpoint)");
@@ -120,52 +95,48 @@ nlohmann::ordered_json run_tier(const BenchArgs& a, cuda::KernelTier tier) {
   if (a.layers > 0) truncate_layers(cfg, a.layers);
   const int64_t maxB = *std::max_element(a.batches.begin(), a.batches.end());
   const int64_t maxP = a.prefills.empty() ? 0 : *std::max_element(a.prefills.begin(), a.prefills.end());
-  cuda::CudaModelOptions o;
-  o.max_seqs = maxB;
-  o.max_ctx = std::max(maxP, a.context + 1) + 16;
-  // Prefill and the context fill run in chunks of up to --chunk tokens.
-  o.max_tokens = std::max(std::min(a.chunk, std::max<int64_t>({maxP, a.context, 1})), maxB);
-  o.kernels = tier;
-  o.grouped_moe_prefill = a.moe_prefill == "grouped";
+  // Prefill and the context fill run in calls of up to --chunk tokens; a decode batch is one call.
+  const BackendOptions o{
+      .device = Device::Cuda,
+      .numerics = Numerics::Official,
+      .kernels = tier,
+      .capacity = {.max_seqs = maxB, .max_ctx = std::max(maxP, a.context + 1) + 16,
+                   .max_tokens = std::max(std::min(a.chunk, std::max<int64_t>({maxP, a.context, 1})), maxB)},
+      .grouped_moe_prefill = a.moe_prefill == "grouped"};
+  const int64_t chunk = o.capacity.max_tokens;
   const std::string what = a.preset.empty() ? a.model : "preset " + a.preset;
   std::fprintf(stderr, "bench: %s, %lld layers, %s weights\n", what.c_str(), (long long)cfg.num_layers,
                a.dummy ? "dummy" : "checkpoint");
-  std::unique_ptr<cuda::CudaModel> mp;
-  if (a.dummy) {
-    mp = cuda::CudaModel::dummy(cfg, o, a.seed, terminal_load_progress(what));
-  } else {
-    auto full = load_config(a.model);
-    (void)full;
-    mp = cuda::CudaModel::load(a.model, o, terminal_load_progress(what));
-  }
-  cuda::CudaModel& m = *mp;
-  cuda::DeviceContext& ctx = m.context();
-  size_t free_b = 0, total_b = 0;
-  DSV4_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  // A checkpoint loads whole; --layers then runs its first layers (StepPlan.layers).
+  const std::unique_ptr<Model> mp = a.dummy ? Model::dummy(cfg, o, a.seed, terminal_load_progress(what))
+                                            : Model::load(a.model, o, terminal_load_progress(what));
+  Model& m = *mp;
+  Backend& be = m.backend();
+  const int64_t layers = cfg.num_layers;
+  const BackendInfo info = be.info();
 
   nlohmann::ordered_json j;
-  j["device"] = ctx.name();
+  j["device"] = info.device;
   j["model"] = what;
   j["layers"] = cfg.num_layers;
   j["moe_prefill"] = a.moe_prefill;
   j["kernels"] = tier_name;
-  j["weights_device_bytes"] = m.weights().device_bytes;
-  j["free_bytes"] = free_b;
+  j["weights_device_bytes"] = info.weight_bytes;
+  j["free_bytes"] = info.free_bytes;
   j["ceilings"] = {{"hbm_GBs", kHbmGBs}, {"fp8_TFLOPs", kFp8TFlops}, {"bf16_TFLOPs", kBf16TFlops}};
   const double L = double(cfg.num_layers);
 
   std::printf("dsv4 bench: %s, %lld layers, %s kernels, %s, weights %.2f GiB on device, %.1f GiB free\n",
-              what.c_str(), (long long)cfg.num_layers, tier_name, ctx.name().c_str(),
-              double(m.weights().device_bytes) / (1 << 30),
-              double(free_b) / (1 << 30));
+              what.c_str(), (long long)cfg.num_layers, tier_name, info.device.c_str(),
+              double(info.weight_bytes) / (1 << 30), double(info.free_bytes) / (1 << 30));
 
   // Prefill.
   if (!a.prefills.empty())
-    std::printf("\nprefill (chunks of %lld)\n%8s %10s %10s %9s %8s %10s %6s\n", (long long)o.max_tokens, "tokens",
+    std::printf("\nprefill (chunks of %lld)\n%8s %10s %10s %9s %8s %10s %6s\n", (long long)chunk, "tokens",
                 "ms", "tok/s", "TFLOP/s", "of peak", "floor ms", "x");
   for (int64_t P : a.prefills) {
     if (P <= 0) continue;
-    const double ms = time_ms(ctx, 1, 3, [&] { prefill(m, 0, P, o.max_tokens, a.seed); });
+    const double ms = be.time_ms(1, 3, [&] { prefill(m, 0, P, chunk, a.seed, layers); });
     const StepCost c = prefill_cost(cfg, P);
     const double tflops = c.flops / (ms * 1e-3) / 1e12;
     const double floor_ms = std::max(c.flops / (kFp8TFlops * 1e12), c.bytes / (kHbmGBs * 1e9)) * 1e3;
@@ -178,29 +149,31 @@ nlohmann::ordered_json run_tier(const BenchArgs& a, cuda::KernelTier tier) {
 
   // Context: every slot's state filled to `context` tokens, by prefill chunks.
   if (a.context > 0) {
-    const double ms = time_ms(ctx, 0, 1, [&] {
-      for (int64_t s = 0; s < maxB; ++s) prefill(m, int(s), a.context, o.max_tokens, a.seed + uint64_t(s));
+    const double ms = be.time_ms(0, 1, [&] {
+      for (int64_t s = 0; s < maxB; ++s) prefill(m, int(s), a.context, chunk, a.seed + uint64_t(s), layers);
     });
     std::printf("\ncontext fill: %lld slots x %lld tokens in chunks of %lld: %.2f s (%.0f tok/s)\n", (long long)maxB,
-                (long long)a.context, (long long)o.max_tokens, ms * 1e-3, double(maxB * a.context) / (ms * 1e-3));
-    j["context_fill"] = {{"slots", maxB}, {"tokens", a.context}, {"chunk", o.max_tokens}, {"ms", ms}};
+                (long long)a.context, (long long)chunk, ms * 1e-3, double(maxB * a.context) / (ms * 1e-3));
+    j["context_fill"] = {{"slots", maxB}, {"tokens", a.context}, {"chunk", chunk}, {"ms", ms}};
   }
-  ctx.synchronize();
 
   std::printf("\ndecode at context %lld (CUDA graph, median of %lld; floors: bytes / HBM, FLOPs / peak)\n"
               "%6s %10s %10s %9s %6s %10s %9s %6s %9s %8s %9s %10s\n",
               (long long)a.context, (long long)a.iters, "batch", "step ms", "layer us", "floor us", "x", "head us",
               "floor us", "x", "GB/s", "of HBM", "TFLOP/s", "tok/s");
   for (int64_t B : a.batches) {
-    std::vector<int32_t> ids, slots, pos;
+    Batch batch;
     for (int64_t b = 0; b < B; ++b) {
-      ids.push_back(int32_t((uint64_t(b) * 7919 + 17) % uint64_t(cfg.vocab_size)));
-      slots.push_back(int32_t(b));
-      pos.push_back(int32_t(a.context));
+      batch.ids.push_back(int32_t((uint64_t(b) * 7919 + 17) % uint64_t(cfg.vocab_size)));
+      batch.slots.push_back(int32_t(b));
+      batch.positions.push_back(int32_t(a.context));
     }
-    m.decode_async(ids, slots, pos);  // uploads the inputs, captures the graph
-    const double step = time_ms(ctx, a.warmup, a.iters, [&] { m.replay(B); });
-    const double head = time_ms(ctx, a.warmup, a.iters, [&] { m.replay(B, 0); });
+    const StepPlan full{.layers = layers, .head_first = 0, .head_rows = B};
+    const StepPlan none{.layers = 0, .head_first = 0, .head_rows = B};  // embedding + head
+    m.step(batch, full);  // the first calls of a shape capture its graph
+    m.step(batch, none);
+    const double step = be.time_ms(a.warmup, a.iters, [&] { m.step(batch, full); });
+    const double head = be.time_ms(a.warmup, a.iters, [&] { m.step(batch, none); });
     const double layer_us = (step - head) * 1e3 / L;
     const StepCost c = decode_cost(cfg, B, a.context);
     const double gbs = c.bytes / (step * 1e-3) / 1e9, tflops = c.flops / (step * 1e-3) / 1e12;
@@ -227,13 +200,12 @@ nlohmann::ordered_json run_tier(const BenchArgs& a, cuda::KernelTier tier) {
               kHbmGBs, kFp8TFlops, kBf16TFlops);
   return j;
 }
-#endif
 
 }  // namespace
 
 void register_bench(CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
-  CLI::App* c = app.add_subcommand("bench", "Time the CUDA model: decode per step / per layer, prefill (GPU only)");
+  CLI::App* c = app.add_subcommand("bench", "Time the model on the GPU: decode per step / per layer, prefill (GPU only)");
   auto* preset = c->add_option("--preset", a->preset, "Published shapes without a checkpoint: flash | pro")
                      ->check(CLI::IsMember({"flash", "pro"}));
   c->add_option("-m,--model", a->model, "Model directory (instead of --preset)")->excludes(preset);
@@ -258,10 +230,8 @@ void register_bench(CLI::App& app) {
   c->add_option("--json", a->json, "Also write the results as JSON to FILE");
   c->callback([a] {
     require_cuda("bench");
-#if DSV4_HAVE_CUDA
     if (a->preset.empty() && a->model.empty()) a->model = default_model_dir();
     run_bench(*a);
-#endif
   });
 }
 

@@ -1,17 +1,27 @@
 // dsv4 inspect DIR: what a checkpoint is (config summary), what it holds (tensor inventory by format),
-// what it needs (memory), and every check that failed. Exit code 1 when any check failed.
+// what it needs (memory: the per-GPU plan for --gpus N, io/memory_plan.h), and every check that
+// failed. Exit code 1 when any check failed. `--preset flash|pro` plans a published model without its
+// checkpoint.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
 #include <map>
+#include <optional>
 
 #include "cli/commands.h"
+#include "cli/device.h"
 #include "cli/flags.h"
 #include "core/error.h"
 #include "io/config.h"
+#include "io/kv_size.h"
+#include "io/memory_plan.h"
+#include "io/presets.h"
 #include "io/safetensors.h"
 #include "io/variant.h"
 #include "io/weights.h"
+#ifdef DSV4_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
 
 namespace dsv4::cli {
 namespace {
@@ -26,6 +36,24 @@ std::string human_bytes(double b) {
   char buf[32];
   std::snprintf(buf, sizeof buf, u ? "%.2f %s" : "%.0f %s", b, units[u]);
   return buf;
+}
+
+// KV cache per token of context (compact records vs today's bf16 rows) and the window rings every
+// sequence holds (io/kv_size.h, docs/kv-records.md).
+void print_kv_cache(const ModelConfig& c) {
+  const KvBytes bf = kv_bytes(c, KvStorage::Bf16);
+  try {
+    const KvBytes k = kv_bytes(c, KvStorage::Compact);
+    std::printf("kv cache    %.6g B per token of context in compact records (entry %lld B, indexer key %lld B); "
+                "bf16 rows today %.6g B\n",
+                k.per_token(), (long long)k.entry_bytes, (long long)k.index_key_bytes, bf.per_token());
+    std::printf("            window rings %s per sequence (%lld layers x %lld rows; bf16 today %s)\n",
+                human_bytes(double(k.window_per_sequence)).c_str(), (long long)k.window_layers,
+                (long long)c.sliding_window, human_bytes(double(bf.window_per_sequence)).c_str());
+  } catch (const Error& e) {
+    std::printf("kv cache    %.6g B per token of context as bf16 rows, window rings %s per sequence; %s\n",
+                bf.per_token(), human_bytes(double(bf.window_per_sequence)).c_str(), e.what());
+  }
 }
 
 void print_config(const ModelConfig& c) {
@@ -67,6 +95,7 @@ void print_config(const ModelConfig& c) {
     for (int64_t t : c.dspark.target_layer_ids) std::printf(" %lld", (long long)t);
     std::printf("\n");
   }
+  print_kv_cache(c);
   if (!c.expert_dtype.empty() || !c.moe_quant_algo.empty())
     std::printf("quant       expert_dtype %s, moe_quant_algo %s (the loader reads each tensor's format)\n",
                 c.expert_dtype.empty() ? "-" : c.expert_dtype.c_str(), c.moe_quant_algo.empty() ? "-" : c.moe_quant_algo.c_str());
@@ -100,7 +129,89 @@ void print_expert_formats(const Weights& w) {
   }
 }
 
-int run_inspect(const std::string& dir, bool list) {
+struct InspectArgs {
+  std::string dir, preset;
+  bool list = false;
+  MemoryPlanOptions plan;
+  double gpu_memory_gib = 0;  // --gpu-memory (0: the GPU's free memory when there is one)
+};
+
+// The memory one GPU has for the check, and where the number comes from; nullopt when unknown (a CPU
+// build or no GPU, and no --gpu-memory).
+std::optional<std::pair<uint64_t, std::string>> gpu_memory(const InspectArgs& a) {
+  if (a.gpu_memory_gib > 0) return std::make_pair(uint64_t(a.gpu_memory_gib * double(uint64_t(1) << 30)), std::string("--gpu-memory"));
+#ifdef DSV4_HAVE_CUDA
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices < 1) return std::nullopt;
+  uint64_t least = UINT64_MAX;
+  const int n = std::min(devices, a.plan.gpus);
+  for (int d = 0; d < n; ++d) {
+    size_t free_b = 0, total_b = 0;
+    if (cudaSetDevice(d) != cudaSuccess || cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) return std::nullopt;
+    least = std::min<uint64_t>(least, free_b);
+  }
+  return std::make_pair(least, cat("free on ", n == 1 ? "GPU 0" : cat("the least free of GPUs 0-", n - 1),
+                                   devices < a.plan.gpus ? cat(" (", devices, " present, --gpus ", a.plan.gpus, ")") : ""));
+#else
+  return std::nullopt;
+#endif
+}
+
+// The plan's lines, and its check as a problem when it does not fit.
+void print_memory_plan(const ModelConfig& cfg, const WeightInventory& w, const InspectArgs& a,
+                       std::vector<std::string>& problems) {
+  MemoryPlan p;
+  try {
+    p = plan_memory(cfg, w, a.plan);
+  } catch (const Error& e) {
+    problems.push_back(e.what());
+    return;
+  }
+  const GpuPlan& g = p.largest();
+  const MemoryPlanOptions& o = p.options;
+  std::printf("memory plan %d GPU(s), expert parallel: %lld of %lld routed experts per layer on each; "
+              "%lld position(s) x %lld sequence(s) per GPU, calls of %lld tokens\n",
+              o.gpus, (long long)g.experts, (long long)cfg.n_routed_experts, (long long)o.context,
+              (long long)g.sequences, (long long)std::max(o.max_tokens, g.sequences));
+  std::printf("  per GPU   %s: weights %s (replicated %s, routed experts %s), KV %s, workspace %s\n",
+              human_bytes(double(g.total())).c_str(), human_bytes(double(g.weights)).c_str(),
+              human_bytes(double(w.replicated)).c_str(), human_bytes(double(g.weights - w.replicated)).c_str(),
+              human_bytes(double(g.kv)).c_str(), human_bytes(double(g.workspace)).c_str());
+  if (o.gpus > 1)
+    for (const GpuPlan& x : p.gpus)
+      std::printf("  GPU %-5d experts %lld-%lld, %s\n", x.gpu, (long long)x.first_expert,
+                  (long long)(x.first_expert + x.experts - 1), human_bytes(double(x.total())).c_str());
+  const auto have = gpu_memory(a);
+  if (!have) {
+    std::printf("  fits      not checked (no GPU here: --gpu-memory GIB checks against a size)\n");
+    return;
+  }
+  try {
+    check_memory(cfg, w, o, have->first);
+    std::printf("  fits      %s of %s (%s)\n", human_bytes(double(g.total())).c_str(),
+                human_bytes(double(have->first)).c_str(), have->second.c_str());
+  } catch (const Error& e) {
+    problems.push_back(cat(e.what(), " (", have->second, ")"));
+  }
+}
+
+int run_preset(const InspectArgs& a) {
+  std::vector<std::string> problems;
+  const ModelConfig cfg = preset_config(a.preset);
+  print_config(cfg);
+  const WeightInventory w = published_weight_inventory(cfg);
+  std::printf("weights     %s as published (no checkpoint read)\n", human_bytes(double(w.stored)).c_str());
+  print_memory_plan(cfg, w, a, problems);
+  if (problems.empty()) return 0;
+  std::printf("checks      %zu problem(s):\n", problems.size());
+  for (const auto& p : problems) std::printf("  - %s\n", p.c_str());
+  return 1;
+}
+
+int run_inspect(const InspectArgs& a) {
+  if (!a.preset.empty()) return run_preset(a);
+  const std::string& dir = a.dir;
+  const bool list = a.list;
   std::vector<std::string> problems;
   ModelConfig cfg;
   bool have_cfg = false;
@@ -161,6 +272,7 @@ int run_inspect(const std::string& dir, bool list) {
       f32_bytes += 4.0 * double(e->view.numel()) * (e->view.dtype == DType::I8 || e->view.dtype == DType::U8 ? 2 : 1);
     std::printf("memory      weights as stored %s; CPU backend (float32) %s\n",
                 human_bytes(double(ckpt->total_bytes())).c_str(), human_bytes(f32_bytes).c_str());
+    print_memory_plan(cfg, weight_inventory(cfg, w), a, problems);
     for (const auto& u : w.unused) problems.push_back("unexpected tensor '" + u + "' (not used by the model)");
   }
   if (problems.empty()) {
@@ -175,14 +287,30 @@ int run_inspect(const std::string& dir, bool list) {
 }  // namespace
 
 void register_inspect(CLI::App& app) {
-  auto dir = std::make_shared<std::string>(default_model_dir());
-  auto list = std::make_shared<bool>(false);
+  auto a = std::make_shared<InspectArgs>();
+  a->dir = default_model_dir();
+  a->plan.context = kCudaDefaultContext;
   CLI::App* c = app.add_subcommand("inspect", "Summarize a checkpoint: config, tensors, formats, memory, problems");
-  auto* pos = c->add_option("dir", *dir, "Model directory (default: the bundled model)")->check(existing_dir());
-  c->add_option("-m,--model", *dir, "Model directory (the same as DIR)")->check(existing_dir())->excludes(pos);
-  c->add_flag("--tensors", *list, "List every tensor with dtype and shape");
-  c->callback([dir, list] {
-    int rc = run_inspect(*dir, *list);
+  auto* pos = c->add_option("dir", a->dir, "Model directory (default: the bundled model)")->check(existing_dir());
+  auto* m = c->add_option("-m,--model", a->dir, "Model directory (the same as DIR)")->check(existing_dir())->excludes(pos);
+  c->add_option("--preset", a->preset, "Plan a published model without its checkpoint: flash | pro")
+      ->check(one_of({"flash", "pro"}))
+      ->excludes(pos)
+      ->excludes(m);
+  c->add_flag("--tensors", a->list, "List every tensor with dtype and shape");
+  c->add_option("--gpus", a->plan.gpus, "Memory plan for N GPUs: routed experts split across them (default 1)")
+      ->check(int_in(1, 4096));
+  c->add_option("-c,--ctx-size", a->plan.context, "Memory plan: positions per sequence (default 4096)")
+      ->check(int_in(1, int64_t(1) << 40));
+  c->add_option("--max-num-seqs", a->plan.sequences, "Memory plan: sequences at once over all GPUs (default 1)")
+      ->check(int_in(1, int64_t(1) << 30));
+  c->add_option("--prefill-chunk", a->plan.max_tokens, "Memory plan: tokens per forward call (default 256)")
+      ->check(int_in(1, int64_t(1) << 30));
+  c->add_option("--gpu-memory", a->gpu_memory_gib,
+                "Memory plan: check against GIB per GPU (default: the GPU's free memory; none on a CPU)")
+      ->check(number_in(0.001, 1e6));
+  c->callback([a] {
+    int rc = run_inspect(*a);
     if (rc) throw CLI::RuntimeError(rc);
   });
 }

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "cli/cli_io.h"
@@ -15,7 +16,6 @@
 #include "cli/gen_options.h"
 #include "core/error.h"
 #include "io/safetensors.h"
-#include "model/model.h"
 #include "model/schedule.h"
 
 namespace dsv4::cli {
@@ -58,57 +58,56 @@ struct LogitsArgs {
 
 void run_logits(const LogitsArgs& a) {
   std::vector<int32_t> ids = read_tokens(a.tokens);
-  if (use_cuda(a.device, "logits")) {
-    if (a.mtp) fail("dsv4 logits --mtp: not yet on cuda (use --device cpu)");
-    if (a.numerics != "official") fail("--device cuda runs official numerics only (use --device cpu)");
-    const int64_t n = int64_t(ids.size());
-    CudaSequence seq(a.model, n, 256, terminal_load_progress(a.model), a.kernels);
-    const int64_t V = seq.config().vocab_size;
-    Tensor logits({n, V});
-    int64_t done = 0;
-    for (int64_t c : parse_schedule(a.schedule, n)) {
-      Tensor l = seq.feed(std::vector<int32_t>(ids.begin() + done, ids.begin() + done + c), true);
+  const int64_t n = int64_t(ids.size());
+  const bool cuda = use_cuda(a.device, "logits");
+  if (cuda && a.mtp) fail("dsv4 logits --mtp: not yet on cuda (use --device cpu)");
+  // One slot of n positions; the CPU runs a schedule's chunk in one Model call, the GPU in calls of
+  // 256 tokens (its exact tier is bit-identical to the CPU up to 512 tokens per call).
+  const RunnerRequest r{.cuda = cuda, .numerics = a.numerics, .kernels = a.kernels, .max_ctx = n,
+                        .chunk = cuda ? 256 : n};
+  const std::unique_ptr<Runner> runner = load_runner(a.model, r, terminal_load_progress(a.model));
+  const int64_t V = runner->config().vocab_size;
+  const std::vector<int64_t> chunks = parse_schedule(a.schedule, n);
+  if (a.mtp && runner->model().num_mtp() == 0) fail(a.model, ": --mtp: the checkpoint has no mtp.0 block");
+  Tensor logits({n, V}), mtp_logits({std::max<int64_t>(n - 1, 0), V});
+  int64_t done = 0;
+  if (!a.mtp) {
+    RunnerSequence seq(*runner);
+    for (int64_t c : chunks) {
+      const Tensor l = seq.feed(std::vector<int32_t>(ids.begin() + done, ids.begin() + done + c), true);
       std::copy(l.data.begin(), l.data.end(), logits.row(done));
       done += c;
     }
-    const TensorView v{DType::F32, logits.shape, reinterpret_cast<const uint8_t*>(logits.ptr()),
-                       logits.data.size() * sizeof(float)};
-    write_safetensors(a.out, {{"logits", v}}, {{"schedule", a.schedule}, {"numerics", a.numerics}, {"device", "cuda"}});
-    std::fprintf(stderr, "wrote logits [%lld, %lld] to %s (cuda)\n", (long long)n, (long long)V, a.out.c_str());
-    return;
-  }
-  auto model = Model::load(a.model, parse_numerics(a.numerics), terminal_load_progress(a.model));
-  const int64_t n = int64_t(ids.size()), V = model->config().vocab_size;
-  std::vector<int64_t> chunks = parse_schedule(a.schedule, n);
-  if (a.mtp && model->num_mtp() == 0) fail(a.model, ": --mtp: the checkpoint has no mtp.0 block");
-  Sequence st(*model);
-  Tensor logits({n, V}), mtp_logits({std::max<int64_t>(n - 1, 0), V});
-  int64_t done = 0;
-  for (int64_t c : chunks) {
-    std::vector<int32_t> part(ids.begin() + done, ids.begin() + done + c);
-    Tensor streams;
-    ForwardOptions opt;
-    opt.streams = a.mtp ? &streams : nullptr;
-    Tensor l = st.forward(part, opt);
-    std::copy(l.data.begin(), l.data.end(), logits.row(done));
-    // MTP at position t: the main streams at t and the id of token t+1 (known for t < n-1).
-    const int64_t m = std::min(c, n - 1 - done);
-    if (a.mtp && m > 0) {
-      const int64_t width = streams.numel() / c;
-      Tensor x({m, streams.dim(1), streams.dim(2)});
-      std::copy(streams.ptr(), streams.ptr() + m * width, x.ptr());
-      Tensor ml = st.forward_mtp(x, std::vector<int32_t>(ids.begin() + done + 1, ids.begin() + done + 1 + m));
-      std::copy(ml.data.begin(), ml.data.end(), mtp_logits.row(done));
+  } else {
+    // The MTP block reads the main model's last-layer streams: the Model's one-sequence forward.
+    Sequence seq(runner->model());
+    for (int64_t c : chunks) {
+      std::vector<int32_t> part(ids.begin() + done, ids.begin() + done + c);
+      Tensor streams;
+      const Tensor l = seq.forward(part, ForwardOptions{.streams = &streams});
+      std::copy(l.data.begin(), l.data.end(), logits.row(done));
+      // MTP at position t: the main streams at t and the id of token t+1 (known for t < n-1).
+      const int64_t m = std::min(c, n - 1 - done);
+      if (m > 0) {
+        const int64_t width = streams.numel() / c;
+        Tensor x({m, streams.dim(1), streams.dim(2)});
+        std::copy(streams.ptr(), streams.ptr() + m * width, x.ptr());
+        const Tensor ml = seq.forward_mtp(x, std::vector<int32_t>(ids.begin() + done + 1, ids.begin() + done + 1 + m));
+        std::copy(ml.data.begin(), ml.data.end(), mtp_logits.row(done));
+      }
+      done += c;
     }
-    done += c;
   }
   auto view = [](const Tensor& t) {
     return TensorView{DType::F32, t.shape, reinterpret_cast<const uint8_t*>(t.ptr()), t.data.size() * sizeof(float)};
   };
   std::vector<std::pair<std::string, TensorView>> out = {{"logits", view(logits)}};
   if (a.mtp) out.emplace_back("mtp_logits", view(mtp_logits));
-  write_safetensors(a.out, out, {{"schedule", a.schedule}, {"numerics", a.numerics}});
-  std::fprintf(stderr, "wrote logits [%lld, %lld] to %s\n", (long long)n, (long long)V, a.out.c_str());
+  std::map<std::string, std::string> meta = {{"schedule", a.schedule}, {"numerics", a.numerics}};
+  if (cuda) meta["device"] = "cuda";
+  write_safetensors(a.out, out, meta);
+  std::fprintf(stderr, "wrote logits [%lld, %lld] to %s%s\n", (long long)n, (long long)V, a.out.c_str(),
+               cuda ? " (cuda)" : "");
 }
 
 }  // namespace

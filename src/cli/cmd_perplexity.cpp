@@ -8,6 +8,7 @@
 
 #include "cli/cli_io.h"
 #include "cli/commands.h"
+#include "cli/device.h"
 #include "cli/flags.h"
 #include "cli/gen_options.h"
 #include "core/error.h"
@@ -28,21 +29,24 @@ void perplexity(const PplArgs& a) {
   const int64_t W = std::min<int64_t>(a.window, load_config(a.gen.model).max_position_embeddings);
   const int64_t S = a.stride > 0 ? a.stride : W;
   if (S > W) fail("--stride (", S, ") must not exceed --window (", W, ")");
-  Loaded l = load_model_and_tokenizer(a.gen, "perplexity", W);  // on cuda: one slot of W positions
+  // One slot of W positions; the CPU runs a window in one Model call, the GPU in calls of 256 tokens
+  // (its exact tier is bit-identical to the CPU up to 512 tokens per call).
+  const bool cuda = use_cuda(a.gen.device, "perplexity");
+  Loaded l = load_model_and_tokenizer(a.gen, "perplexity", W, cuda ? 256 : W);
   if (a.gen.verbose)
     std::fprintf(stderr, "model %s: %lld layers | %s numerics | window %lld, stride %lld\n", a.gen.model.c_str(),
-                 (long long)l.model->config().num_layers, a.gen.numerics.c_str(), (long long)W, (long long)S);
+                 (long long)l.runner->config().num_layers, a.gen.numerics.c_str(), (long long)W, (long long)S);
   std::vector<int32_t> ids = l.tok.encode(text);
   if (a.limit > 0 && int64_t(ids.size()) > a.limit) ids.resize(size_t(a.limit));
   if (ids.size() < 2) fail(a.file, ": needs at least 2 tokens, has ", ids.size());
-  const int64_t n = int64_t(ids.size()), V = l.model->config().vocab_size;
+  const int64_t n = int64_t(ids.size()), V = l.runner->config().vocab_size;
   const bool tty = isatty(STDERR_FILENO) != 0 && !a.gen.quiet;
 
   double nll = 0;
   int64_t scored = 0, next_target = 1;  // first position whose token has not been scored yet
   for (int64_t start = 0; next_target < n; start += S) {
     const int64_t end = std::min(start + W, n);
-    StepSequence seq(*l.model, W);  // one prefill call of the window (the CUDA model splits it)
+    RunnerSequence seq(*l.runner);
     Tensor logits = seq.feed(std::vector<int32_t>(ids.begin() + start, ids.begin() + end), true);
     for (int64_t t = std::max(next_target, start + 1); t < end; ++t) {
       const float* row = logits.row(t - 1 - start);

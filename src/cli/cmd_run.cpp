@@ -43,7 +43,7 @@ void run(RunArgs& a) {
   const Loaded l{load_model(a.gen, "run", max_ctx), std::move(tok)};
   print_verbose_header(l, a.gen);
   SamplingParams sp = a.gen.sampling();
-  sp.grammar = a.gen.grammar(l.tok, l.model->config().vocab_size, chat_mode && a.gen.thinking);
+  sp.grammar = a.gen.grammar(l.tok, l.runner->config().vocab_size, chat_mode && a.gen.thinking);
   Sampler sampler(sp, a.gen.stops(l.tok).stop_ids);
   CliGeneration g;
   if (chat_mode) {

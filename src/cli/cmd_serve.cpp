@@ -57,13 +57,13 @@ void serve(ServeArgs& a) {
 
   const bool cuda = use_cuda(a.device, "serve");
   const Tokenizer tok = Tokenizer::load(a.model);
-  // On cuda: a slot per sequence, each of the engine's context (default: the model's, capped), and
-  // prefill calls of the engine's chunk.
-  const std::unique_ptr<StepModel> model =
-      load_step_model(a.model, cuda, a.numerics, a.engine.max_num_seqs, a.engine.max_context,
-                      std::min(a.engine.prefill_chunk, a.engine.max_step_tokens), terminal_load_progress(a.model),
-                      a.kernels);
-  Engine engine(*model, tok, a.engine);
+  // A slot per sequence, each of the engine's context (cuda: default the model's, capped), and Model
+  // calls of the engine's prefill chunk (a decode batch of every sequence fits one).
+  const RunnerRequest r{.cuda = cuda, .numerics = a.numerics, .kernels = a.kernels, .max_seqs = a.engine.max_num_seqs,
+                        .max_ctx = a.engine.max_context,
+                        .chunk = std::min(a.engine.prefill_chunk, a.engine.max_step_tokens)};
+  const std::unique_ptr<Runner> runner = load_runner(a.model, r, terminal_load_progress(a.model));
+  Engine engine(*runner, tok, a.engine);
   server::ServerContext ctx(engine, tok, a.served_name.empty() ? model_name_of(a.model) : a.served_name);
   ctx.webui = !a.no_webui;
   server::HttpServer http(ctx, a.http);

@@ -61,7 +61,7 @@ void GenOptions::add_to(CLI::App& c) {
   c.add_option("--frequency-penalty", frequency_penalty, "Subtract count x F from the logits of seen tokens")
       ->capture_default_str()
       ->check(number_in(-2, 2));
-  c.add_option("--seed", seed, "Random seed (same seed, same output on one device; cpu and cuda draw differently); default: random")
+  c.add_option("--seed", seed, "Random seed (same seed, same output; cpu and cuda exact kernels draw alike); default: random")
       ->check(int_in(0));
   c.add_option("--stop", stop, "Stop before this text (repeatable)")
       ->allow_extra_args(false)  // `--stop X PROMPT`: PROMPT is not a second stop string
@@ -148,16 +148,17 @@ void apply_threads(int threads) {
 #endif
 }
 
-Loaded load_model_and_tokenizer(const ModelOptions& o, const char* command, int64_t max_ctx) {
+Loaded load_model_and_tokenizer(const ModelOptions& o, const char* command, int64_t max_ctx, int64_t chunk) {
   use_cuda(o.device, command);               // a wrong --device fails before anything loads
   Tokenizer tok = Tokenizer::load(o.model);  // before the weights: a missing tokenizer fails fast
-  return Loaded{load_model(o, command, max_ctx), std::move(tok)};
+  return Loaded{load_model(o, command, max_ctx, chunk), std::move(tok)};
 }
 
-std::unique_ptr<StepModel> load_model(const ModelOptions& o, const char* command, int64_t max_ctx) {
+std::unique_ptr<Runner> load_model(const ModelOptions& o, const char* command, int64_t max_ctx, int64_t chunk) {
   apply_threads(o.threads);
-  return load_step_model(o.model, use_cuda(o.device, command), o.numerics, 1, max_ctx, 256,
-                         o.quiet ? LoadProgress{} : terminal_load_progress(o.model), o.kernels);
+  const RunnerRequest r{.cuda = use_cuda(o.device, command), .numerics = o.numerics, .kernels = o.kernels,
+                        .max_seqs = 1, .max_ctx = max_ctx, .chunk = chunk};
+  return load_runner(o.model, r, o.quiet ? LoadProgress{} : terminal_load_progress(o.model));
 }
 
 LoadProgress terminal_load_progress(const std::string& what) {

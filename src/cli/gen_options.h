@@ -6,10 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "model/model.h"
 #include "runtime/generate.h"
 #include "runtime/sampler.h"
-#include "runtime/step_model.h"
+#include "runtime/runner.h"
 #include "tokenizer/tokenizer.h"
 
 namespace CLI {
@@ -60,14 +59,15 @@ struct GenOptions : ModelOptions {
 };
 
 // A loaded model (one sequence at a time) and its tokenizer, with a progress line on a terminal while
-// loading (not with -q). The model runs on o.device (cli/device.h; `command` names the command in its
-// errors): a CpuStepModel, or a CudaStepModel of one slot with `max_ctx` positions (0: the default).
+// loading (not with -q). The runner's backend is on o.device (cli/device.h; `command` names the command
+// in its errors), one slot of `max_ctx` positions on cuda (0: the default), Model calls of up to
+// `chunk` tokens.
 struct Loaded {
-  std::unique_ptr<StepModel> model;
+  std::unique_ptr<Runner> runner;
   Tokenizer tok;
 };
-Loaded load_model_and_tokenizer(const ModelOptions& o, const char* command, int64_t max_ctx = 0);
-std::unique_ptr<StepModel> load_model(const ModelOptions& o, const char* command, int64_t max_ctx = 0);
+Loaded load_model_and_tokenizer(const ModelOptions& o, const char* command, int64_t max_ctx = 0, int64_t chunk = 256);
+std::unique_ptr<Runner> load_model(const ModelOptions& o, const char* command, int64_t max_ctx = 0, int64_t chunk = 256);
 // A progress line on stderr while weights load (nothing when stderr is not a terminal).
 LoadProgress terminal_load_progress(const std::string& what);
 // --threads: the OpenMP threads of the CPU backend (0 leaves OpenMP's default).

@@ -18,7 +18,7 @@ struct CliGeneration {
   int64_t context = 0;        // positions the sequence could hold
 };
 
-// Prompt -> completion on l.model (sampled on the device when it can). Throws dsv4::Error when the
+// Prompt -> completion on l.runner (each token drawn where Runner::on_backend says). Throws dsv4::Error when the
 // prompt does not fit the context.
 CliGeneration generate_text(const Loaded& l, const std::vector<int32_t>& prompt, Sampler& sampler, const GenOptions& o,
                             const std::function<void(const std::string&)>& on_text);

@@ -1,6 +1,7 @@
 // Philox-4x32-10: u in [0, 1) from (counter = step, key = seed), 53 random bits. The draw of both
 // samplers: the GPU kernel (backend/cuda/sampling.cu, compiled for the device through DSV4_HOST_DEVICE)
-// and its CPU twin sample_philox (runtime/sampler.h); a GPU test checks the device's draws equal the host's.
+// and its CPU twin cpu::sample_philox (backend/cpu/sampling.h); a GPU test checks the device's draws
+// equal the host's.
 #pragma once
 #include <cstdint>
 

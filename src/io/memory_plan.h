@@ -10,7 +10,7 @@
 // packed FP4 experts stay as stored, dense linears and the ones the GPU runs as bf16 matmuls (wo_a,
 // the compressors' wkv / wgate, the indexer's weights_proj, the router, embed, head) take 2 bytes per
 // value, norms / mHC / sinks / ape / bias fp32, tid2eid int32, plus each layer's RoPE table. KV
-// follows AttentionLayerState (src/model_cuda/attention_layer.h) exactly; the workspace is an
+// follows AttentionLayerState (src/backend/cuda/attention_sublayer.h) exactly; the workspace is an
 // estimate of the per-call buffers (attention, MoE, residual streams, logits, cuBLASLt) plus, on
 // several GPUs, the expert-parallel dispatch and combine buffers.
 #pragma once

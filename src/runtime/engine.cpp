@@ -17,11 +17,11 @@ struct Engine::Pending {
 // A running request: its model state, sampler and the text pipeline of the single-sequence loop
 // (generate.cpp): ids -> StreamDecoder -> StopStringFilter.
 struct Engine::Sequence {
-  Sequence(Pending p, StepModel& model, const Tokenizer& tok)
+  Sequence(Pending p, Runner& runner, const Tokenizer& tok)
       : ch(std::move(p.ch)),
         req(std::move(p.req)),
-        model(model),
-        slot(model.new_sequence()),
+        runner(runner),
+        slot(runner.new_sequence()),
         sampler(req.sampling, req.stop.stop_ids),
         dec(tok),
         filter(req.stop.stop_strings),
@@ -29,14 +29,14 @@ struct Engine::Sequence {
         max_new(p.max_new),
         pages(p.pages),
         arrived(p.arrived) {}
-  ~Sequence() { model.release(slot); }
+  ~Sequence() { runner.release(slot); }
   Sequence(const Sequence&) = delete;
   Sequence& operator=(const Sequence&) = delete;
 
   std::shared_ptr<RequestChannel> ch;
   GenerationRequest req;
-  StepModel& model;
-  int slot;  // the model's sequence slot
+  Runner& runner;
+  int slot;  // the runner's sequence slot
   Sampler sampler;
   StreamDecoder dec;
   StopStringFilter filter;
@@ -47,21 +47,14 @@ struct Engine::Sequence {
   int64_t pos = 0;          // the next position to feed
   int32_t next_token = -1;  // sampled, to be fed by the next decode
   bool done = false;
-  // Sampled by the model (StepModel::*_sampled) unless the GPU sampler cannot do the request.
-  bool host_sampled() const { return !device_samplable(req.sampling) || req.top_logprobs >= 0; }
-  RowSampling row() const {
-    RowSampling r;
-    r.params = req.sampling;
-    r.step = uint64_t(generated);
-    r.host = host_sampled();
-    return r;
-  }
+  // How the next token is drawn (the runner picks the backend's sampler or this Sampler).
+  Draw draw() { return Draw{.sampler = &sampler, .history = &history, .step = uint64_t(generated), .top_logprobs = req.top_logprobs}; }
 };
 
 namespace {
 
-int64_t context_of(const StepModel& model, const EngineOptions& opt) {
-  const int64_t model_ctx = model.max_context();
+int64_t context_of(const Runner& runner, const EngineOptions& opt) {
+  const int64_t model_ctx = runner.max_context();
   return opt.max_context > 0 ? std::min(opt.max_context, model_ctx) : model_ctx;
 }
 
@@ -81,17 +74,17 @@ const char* const kShuttingDown = "the server is shutting down";
 
 }  // namespace
 
-Engine::Engine(const Model& model, const Tokenizer& tok, EngineOptions opt)
-    : Engine(std::make_unique<CpuStepModel>(model, std::max(1, opt.max_num_seqs)), nullptr, tok, opt) {}
+Engine::Engine(Model& model, const Tokenizer& tok, EngineOptions opt)
+    : Engine(std::make_unique<Runner>(model), nullptr, tok, opt) {}
 
-Engine::Engine(StepModel& model, const Tokenizer& tok, EngineOptions opt) : Engine(nullptr, &model, tok, opt) {}
+Engine::Engine(Runner& runner, const Tokenizer& tok, EngineOptions opt) : Engine(nullptr, &runner, tok, opt) {}
 
-Engine::Engine(std::unique_ptr<StepModel> owned, StepModel* model, const Tokenizer& tok, EngineOptions opt)
+Engine::Engine(std::unique_ptr<Runner> owned, Runner* runner, const Tokenizer& tok, EngineOptions opt)
     : owned_(std::move(owned)),
-      model_(owned_ ? *owned_ : *model),
+      runner_(owned_ ? *owned_ : *runner),
       tok_(tok),
       opt_(opt),
-      max_context_(context_of(model_, opt)),
+      max_context_(context_of(runner_, opt)),
       pool_(opt.cache_tokens > 0 ? opt.cache_tokens : int64_t(std::max(1, opt.max_num_seqs)) * max_context_,
             opt.cache_page_tokens),
       signal_(std::make_shared<EngineSignal>()) {
@@ -99,8 +92,8 @@ Engine::Engine(std::unique_ptr<StepModel> owned, StepModel* model, const Tokeniz
   if (opt_.max_step_tokens < 1) fail("max_step_tokens must be at least 1 (got ", opt_.max_step_tokens, ")");
   if (opt_.max_queue < 0) fail("max_queue must not be negative (got ", opt_.max_queue, ")");
   if (opt_.max_tokens_limit < 0) fail("max_tokens_limit must not be negative (got ", opt_.max_tokens_limit, ")");
-  if (model_.max_sequences() < opt_.max_num_seqs)
-    fail("max_num_seqs is ", opt_.max_num_seqs, " but the model holds ", model_.max_sequences(), " sequences");
+  if (runner_.max_sequences() < opt_.max_num_seqs)
+    fail("max_num_seqs is ", opt_.max_num_seqs, " but the model holds ", runner_.max_sequences(), " sequences");
   opt_.prefill_chunk = std::clamp<int64_t>(opt_.prefill_chunk, 1, opt_.max_step_tokens);
   stats_.max_num_seqs = opt_.max_num_seqs;
   update_gauges(0);
@@ -123,7 +116,7 @@ std::shared_ptr<RequestChannel> Engine::submit(GenerationRequest req) {
   if (n >= max_context_)
     reject(R::TooLong, cat("the prompt has ", n, " tokens; the model's context is ", max_context_,
                            " tokens (the prompt must leave room for at least one generated token)"));
-  const int64_t vocab = model_.config().vocab_size;
+  const int64_t vocab = runner_.config().vocab_size;
   for (int32_t id : req.prompt)
     if (id < 0 || id >= vocab) reject(R::Invalid, cat("token id ", id, " is outside the vocabulary [0, ", vocab, ")"));
   Pending p;
@@ -207,8 +200,8 @@ void Engine::loop() {
     for (Pending& p : admitted) {
       auto ch = p.ch;
       try {
-        running_.push_back(std::make_unique<Sequence>(std::move(p), model_, tok_));
-      } catch (const std::exception& e) {  // no slot (a StepModel smaller than max_num_seqs)
+        running_.push_back(std::make_unique<Sequence>(std::move(p), runner_, tok_));
+      } catch (const std::exception& e) {  // no slot (a runner smaller than max_num_seqs)
         ch->push(failed(e.what()));
         pool_.release(p.pages);
         --in_flight_;
@@ -301,31 +294,20 @@ void Engine::run_step(uint64_t step) {
       prefills.push_back(&item);
     }
   }
-  const bool on_device = model_.samples_on_device();
   if (!batch.empty()) {
-    SampledStep out;
+    std::vector<Draw> draws;
+    for (Sequence* s : batch_seqs) draws.push_back(s->draw());
     try {
-      if (on_device) {
-        std::vector<RowSampling> rows;
-        for (const Sequence* s : batch_seqs) rows.push_back(s->row());
-        out = model_.decode_sampled(batch, rows);
-      } else {
-        out.logits = model_.decode(batch);
-      }
+      runner_.decode(batch, draws);
     } catch (const std::exception& e) {
-      for (Sequence* s : batch_seqs) {
-        conclude(*s, failed(e.what()));
-      }
+      for (Sequence* s : batch_seqs) conclude(*s, failed(e.what()));
       batch_seqs.clear();
     }
     for (size_t b = 0; b < batch_seqs.size(); ++b) {
       Sequence& s = *batch_seqs[b];
       ++s.pos;
       try {
-        if (on_device && !s.host_sampled())
-          take(s, out.ids.at(b), EngineEvent{});
-        else
-          sample(s, out.logits.row(int64_t(b)));
+        take(s, draws[b]);
       } catch (const std::exception& e) {
         conclude(s, failed(e.what()));
       }
@@ -338,17 +320,14 @@ void Engine::run_step(uint64_t step) {
       const auto& p = s.req.prompt;
       std::vector<int32_t> chunk(p.begin() + item->begin, p.begin() + item->end);
       const bool last = item->end == int64_t(p.size());
-      if (last && on_device && !s.host_sampled()) {
-        const int32_t id = model_.prefill_sampled(s.slot, s.pos, chunk, s.row()).ids.at(0);
-        s.pos += int64_t(chunk.size());
-        s.prefilled = item->end;
-        take(s, id, EngineEvent{});
-        continue;
-      }
-      Tensor logits = model_.prefill(s.slot, s.pos, chunk, false);
+      Draw d = s.draw();
+      if (last)
+        runner_.prefill(s.slot, s.pos, chunk, d);
+      else
+        runner_.feed(s.slot, s.pos, chunk);
       s.pos += int64_t(chunk.size());
       s.prefilled = item->end;
-      if (last) sample(s, logits.ptr());
+      if (last) take(s, d);
     } catch (const std::exception& e) {
       conclude(s, failed(e.what()));
     }
@@ -364,16 +343,12 @@ void Engine::run_step(uint64_t step) {
   update_gauges(-1);
 }
 
-void Engine::sample(Sequence& s, const float* logits) {
-  const bool want_lp = s.req.top_logprobs >= 0;
-  EngineEvent ev;
-  const int32_t id = s.sampler.sample(logits, model_.config().vocab_size, s.history, want_lp ? &ev.logprobs : nullptr,
-                                      std::max(0, s.req.top_logprobs));
-  ev.has_logprobs = want_lp;
-  take(s, id, std::move(ev));
-}
-
-void Engine::take(Sequence& s, int32_t id, EngineEvent ev) {
+void Engine::take(Sequence& s, Draw& d) {
+  if (!d.error.empty()) {
+    conclude(s, failed(d.error));
+    return;
+  }
+  const int32_t id = d.id;
   const auto now = Clock::now();
   const auto& stop_ids = s.req.stop.stop_ids;
   const bool stop = std::find(stop_ids.begin(), stop_ids.end(), id) != stop_ids.end();
@@ -395,8 +370,11 @@ void Engine::take(Sequence& s, int32_t id, EngineEvent ev) {
   }
   ++s.generated;
   s.history.push_back(id);
+  EngineEvent ev;
   ev.kind = EngineEvent::Kind::Token;
   ev.id = id;
+  ev.has_logprobs = s.req.top_logprobs >= 0;
+  if (ev.has_logprobs) ev.logprobs = std::move(d.logprobs);
   ev.text = s.filter.push(s.dec.push(id));
   s.ch->push(std::move(ev));
   if (s.filter.stopped())

@@ -6,16 +6,15 @@
 // its events through its own channel (engine_channel.h); cancelling a channel frees the sequence
 // before the next step.
 //
-// The model is a StepModel (runtime/step_model.h): each sequence holds one of its slots while it runs;
-// a step's decode tokens (one per decoding sequence) go through ONE StepModel::decode call (a single
-// batched GPU step on CUDA; on the CPU, Model::forward per sequence), then the prefill chunks, one
-// StepModel::prefill per chunk.
+// The model is driven by a Runner (runtime/runner.h): each sequence holds one of its slots while it
+// runs; a step's decode tokens (one per decoding sequence) go through ONE Runner::decode call (one
+// Model::step of run length 1), then the prefill chunks, one Runner call per chunk (the head only on a
+// prompt's last chunk).
 //
-// Sampling: on a StepModel that samples on the device (samples_on_device: cuda) the decode batch and a
-// prompt's last chunk go through decode_sampled / prefill_sampled, so only the ids come back; a request
-// with penalties, logprobs or a grammar (structured output) is a `host` row there (its logits come back, its Sampler draws). The
-// device draw is Philox(seed, step) with step = tokens the request generated before (Sampler's is
-// mt19937): one seed gives other texts on cuda than on the cpu at temperature > 0.
+// Sampling: the runner draws each row where Runner::on_backend says: the backend's sampler for a
+// request that asks for temperature, top-k, top-p and min-p only (Philox(seed, step), step = tokens
+// the request generated before; only the ids come back), else the request's Sampler on the logits
+// (penalties, logprobs, a grammar: structured output; mt19937 seeded once).
 //
 // The engine knows nothing of HTTP or chat: it takes token ids and returns token ids and text.
 #pragma once
@@ -35,7 +34,7 @@
 #include "runtime/engine_schedule.h"
 #include "runtime/generate.h"
 #include "runtime/sampler.h"
-#include "runtime/step_model.h"
+#include "runtime/runner.h"
 #include "tokenizer/tokenizer.h"
 
 namespace dsv4 {
@@ -73,10 +72,10 @@ class RequestRejected : public Error {
 
 class Engine {
  public:
-  // `model` and `tok` must outlive the engine. Starts the scheduler thread. The Model form runs on a
-  // CpuStepModel of it; a StepModel must hold at least opt.max_num_seqs sequences.
-  Engine(const Model& model, const Tokenizer& tok, EngineOptions opt = {});
-  Engine(StepModel& model, const Tokenizer& tok, EngineOptions opt = {});
+  // `runner` (or `model`) and `tok` must outlive the engine. Starts the scheduler thread. The Model form
+  // runs on a Runner of it; the runner must hold at least opt.max_num_seqs sequences.
+  Engine(Model& model, const Tokenizer& tok, EngineOptions opt = {});
+  Engine(Runner& runner, const Tokenizer& tok, EngineOptions opt = {});
   ~Engine();  // shutdown(0)
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -97,12 +96,11 @@ class Engine {
  private:
   struct Pending;
   struct Sequence;
-  Engine(std::unique_ptr<StepModel> owned, StepModel* model, const Tokenizer& tok, EngineOptions opt);
+  Engine(std::unique_ptr<Runner> owned, Runner* runner, const Tokenizer& tok, EngineOptions opt);
   void loop();
   void admit(std::vector<Pending>& admitted);
   void run_step(uint64_t step);
-  void sample(Sequence& s, const float* logits);  // host: the request's Sampler draws
-  void take(Sequence& s, int32_t id, EngineEvent ev);  // the next id (sampled anywhere) to the request
+  void take(Sequence& s, Draw& d);  // the drawn id (or the Sampler's failure) to the request
   void finish(Sequence& s, FinishReason why, int32_t stop_id);
   // A running sequence's last event (finished or failed). Its pages and its place in the running gauge
   // are given back before the event goes out: a client that has its reply and reads /metrics at once
@@ -111,8 +109,8 @@ class Engine {
   void fail_all(std::deque<Pending>& queued);  // at shutdown: every request still there
   void update_gauges(int64_t queued);
 
-  std::unique_ptr<StepModel> owned_;  // the CpuStepModel of the Model form
-  StepModel& model_;
+  std::unique_ptr<Runner> owned_;  // the Runner of the Model form
+  Runner& runner_;
   const Tokenizer& tok_;
   EngineOptions opt_;
   int64_t max_context_;

@@ -40,34 +40,6 @@ std::string StopStringFilter::flush() {
   return stopped_ ? "" : out;
 }
 
-GenerationResult generate(const Model& model, const Tokenizer& tok, const std::vector<int32_t>& prompt,
-                          Sampler& sampler, const StopConditions& stop, int top_logprobs,
-                          const std::function<void(const std::string&)>& on_text) {
-  SequenceState st = model.new_state();
-  ForwardOptions last;
-  last.all_logits = false;
-  return generate(
-      model.config(), [&](const std::vector<int32_t>& tokens) { return model.forward(st, tokens, last); }, tok, prompt,
-      sampler, stop, top_logprobs, on_text);
-}
-
-GenerationResult generate(const ModelConfig& cfg, const FeedFn& feed, const Tokenizer& tok,
-                          const std::vector<int32_t>& prompt, Sampler& sampler, const StopConditions& stop,
-                          int top_logprobs, const std::function<void(const std::string&)>& on_text) {
-  double prompt_s = -1;  // the prompt's forward alone (prefill_s), without the first draw
-  GenerationResult r = generate_steps(
-      cfg,
-      [&](const std::vector<int32_t>& tokens, const std::vector<int32_t>& history, Logprobs* lp) {
-        const auto t0 = std::chrono::steady_clock::now();
-        const Tensor logits = feed(tokens);
-        if (prompt_s < 0) prompt_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        return sampler.sample(logits.ptr(), cfg.vocab_size, history, lp, top_logprobs);
-      },
-      tok, prompt, stop, top_logprobs, on_text);
-  if (prompt_s >= 0) r.stats.prefill_s = prompt_s;
-  return r;
-}
-
 GenerationResult generate_steps(const ModelConfig& cfg, const NextFn& next, const Tokenizer& tok,
                                 const std::vector<int32_t>& prompt, const StopConditions& stop, int top_logprobs,
                                 const std::function<void(const std::string&)>& on_text) {

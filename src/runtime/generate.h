@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "model/model.h"
+#include "io/config.h"
 #include "runtime/sampler.h"
 #include "tokenizer/tokenizer.h"
 
@@ -40,21 +40,12 @@ struct GenerationResult {
   GenerationStats stats;
 };
 
-// Runs prompt -> completion. top_logprobs: -1 none, 0 the chosen token only, N also the N best. `on_text` receives each newly completed piece of text (never part of a
-// stop string). Throws dsv4::Error when the prompt is empty or does not fit the model's context.
-GenerationResult generate(const Model& model, const Tokenizer& tok, const std::vector<int32_t>& prompt,
-                          Sampler& sampler, const StopConditions& stop, int top_logprobs = -1,
-                          const std::function<void(const std::string&)>& on_text = {});
-// The same loop over any backend: `feed` runs a chunk of the one sequence (the prompt, then one id per
-// step) and returns the logits of its last position [1, V] (e.g. the CUDA model, cli/cuda_generate).
-using FeedFn = std::function<Tensor(const std::vector<int32_t>& tokens)>;
-GenerationResult generate(const ModelConfig& cfg, const FeedFn& feed, const Tokenizer& tok,
-                          const std::vector<int32_t>& prompt, Sampler& sampler, const StopConditions& stop,
-                          int top_logprobs = -1, const std::function<void(const std::string&)>& on_text = {});
-
 // The loop with the sampling inside the step: `next` feeds `tokens` (the prompt, then the last id) and
 // returns the next id; `history` is the prompt + the ids generated so far; `lp` (null unless
-// top_logprobs >= 0) receives the id's logprobs. The generate()s above are this with feed + Sampler.
+// top_logprobs >= 0) receives the id's logprobs. top_logprobs: -1 none, 0 the chosen token only, N
+// also the N best. `on_text` receives each newly completed piece of text (never part of a stop
+// string). Throws dsv4::Error when the prompt is empty or does not fit cfg.max_position_embeddings.
+// generate() over a Runner (runtime/runner.h) is this loop.
 using NextFn = std::function<int32_t(const std::vector<int32_t>& tokens, const std::vector<int32_t>& history, Logprobs* lp)>;
 GenerationResult generate_steps(const ModelConfig& cfg, const NextFn& next, const Tokenizer& tok,
                                 const std::vector<int32_t>& prompt, const StopConditions& stop, int top_logprobs = -1,

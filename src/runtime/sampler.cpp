@@ -8,8 +8,6 @@
 #include <unordered_map>
 
 #include "core/error.h"
-#include "backend/cpu/sampling.h"
-#include "core/philox.h"
 
 namespace dsv4 {
 
@@ -62,13 +60,8 @@ void log_softmax(const float* x, int64_t n, std::vector<float>& out) {
 
 }  // namespace
 
-bool device_samplable(const SamplingParams& p) {
+bool backend_samplable(const SamplingParams& p) {
   return p.repetition_penalty == 1 && p.presence_penalty == 0 && p.frequency_penalty == 0 && !p.grammar.grammar;
-}
-
-int32_t sample_philox(const float* z, int64_t vocab, const SamplingParams& p, uint64_t step) {
-  return cpu::sample_philox(z, vocab, SampleRow{.temperature = p.temperature, .top_k = p.top_k, .top_p = p.top_p,
-                                                .min_p = p.min_p, .seed = p.seed, .step = step});
 }
 
 int32_t Sampler::sample(const float* logits, int64_t vocab, const std::vector<int32_t>& history, Logprobs* lp,

@@ -1,11 +1,12 @@
 // Turns a logits row into the next token: penalties, temperature, top-k, top-p, min-p, then a draw
 // from a seeded generator (reproducible). Temperature <= 0 (or top-k 1) is greedy.
 //
-// Two draws exist. Sampler (the CPU path, and the rows the GPU cannot sample) draws from mt19937_64
-// seeded once per request. The GPU sampler (backend/cuda/sampling.h, used by StepModel::*_sampled on
-// cuda) draws u = Philox(seed, step) with step = tokens the sequence sampled before; sample_philox is
-// its CPU twin. Same distribution, different streams: at temperature > 0 one seed gives different
-// (equally distributed) texts on cpu and on cuda; greedy gives the same ids.
+// Two draws exist. Sampler (the rows the backends' sampler cannot do: penalties, logprobs, grammars)
+// draws from mt19937_64 seeded once per request. The backends' sampler (Backend::sample: the GPU's
+// backend/cuda/sampling.h, its CPU twin backend/cpu/sampling.h) draws u = Philox(seed, step) with
+// step = tokens the sequence sampled before; Runner::on_backend (runtime/runner.h) picks per row.
+// Same distribution, different streams: at temperature > 0 one seed gives another (equally
+// distributed) text with a penalty than without; greedy gives the same ids.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -43,16 +44,10 @@ struct Logprobs {
   std::vector<std::pair<int32_t, float>> top;   // the top-N tokens and their log p, best first
 };
 
-// Whether the GPU sampler does these parameters: everything but the penalties (repetition, presence,
-// frequency) and a grammar (its mask is applied on the host). Logprobs are not computed on the GPU
-// either (the caller checks top_logprobs).
-bool device_samplable(const SamplingParams& p);
-
-// The GPU sampler's CPU twin (no penalties; p.seed and `step` key the draw): greedy as Sampler; else
-// the candidates sorted by logit (ties: lower id) cut by top-k, top-p (the shortest prefix with mass
-// >= top_p, plus the candidates tied with its last logit) and min-p, then u = philox_uniform(seed,
-// step) x kept mass walked over the kept ids in increasing id order (the kernel's walk).
-int32_t sample_philox(const float* logits, int64_t vocab, const SamplingParams& p, uint64_t step);
+// Whether the backends' sampler (Backend::sample, SampleRow) does these parameters: everything but the
+// penalties (repetition, presence, frequency) and a grammar (its mask is applied on the host). Logprobs
+// are not computed there either (Runner::on_backend checks top_logprobs).
+bool backend_samplable(const SamplingParams& p);
 
 class Sampler {
  public:

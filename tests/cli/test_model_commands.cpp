@@ -43,6 +43,55 @@ TEST(Inspect, BundledModelPassesEveryCheck) {
   EXPECT_NE(r.output.find("checks      all passed"), std::string::npos) << r.output;
 }
 
+TEST(Inspect, KvCacheBytes) {
+  // io/kv_size.h on the bundled model: 2 CSA + 2 HCA layers of 200-byte entries, 68-byte indexer keys.
+  auto r = run_command(bin() + " inspect");
+  EXPECT_NE(r.output.find("kv cache    146.5 B per token of context in compact records (entry 200 B, indexer key "
+                          "68 B); bf16 rows today 272 B"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("window rings 37.50 KiB per sequence (6 layers x 32 rows; bf16 today 48.00 KiB)"),
+            std::string::npos)
+      << r.output;
+}
+
+TEST(Inspect, KvCacheWithoutCompactRecords) {
+  if (!test::have_shared()) GTEST_SKIP();
+  auto r = run_command(bin() + " inspect " + test::fixture_dir("tiny-a") + "/model");  // head 64, rope 8
+  EXPECT_NE(r.output.find("kv cache    112 B per token of context as bf16 rows"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("= 56 must be a multiple of the FP8 block of 64"), std::string::npos) << r.output;
+}
+
+TEST(Inspect, MemoryPlanOfFlashOnOneAndTwoGpus) {
+  // One H200 has ~139.7 GiB free: Flash needs two (io/memory_plan.h; numbers in tests/io/test_memory_plan.cpp).
+  auto one = run_command(bin() + " inspect --preset flash --gpus 1 --gpu-memory 139.7");
+  EXPECT_EQ(one.exit_code, 1) << one.output;
+  EXPECT_NE(one.output.find("  - needs 150.36 GiB per GPU on 1 GPU(s) (weights 150.02, KV 0.05, workspace 0.29), "
+                            "the GPU has 139.70 GiB; use --gpus 2 (--gpu-memory)\n"),
+            std::string::npos)
+      << one.output;
+  auto two = run_command(bin() + " inspect --preset flash --gpus 2 --gpu-memory 139.7");
+  EXPECT_EQ(two.exit_code, 0) << two.output;
+  EXPECT_NE(two.output.find("128 of 256 routed experts per layer on each"), std::string::npos) << two.output;
+  EXPECT_NE(two.output.find("  GPU 1     experts 128-255, "), std::string::npos) << two.output;
+  EXPECT_NE(two.output.find("  fits      80.31 GiB of 139.70 GiB (--gpu-memory)"), std::string::npos) << two.output;
+}
+
+TEST(Inspect, MemoryPlanErrors) {
+  auto r = run_command(bin() + " inspect --gpus 9");  // the bundled model has 8 routed experts
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("  - --gpus 9: the model has 8 routed experts per layer; expert parallelism needs at most "
+                          "one GPU per expert\n"),
+            std::string::npos)
+      << r.output;
+  auto z = run_command(bin() + " inspect --gpus 0");
+  EXPECT_EQ(z.exit_code, 1);
+  EXPECT_EQ(z.output, "dsv4: error: --gpus: expected an integer from 1 to 4096, got '0'\n");
+  auto p = run_command(bin() + " inspect --preset flash -m " + test::source_dir() + "/models/tiny-shakespeare");
+  EXPECT_EQ(p.exit_code, 1);
+  EXPECT_EQ(p.output, "dsv4: error: --model cannot be used with --preset\n");
+}
+
 TEST(Inspect, PublishedFormatShowsFormats) {
   if (!test::have_shared()) GTEST_SKIP();
   auto r = run_command(bin() + " inspect " + test::fixture_dir("tiny-q") + "/model --tensors");

@@ -29,6 +29,13 @@ const Tolerance& tolerance(Tol t) {
       {"gemm-fp8", 2e-3, 1e-2, 1e-5},
       {"gemv-fp4", 2e-3, 1e-2, 1e-5},
       {"attention", 2e-3, 1e-2, 1e-5},
+      // The grouped pass accumulates 32 products at a time in the tensor core's reduced precision, so
+      // y13 differs at the bf16 level and an FP8 (e4m3) code of h = SwiGLU(y13) may flip by one step
+      // (up to 1/8 of |h_i|), which moves the outputs that h_i feeds by |h_i w2| / 8: element-wise up to
+      // ~0.05 at the fixtures' scale (H200, 2026-12-01, tiny-q layer 0 at 600 tokens: worst 0.047,
+      // rel-L2 1.2e-3, cosine distance 7.5e-7, in a run whose downloads raced the kernels: to be
+      // re-measured on every layer); the cosine bound carries the check.
+      {"moe-grouped", 0.1, 2e-2, 1e-5},
   };
   return table[static_cast<int>(t)];
 }

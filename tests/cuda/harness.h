@@ -44,6 +44,7 @@ enum class Tol {
   GemmFp8,    // FP8 block-scaled GEMM vs the dequantized fp32 product
   GemvFp4,    // FP4-weight GEMV vs the dequantized fp32 product
   Attention,  // sparse attention, bf16 P.V
+  MoeGrouped, // the routed experts' grouped tensor-core pass (moe_prefill.h) vs the per-selection GEMVs
 };
 struct Tolerance {
   const char* name;

@@ -76,7 +76,7 @@ TEST(SamplerGrammar, NeedsAnEndToken) {
   SamplingParams p;
   p.grammar.grammar = std::make_shared<const grammar::CompiledGrammar>(grammar::json_object_grammar(), tiny_vocab());
   EXPECT_THROW(Sampler(p, {}), Error);
-  EXPECT_FALSE(device_samplable(p));  // grammar rows are sampled on the host
+  EXPECT_FALSE(backend_samplable(p));  // grammar rows are sampled on the host
 }
 
 }  // namespace

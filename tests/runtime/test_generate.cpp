@@ -1,12 +1,13 @@
-// The generation loop: stop strings cut exactly (also across token boundaries), and greedy decoding of
-// the bundled model reproduces its golden continuation (reference numerics).
+// The generation loop (runtime/generate.h; generate() over a Runner): stop strings cut exactly (also
+// across token boundaries), and greedy decoding of the bundled model reproduces its golden
+// continuation (reference numerics).
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include <fstream>
 
 #include "core/error.h"
-#include "runtime/generate.h"
+#include "runtime/runner.h"
 #include "support/test_paths.h"
 
 namespace dsv4 {

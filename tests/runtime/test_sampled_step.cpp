@@ -1,18 +1,19 @@
-// Sampling inside the step (StepModel::decode_sampled / prefill_sampled, runtime/step_model.h) on the
-// CPU: sample_philox (the GPU sampler's CPU twin) is greedy where it should be, keyed by (seed, step)
-// and draws the Sampler's distribution; the default *_sampled equal sample_philox on the logits; the
-// engine and generate() on a model that samples "on the device" (a CpuStepModel that says so) are
-// reproducible per seed, agree with each other, and fall back to the Sampler for penalties / logprobs.
+// Sampling inside the step on the CPU backend: its sampler (cpu::sample_philox, the GPU sampler's CPU
+// twin) is greedy where it should be, keyed by (seed, step) and draws the Sampler's distribution; the
+// engine and generate() draw there (Runner::on_backend), are reproducible per seed and agree with each
+// other; penalties and logprobs are drawn by the request's Sampler on the logits, as a lone sequence
+// with that Sampler would.
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <cmath>
 #include <map>
 
+#include "backend/cpu/sampling.h"
 #include "core/error.h"
-#include "runtime/engine.h"
 #include "core/philox.h"
-#include "runtime/step_model.h"
+#include "runtime/engine.h"
+#include "runtime/runner.h"
 #include "support/engine_events.h"
 #include "support/bundled_model.h"
 #include "support/test_paths.h"
@@ -21,6 +22,14 @@ namespace dsv4 {
 namespace {
 
 using namespace std::chrono_literals;
+
+SampleRow row_of(const SamplingParams& p, uint64_t step) {
+  return SampleRow{.temperature = p.temperature, .top_k = p.top_k, .top_p = p.top_p, .min_p = p.min_p,
+                   .seed = p.seed, .step = step};
+}
+int32_t sample_philox(const float* z, int64_t vocab, const SamplingParams& p, uint64_t step) {
+  return cpu::sample_philox(z, vocab, row_of(p, step));
+}
 
 TEST(SamplePhilox, GreedyAndKeyedBySeedAndStep) {
   const std::vector<float> z = {0.1f, 2.5f, 0.2f, 2.5f, -1.0f};
@@ -78,69 +87,23 @@ TEST(SamplePhilox, DrawsTheSamplersDistribution) {
   }
 }
 
-TEST(SamplePhilox, DeviceSamplable) {
+TEST(SamplePhilox, BackendSamplable) {
   SamplingParams p;
   p.temperature = 0.5f;
   p.top_k = 3;
   p.top_p = 0.9f;
   p.min_p = 0.1f;
-  EXPECT_TRUE(device_samplable(p));
+  EXPECT_TRUE(backend_samplable(p));
   for (int i = 0; i < 3; ++i) {
     SamplingParams q = p;
     (i == 0 ? q.repetition_penalty : i == 1 ? q.presence_penalty : q.frequency_penalty) = 1.1f;
-    EXPECT_FALSE(device_samplable(q));
+    EXPECT_FALSE(backend_samplable(q));
   }
 }
-
-// A CpuStepModel that claims to sample on the device: the default *_sampled (host sample_philox).
-class PhiloxStepModel : public CpuStepModel {
- public:
-  using CpuStepModel::CpuStepModel;
-  bool samples_on_device() const override { return true; }
-  int decode_sampled_calls = 0;
-  SampledStep decode_sampled(const std::vector<DecodeItem>& items, const std::vector<RowSampling>& rows) override {
-    ++decode_sampled_calls;
-    return CpuStepModel::decode_sampled(items, rows);
-  }
-};
 
 class SampledStepTest : public test::BundledModelTest {};
 
-TEST_F(SampledStepTest, DefaultSampledCallsAreSamplePhiloxOnTheLogits) {
-  CpuStepModel m(*model_, 3), ref(*model_, 3);
-  const int64_t V = model_->config().vocab_size;
-  const std::vector<std::vector<int32_t>> prompts = {tok_->encode("ROMEO:\n"), tok_->encode("JULIET:\nO"),
-                                                     tok_->encode("A")};
-  std::vector<RowSampling> rows(3);
-  rows[0].params.temperature = 0.9f;
-  rows[0].params.seed = 3;
-  rows[1].params.temperature = 0;
-  rows[2].host = true;
-  std::vector<int> slots;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    slots.push_back(m.new_sequence());
-    ref.new_sequence();
-    const SampledStep s = m.prefill_sampled(slots[i], 0, prompts[i], rows[i]);
-    const Tensor l = ref.prefill(slots[i], 0, prompts[i]);
-    EXPECT_EQ(s.ids.at(0), rows[i].host ? -1 : sample_philox(l.ptr(), V, rows[i].params, rows[i].step));
-  }
-  for (int step = 0; step < 3; ++step) {
-    std::vector<DecodeItem> batch;
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      batch.push_back({slots[i], int32_t(7 + step), int64_t(prompts[i].size()) + step});
-      rows[i].step = uint64_t(step + 1);
-    }
-    const SampledStep s = m.decode_sampled(batch, rows);
-    const Tensor l = ref.decode(batch);
-    ASSERT_EQ(s.ids.size(), 3u);
-    for (size_t i = 0; i < 3; ++i)
-      EXPECT_EQ(s.ids[i], rows[i].host ? -1 : sample_philox(l.row(int64_t(i)), V, rows[i].params, rows[i].step));
-    EXPECT_TRUE(std::equal(l.data.begin(), l.data.end(), s.logits.data.begin()));  // host rows' logits
-  }
-  EXPECT_THROW(m.decode_sampled({{slots[0], 1, 0}}, {}), Error);
-}
-
-std::vector<int32_t> engine_ids(StepModel& m, const Tokenizer& tok, const GenerationRequest& r, int64_t chunk = 8) {
+std::vector<int32_t> engine_ids(Model& m, const Tokenizer& tok, const GenerationRequest& r, int64_t chunk = 8) {
   EngineOptions opt;
   opt.max_num_seqs = 2;
   opt.prefill_chunk = chunk;
@@ -148,32 +111,55 @@ std::vector<int32_t> engine_ids(StepModel& m, const Tokenizer& tok, const Genera
   return test::collect_ids(*e.submit(r));
 }
 
-TEST_F(SampledStepTest, EngineAndGenerateSampleInTheModel) {
-  PhiloxStepModel m(*model_, 4);
+TEST_F(SampledStepTest, EngineAndGenerateSampleOnTheBackend) {
   GenerationRequest r;
   r.prompt = tok_->encode("KING HENRY:\nOnce more unto the breach");  // > 8 tokens: two prefill chunks
   r.sampling.temperature = 1.0f;
   r.sampling.seed = 11;
   r.stop.max_tokens = 24;
-  const std::vector<int32_t> a = engine_ids(m, *tok_, r), b = engine_ids(m, *tok_, r);
-  EXPECT_GT(m.decode_sampled_calls, 0);
+  Runner counting(*model_);
+  int sampled_calls = 0;
+  counting.on_call([&](const Batch&, const StepPlan& p) { sampled_calls += p.sample; });
+  std::vector<int32_t> a;
+  {
+    EngineOptions opt;
+    opt.max_num_seqs = 2;
+    opt.prefill_chunk = 8;
+    Engine e(counting, *tok_, opt);
+    a = test::collect_ids(*e.submit(r));
+  }
+  EXPECT_EQ(sampled_calls, 24);  // every token drawn by the backend
   ASSERT_EQ(a.size(), 24u);
-  EXPECT_EQ(a, b);
+  EXPECT_EQ(engine_ids(*model_, *tok_, r), a);
   GenerationRequest r2 = r;
   r2.sampling.seed = 12;
-  EXPECT_NE(engine_ids(m, *tok_, r2), a);
+  EXPECT_NE(engine_ids(*model_, *tok_, r2), a);
 
   // generate() over the model: the same draws (Philox(seed, step), step = tokens generated before) as
   // the engine prefilling the prompt in one chunk as generate() does.
   Sampler s(r.sampling);
-  const GenerationResult g = generate(m, *tok_, r.prompt, s, r.stop);
-  EXPECT_EQ(g.ids, engine_ids(m, *tok_, r, 256));
+  const GenerationResult g = generate(*model_, *tok_, r.prompt, s, r.stop);
+  EXPECT_EQ(g.ids, engine_ids(*model_, *tok_, r, 256));
 }
 
-TEST_F(SampledStepTest, PenaltiesAndLogprobsFallBackToTheSampler) {
-  // A host row is sampled by the request's Sampler: the ids of the plain CPU engine, bit for bit.
-  PhiloxStepModel m(*model_, 4);
-  CpuStepModel cpu(*model_, 4);
+// A lone sequence drawing every token with the request's Sampler on its logits.
+std::vector<int32_t> host_loop(Model& m, const GenerationRequest& r, std::vector<Logprobs>* lps = nullptr) {
+  Sequence seq(m, 100);
+  Sampler s(r.sampling);
+  std::vector<int32_t> history = r.prompt, ids;
+  Tensor l = seq.forward(r.prompt, {.all_logits = false});
+  for (int i = 0; i < r.stop.max_tokens; ++i) {
+    Logprobs lp;
+    const int32_t id = s.sample(l.ptr(), m.config().vocab_size, history, &lp, std::max(0, r.top_logprobs));
+    if (lps) lps->push_back(lp);
+    ids.push_back(id);
+    history.push_back(id);
+    if (i + 1 < r.stop.max_tokens) l = seq.forward({id}, {.all_logits = false});
+  }
+  return ids;
+}
+
+TEST_F(SampledStepTest, PenaltiesAndLogprobsAreDrawnByTheSampler) {
   GenerationRequest r;
   r.prompt = tok_->encode("ROMEO:\n");
   r.sampling.temperature = 0.8f;
@@ -182,29 +168,33 @@ TEST_F(SampledStepTest, PenaltiesAndLogprobsFallBackToTheSampler) {
   GenerationRequest pen = r, lp = r;
   pen.sampling.repetition_penalty = 1.3f;
   lp.top_logprobs = 2;
-  EXPECT_EQ(engine_ids(m, *tok_, pen), engine_ids(cpu, *tok_, pen));
-  EXPECT_EQ(engine_ids(m, *tok_, lp), engine_ids(cpu, *tok_, lp));
+  EXPECT_EQ(engine_ids(*model_, *tok_, pen), host_loop(*model_, pen));
+  std::vector<Logprobs> want_lp;
+  const std::vector<int32_t> want = host_loop(*model_, lp, &want_lp);
+  EXPECT_EQ(engine_ids(*model_, *tok_, lp), want);
   // ... with logprobs in every token event.
   EngineOptions opt;
   opt.max_num_seqs = 2;
-  Engine e(m, *tok_, opt);
+  Engine e(*model_, *tok_, opt);
   auto ch = e.submit(lp);
-  int tokens = 0;
+  size_t tokens = 0;
   bool finished = false;
   const auto deadline = std::chrono::steady_clock::now() + 60s;
   while (!finished && std::chrono::steady_clock::now() < deadline)
     for (const EngineEvent& ev : ch->wait(100ms)) {
       if (ev.kind == EngineEvent::Kind::Token) {
-        ++tokens;
+        ASSERT_LT(tokens, want_lp.size());
         EXPECT_TRUE(ev.has_logprobs);
-        EXPECT_EQ(ev.logprobs.top.size(), 2u);
+        EXPECT_EQ(ev.logprobs.chosen, want_lp[tokens].chosen);
+        EXPECT_EQ(ev.logprobs.top, want_lp[tokens].top);
+        ++tokens;
       }
       finished |= ev.final();
     }
-  EXPECT_EQ(tokens, 16);
-  // generate() with logprobs or a penalty takes the logits path too.
-  Sampler s1(pen.sampling), s2(pen.sampling);
-  EXPECT_EQ(generate(m, *tok_, pen.prompt, s1, pen.stop).ids, generate(cpu, *tok_, pen.prompt, s2, pen.stop).ids);
+  EXPECT_EQ(tokens, 16u);
+  // generate() with logprobs or a penalty draws with the Sampler too.
+  Sampler s1(pen.sampling);
+  EXPECT_EQ(generate(*model_, *tok_, pen.prompt, s1, pen.stop).ids, host_loop(*model_, pen));
 }
 
 }  // namespace

@@ -108,7 +108,7 @@ struct AttentionLayerState {
   std::vector<Piece> slot_pieces(int64_t slot);
 };
 
-// Scratch of attention_forward for up to `max_tokens` tokens per call, shared by all layers of a
+// Scratch of the attention ops for up to `max_tokens` tokens per call, shared by all layers of a
 // model (sized from the config), plus the cuBLASLt plans, made once per (kind, out, in, tokens).
 class AttentionWorkspace {
  public:

@@ -25,6 +25,7 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const Weights& w, uint64_t tota
     : cfg_(cfg), opt_(o), cap_(o.capacity) {
   if (cap_.max_seqs < 1 || cap_.max_tokens < 1 || cap_.max_ctx < 1)
     fail("cuda backend: slots, context and tokens per call must be positive");
+  if (o.comm) fail("cuda backend: expert parallelism over several ranks is not on cuda yet (use --device cpu)");
   cap_.max_tokens = std::max(cap_.max_tokens, cap_.max_seqs);  // a decode batch is one call
   ctx_ = std::make_unique<DeviceContext>(o.gpu);
   ctx_->set_kernels(o.kernels);

@@ -23,16 +23,8 @@ DevEmbedWeights upload_embed_weights(const DeviceContext& ctx, const Weights& w,
 
 void embed_forward(const DeviceContext& ctx, const DevEmbedWeights& w, const int32_t* token_ids, int64_t T, int n,
                    bf16* X, int32_t* bad_id) {
-  EmbedParams p;
-  p.ids = token_ids;
-  p.table = w.embed.get();
-  p.X = X;
-  p.bad = bad_id;
-  p.T = T;
-  p.vocab = w.vocab;
-  p.n = n;
-  p.D = int(w.D);
-  embed_gather(ctx, p);
+  embed_gather(ctx, {.ids = token_ids, .table = w.embed.get(), .X = X, .bad = bad_id, .T = T, .vocab = w.vocab, .n = n,
+                     .D = int(w.D)});
 }
 
 // ---- Head.
@@ -55,18 +47,8 @@ DevHeadWeights upload_head_weights(const DeviceContext& ctx, const HcWeights& hc
 }
 
 void head_hidden_forward(const DeviceContext& ctx, const DevHeadWeights& w, const bf16* X, int64_t T, bf16* h) {
-  HcHeadParams c;
-  c.X = X;
-  c.fn = w.hc_fn.get();
-  c.base = w.hc_base.get();
-  c.scale = w.hc_scale.get();
-  c.u = h;
-  c.T = T;
-  c.n = w.n;
-  c.D = int(w.D);
-  c.norm_eps = w.eps;
-  c.hc_eps = w.hc_eps;
-  hc_head_collapse(ctx, c);
+  hc_head_collapse(ctx, {.X = X, .fn = w.hc_fn.get(), .base = w.hc_base.get(), .scale = w.hc_scale.get(), .u = h,
+                         .T = T, .n = w.n, .D = int(w.D), .norm_eps = w.eps, .hc_eps = w.hc_eps});
   rms_norm_rows(ctx, h, w.norm.get(), T, w.D, w.eps);
 }
 

@@ -28,13 +28,6 @@ namespace dsv4::cuda {
 inline constexpr int64_t kFastGemvMaxTokens = 32;
 inline constexpr int kFastMaxProjections = 16;
 
-// Whether the fast tier runs a `tokens`-token FP8 linear through a cuBLASLt plan (above fast_gemv's
-// range, where cuBLASLt beats exact_linear: H200 2026-12-01, docs/perf-log.md); the callers make the
-// plans in their prepare() before a graph capture.
-inline bool fast_tier_gemm(const DeviceContext& ctx, int64_t tokens) {
-  return ctx.kernels() == KernelTier::Fast && tokens > kFastGemvMaxTokens;
-}
-
 // One projection of a fast_gemv launch. All projections share the launch's format, `in` and tokens.
 struct FastProjection {
   const uint8_t* w8 = nullptr;       // [out, in] e4m3 (FP8 launches)
@@ -70,8 +63,8 @@ bool fast_gemv_supports(const ExactLinearParams& e);
 // The exact_linear call as a fast_gemv launch (fast_gemv_supports(e) must hold).
 void fast_gemv(const DeviceContext& ctx, const ExactLinearParams& e);
 
-// THE choice of a linear's implementation by the context's tier (DeviceContext::kernels()): the fast
-// tier takes fast_gemv where it applies (grouped calls above kFastGemvMaxTokens in token slices of that
+// A linear's kernel by the context's tier (DeviceContext::kernels(); the CUDA backend's sites choose in
+// linear_choice.h and call this for their fast_gemv rows): the fast tier takes fast_gemv where it applies (grouped calls above kFastGemvMaxTokens in token slices of that
 // size), everything else (and the whole exact tier) runs exact_linear, bit-identical to the CPU.
 void linear(const DeviceContext& ctx, const ExactLinearParams& e);
 // The FP8 case of linear() (the signature of exact_linear_fp8).

@@ -15,25 +15,13 @@ MoePlanRefs moe_plan_tiles(const DeviceContext& ctx, MoeWorkspace& ws, const int
   if (rows_per_tile < kMoeExpertTileRows)
     fail("moe_plan_tiles: the tile list is sized for tiles of >= ", kMoeExpertTileRows, " rows");
   int32_t* counts = ws.plan.get();
-  MoePlanParams pp;
-  pp.ids = ids;
-  pp.counts = counts;
-  pp.offsets = counts + E;
-  pp.rows = counts + 2 * E + 1;
-  pp.entry_row = ws.entry_row.get();
-  pp.scratch = ws.plan_scratch.get();
-  pp.entries = entries;
-  pp.E = E;
+  const MoePlanParams pp{.ids = ids, .counts = counts, .offsets = counts + E, .rows = counts + 2 * E + 1,
+                         .entry_row = ws.entry_row.get(), .scratch = ws.plan_scratch.get(), .entries = entries, .E = E};
   moe_plan(ctx, pp);
   moe_plan_row_weights(ctx, pp.rows, weights, ws.w_rows.get(), entries);
-  Fp4GroupedScheduleParams sp;
-  sp.counts = pp.counts;
-  sp.offsets = pp.offsets;
-  sp.tiles = ws.tiles.get();
-  sp.E = E;
-  sp.rows_per_tile = rows_per_tile;
-  fp4_grouped_schedule(ctx, sp);
-  return {pp.counts, pp.offsets, pp.rows};
+  fp4_grouped_schedule(ctx, {.counts = pp.counts, .offsets = pp.offsets, .tiles = ws.tiles.get(), .E = E,
+                             .rows_per_tile = rows_per_tile});
+  return {.counts = pp.counts, .offsets = pp.offsets, .rows = pp.rows};
 }
 
 GroupedRouted moe_routed_grouped(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace& ws,
@@ -44,47 +32,21 @@ GroupedRouted moe_routed_grouped(const DeviceContext& ctx, const DevMoeWeights& 
   if (ws.D != D || ws.I != I || ws.E != E || ws.k != k) fail("moe_routed_grouped: workspace shapes differ from the layer's");
   const MoePlanRefs plan = moe_plan_tiles(ctx, ws, ids, weights, n, int(E), kFp4GroupedTileRows);
 
-  Fp4GroupedMmaParams m;
-  m.counts = plan.counts;
-  m.offsets = plan.offsets;
-  m.tiles = ws.tiles.get();
-  m.n = n;
-  m.E = int(E);
   // w1 | w3: the token rows of xq through the plan.
-  m.xq = xq;
-  m.xs = xs;
-  m.xs_row_stride = 1;
-  m.xs_block_stride = P;
-  m.rows = plan.rows;
-  m.picks = int(k);
-  m.w = w.w13.get();
-  m.w_scales = w.w13_scales.get();
-  m.y = ws.y13.get();
-  m.out = 2 * I;
-  m.K = D;
-  fp4_grouped_mma(ctx, m);
+  fp4_grouped_mma(ctx, {.xq = xq, .xs = xs, .xs_row_stride = 1, .xs_block_stride = P, .rows = plan.rows,
+                        .picks = int(k), .w = w.w13.get(), .w_scales = w.w13_scales.get(), .counts = plan.counts,
+                        .offsets = plan.offsets, .tiles = ws.tiles.get(), .y = ws.y13.get(), .n = n, .out = 2 * I,
+                        .K = D, .E = int(E)});
 
   swiglu_gate_up(ctx, ws.y13.get(), ws.w_rows.get(), ws.h.get(), n, I, w.swiglu_limit);
   act_quant_rows(ctx, ws.h.get(), n, I, ws.hq.get(), ws.hs.get(), I / 128, 1);
 
   // w2: the plan-ordered rows of hq.
-  m.xq = ws.hq.get();
-  m.xs = ws.hs.get();
-  m.xs_row_stride = I / 128;
-  m.xs_block_stride = 1;
-  m.rows = nullptr;
-  m.picks = 1;
-  m.w = w.w2.get();
-  m.w_scales = w.w2_scales.get();
-  m.y = ws.y2.get();
-  m.out = D;
-  m.K = I;
-  fp4_grouped_mma(ctx, m);
-
-  GroupedRouted out;
-  out.y2 = ws.y2.get();
-  out.entry_row = ws.entry_row.get();
-  return out;
+  fp4_grouped_mma(ctx, {.xq = ws.hq.get(), .xs = ws.hs.get(), .xs_row_stride = I / 128, .xs_block_stride = 1,
+                        .rows = nullptr, .picks = 1, .w = w.w2.get(), .w_scales = w.w2_scales.get(),
+                        .counts = plan.counts, .offsets = plan.offsets, .tiles = ws.tiles.get(), .y = ws.y2.get(),
+                        .n = n, .out = D, .K = I, .E = int(E)});
+  return {.y2 = ws.y2.get(), .entry_row = ws.entry_row.get()};
 }
 
 }  // namespace dsv4::cuda

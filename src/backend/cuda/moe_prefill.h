@@ -1,5 +1,5 @@
-// The routed experts of a large prefill call on the FP8 tensor cores (issue 6), used by moe_forward above
-// kExactLinearMaxTokens tokens for FP4 experts (below that the per-(token, pick) FP4 GEMVs keep the GPU
+// The routed experts of a large prefill call on the FP8 tensor cores (issue 6), used by moe_experts above
+// kExactLinearMaxTokens tokens for FP4 experts (linear_choice.h: RoutedKernel::Grouped) (below that the per-(token, pick) FP4 GEMVs keep the GPU
 // bit-identical to the CPU). Steps, all on the device (no host sync, graph-capturable): moe_plan sorts
 // the (token, pick) entries by expert (ascending token, then pick, inside an expert); fp4_grouped_schedule
 // cuts each expert's rows into 64-row tiles; one fp4_grouped_mma launch computes w1|w3 for all experts

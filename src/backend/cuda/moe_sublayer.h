@@ -69,12 +69,12 @@ DevMoeWeights upload_moe_weights(const DeviceContext& ctx, const MoeWeights& w, 
 // mostly empty blocks, and won ~300 us at 32; the grid is now bounded by n as well, and the threshold 16
 // is an estimate between the two measurements.
 
-// Scratch of moe_forward for up to max_tokens tokens; shared by all layers of one model (same shapes).
+// Scratch of the MoE ops for up to max_tokens tokens; shared by all layers of one model (same shapes).
 struct MoeWorkspace {
   MoeWorkspace(const DeviceContext& ctx, const ModelConfig& cfg, int64_t max_tokens);
   ~MoeWorkspace();
   int64_t max_tokens() const { return max_tokens_; }
-  // Plans the shared expert's cuBLASLt GEMMs for T tokens (host-side only; moe_forward plans on first
+  // Plans the shared expert's cuBLASLt GEMMs for T tokens (host-side only; moe_experts plans on first
   // use otherwise). Call for every T a captured graph will use before capturing.
   void prepare(const DeviceContext& ctx, int64_t T);
 

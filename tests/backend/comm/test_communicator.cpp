@@ -12,6 +12,7 @@
 #include <bit>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <numeric>
 #include <random>
@@ -313,6 +314,31 @@ TEST(InProcessComm, BadGroups) {
   EXPECT_THROW(InProcessGroup({.ranks = 2, .timeout = 0ms}), Error);
   InProcessGroup g({.ranks = 2});
   EXPECT_THROW(g.rank(2), Error);
+}
+
+TEST(HostCollective, EncodeDecodeRoundTripAndMalformedMessages) {
+  const std::vector<float> x{1.0f, -2.5f, 3.0f};
+  const Contribution c{.op = Op::AllReduceSum, .sizes = {3, 3}, .data = std::as_bytes(std::span(x)), .error = "e"};
+  const std::vector<std::byte> b = encode(c);
+  const Contribution d = decode(b);
+  EXPECT_EQ(d.op, Op::AllReduceSum);
+  EXPECT_EQ(d.sizes, (std::vector<uint64_t>{3, 3}));
+  EXPECT_EQ(d.error, "e");
+  ASSERT_EQ(d.data.size(), 12u);
+  EXPECT_EQ(std::memcmp(d.data.data(), x.data(), 12), 0);
+  EXPECT_THROW(decode(std::span(b).first(b.size() - 1)), Error);  // truncated
+  std::vector<std::byte> longer = b;
+  longer.push_back(std::byte(0));
+  EXPECT_THROW(decode(longer), Error);  // trailing bytes
+  // A contribution whose data disagree with its sizes is refused before anything is read.
+  Contribution short_data{.op = Op::AllReduceSum, .sizes = {4, 4}, .data = std::as_bytes(std::span(x))};
+  const std::vector<Contribution> all{short_data};
+  try {
+    collective_output(all, 0);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "all_reduce_sum: rank 0 sent 12 bytes of data, its sizes say 16");
+  }
 }
 
 // ---- The rendezvous and the TCP transport.

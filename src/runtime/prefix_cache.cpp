@@ -1,0 +1,189 @@
+#include "runtime/prefix_cache.h"
+
+#include <algorithm>
+#include <random>
+
+#include "core/error.h"
+
+namespace dsv4 {
+
+namespace {
+
+uint64_t rotl(uint64_t x, int b) { return (x << b) | (x >> (64 - b)); }
+
+struct SipState {
+  uint64_t v0, v1, v2, v3;
+  void round() {
+    v0 += v1; v1 = rotl(v1, 13); v1 ^= v0; v0 = rotl(v0, 32);
+    v2 += v3; v3 = rotl(v3, 16); v3 ^= v2;
+    v0 += v3; v3 = rotl(v3, 21); v3 ^= v0;
+    v2 += v1; v1 = rotl(v1, 17); v1 ^= v2; v2 = rotl(v2, 32);
+  }
+  void absorb(uint64_t m) {
+    v3 ^= m;
+    round();
+    round();
+    v0 ^= m;
+  }
+};
+
+uint64_t load_le64(const uint8_t* p) {
+  uint64_t m = 0;
+  for (int i = 7; i >= 0; --i) m = (m << 8) | p[i];
+  return m;
+}
+
+}  // namespace
+
+uint64_t siphash24(uint64_t k0, uint64_t k1, const uint8_t* data, size_t len) {
+  SipState s{k0 ^ 0x736f6d6570736575ull, k1 ^ 0x646f72616e646f6dull, k0 ^ 0x6c7967656e657261ull,
+             k1 ^ 0x7465646279746573ull};
+  const size_t whole = len / 8 * 8;
+  for (size_t i = 0; i < whole; i += 8) s.absorb(load_le64(data + i));
+  uint64_t last = uint64_t(len & 0xff) << 56;  // the length's low byte, then the tail bytes
+  for (size_t i = whole; i < len; ++i) last |= uint64_t(data[i]) << (8 * (i - whole));
+  s.absorb(last);
+  s.v2 ^= 0xff;
+  for (int i = 0; i < 4; ++i) s.round();
+  return s.v0 ^ s.v1 ^ s.v2 ^ s.v3;
+}
+
+uint64_t prefix_block_hash(uint64_t k0, uint64_t k1, uint64_t prev, std::span<const int32_t> block) {
+  std::vector<uint8_t> bytes(8 + block.size() * 4);
+  for (int i = 0; i < 8; ++i) bytes[size_t(i)] = uint8_t(prev >> (8 * i));
+  for (size_t t = 0; t < block.size(); ++t)
+    for (int i = 0; i < 4; ++i) bytes[8 + 4 * t + size_t(i)] = uint8_t(uint32_t(block[t]) >> (8 * i));
+  return siphash24(k0, k1, bytes.data(), bytes.size());
+}
+
+PrefixCache::PrefixCache(PrefixCacheOptions o) : opt_(std::move(o)) {
+  if (!opt_.hash) {
+    std::random_device rd;
+    const uint64_t k0 = (uint64_t(rd()) << 32) ^ rd(), k1 = (uint64_t(rd()) << 32) ^ rd();
+    opt_.hash = [k0, k1](uint64_t prev, std::span<const int32_t> block) {
+      return prefix_block_hash(k0, k1, prev, block);
+    };
+  }
+  st_.budget_bytes = opt_.budget_bytes;
+}
+
+std::vector<uint64_t> PrefixCache::chain(std::span<const int32_t> tokens, int64_t n) const {
+  std::vector<uint64_t> h(static_cast<size_t>(n));
+  uint64_t prev = 0;
+  for (int64_t i = 0; i < n; ++i) prev = h[size_t(i)] = opt_.hash(prev, tokens.subspan(size_t(i * kPrefixBlock), kPrefixBlock));
+  return h;
+}
+
+PrefixCache::Lru::iterator PrefixCache::find(uint64_t h, std::span<const int32_t> prefix) const {
+  auto [b, e] = index_.equal_range(h);
+  for (auto it = b; it != e; ++it) {
+    const std::vector<int32_t>& t = it->second->tokens;
+    if (t.size() == prefix.size() && std::equal(t.begin(), t.end(), prefix.begin())) return it->second;
+  }
+  return lru_.end();
+}
+
+void PrefixCache::remember(const std::vector<uint64_t>& hashes) {
+  if (opt_.seen_blocks == 0) return;
+  for (uint64_t h : hashes) {
+    auto it = seen_.find(h);
+    if (it != seen_.end()) {
+      seen_lru_.splice(seen_lru_.begin(), seen_lru_, it->second);
+      continue;
+    }
+    seen_lru_.push_front(h);
+    seen_[h] = seen_lru_.begin();
+    if (seen_.size() > opt_.seen_blocks) {
+      seen_.erase(seen_lru_.back());
+      seen_lru_.pop_back();
+    }
+  }
+}
+
+PrefixHit PrefixCache::lookup(std::span<const int32_t> tokens) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++st_.lookups;
+  PrefixHit hit;
+  const int64_t n = tokens.empty() ? 0 : int64_t(tokens.size() - 1) / kPrefixBlock;
+  const std::vector<uint64_t> h = chain(tokens, n);
+  for (int64_t i = n; i >= 1 && !hit.snapshot; --i) {
+    auto it = find(h[size_t(i - 1)], tokens.first(size_t(i * kPrefixBlock)));
+    if (it == lru_.end()) continue;
+    lru_.splice(lru_.begin(), lru_, it);
+    hit.tokens = i * kPrefixBlock;
+    hit.snapshot = it->snap;
+  }
+  for (int64_t i = n; i >= 1; --i)
+    if (seen_.count(h[size_t(i - 1)])) {
+      hit.shared_tokens = i * kPrefixBlock;
+      break;
+    }
+  hit.shared_tokens = std::max(hit.shared_tokens, hit.tokens);
+  remember(h);
+  if (hit.snapshot) ++st_.hits;
+  st_.hit_tokens += uint64_t(hit.tokens);
+  st_.miss_tokens += uint64_t(int64_t(tokens.size()) - hit.tokens);
+  return hit;
+}
+
+bool PrefixCache::insert(std::span<const int32_t> prefix, std::shared_ptr<const SlotSnapshot> snap) {
+  const int64_t len = int64_t(prefix.size());
+  if (len == 0 || len % kPrefixBlock != 0)
+    fail("prefix cache: a prefix of ", len, " tokens, expected a nonzero multiple of ", kPrefixBlock);
+  if (!snap) fail("prefix cache: no snapshot for a prefix of ", len, " tokens");
+  if (snap->pos != len) fail("prefix cache: a snapshot at position ", snap->pos, " for a prefix of ", len, " tokens");
+  std::lock_guard<std::mutex> lock(mu_);
+  const uint64_t h = chain(prefix, len / kPrefixBlock).back();
+  if (auto it = find(h, prefix); it != lru_.end()) {
+    lru_.splice(lru_.begin(), lru_, it);
+    return false;
+  }
+  const uint64_t bytes = entry_bytes(*snap, len);
+  if (bytes > opt_.budget_bytes) return false;
+  evict_to(opt_.budget_bytes - bytes);
+  lru_.push_front(Entry{.hash = h, .tokens = {prefix.begin(), prefix.end()}, .snap = std::move(snap), .bytes = bytes});
+  index_.emplace(h, lru_.begin());
+  st_.bytes += bytes;
+  st_.entries = lru_.size();
+  ++st_.inserts;
+  return true;
+}
+
+void PrefixCache::evict_to(uint64_t budget) {
+  while (st_.bytes > budget && !lru_.empty()) {
+    const Entry& e = lru_.back();
+    auto [b, end] = index_.equal_range(e.hash);
+    for (auto it = b; it != end; ++it)
+      if (&*it->second == &e) {
+        index_.erase(it);
+        break;
+      }
+    st_.bytes -= e.bytes;
+    lru_.pop_back();  // a request holding the snapshot keeps it alive
+    ++st_.evictions;
+  }
+  st_.entries = lru_.size();
+}
+
+bool PrefixCache::contains(std::span<const int32_t> prefix) const {
+  if (prefix.empty() || prefix.size() % kPrefixBlock != 0) return false;
+  std::lock_guard<std::mutex> lock(mu_);
+  return find(chain(prefix, int64_t(prefix.size()) / kPrefixBlock).back(), prefix) != lru_.end();
+}
+
+PrefixCacheStats PrefixCache::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return st_;
+}
+
+void PrefixCache::clear() {
+  std::lock_guard<std::mutex> lock(mu_);
+  index_.clear();
+  lru_.clear();
+  seen_.clear();
+  seen_lru_.clear();
+  st_.bytes = 0;
+  st_.entries = 0;
+}
+
+}  // namespace dsv4

@@ -1,0 +1,22 @@
+#include "runtime/prefix_reuse.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace dsv4 {
+
+PromptPrefix::PromptPrefix(PrefixCache& cache, Backend& be, int slot, std::span<const int32_t> prompt,
+                           PrefixSnapshots policy)
+    : cache_(cache), be_(be), slot_(slot), hit_(cache.lookup(prompt)) {
+  if (hit_.snapshot) be_.restore(slot_, *hit_.snapshot);
+  points_ = snapshot_points(int64_t(prompt.size()), hit_, policy);
+}
+
+bool PromptPrefix::reached(std::span<const int32_t> prompt, int64_t pos, int64_t mtp_pos) {
+  if (!std::binary_search(points_.begin(), points_.end(), pos)) return false;
+  if (pos > int64_t(prompt.size())) fail("prefix cache: position ", pos, " past a prompt of ", prompt.size(), " tokens");
+  return cache_.insert(prompt.first(size_t(pos)), be_.snapshot(slot_, pos, mtp_pos));
+}
+
+}  // namespace dsv4

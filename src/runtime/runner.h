@@ -1,0 +1,151 @@
+// Runner: the one driver of a Model (model/model.h) for the generation loop, the engine and the
+// commands. It holds the sequence slots (new_sequence / release, as many as the backend's capacity),
+// checks every call's positions against each slot's, cuts chunks at the backend's tokens per call
+// (pieces(), the one place a chunk is split), and decides per row where the next token is drawn
+// (on_backend(), the one place): by the backend's sampler (Backend::sample: Philox(seed, step), on
+// both backends) when the request asks for temperature, top-k, top-p and min-p only, else by the
+// request's Sampler (runtime/sampler.h) on the logits: penalties, logprobs, grammars.
+//
+// Calls: a prefill chunk is one Model::step per piece (run_len = the piece; the head only on the last
+// piece's last row) or, when every position's logits are wanted, Model::forward per piece; a decode
+// batch (one token of each of B sequences) is ONE Model::step (run_len 1, head rows B; split only
+// where B exceeds what one call takes). Rows drawn on the host come first in a decode call so that
+// only their logits are read back.
+//
+// Sampling parameters exist in one form above the backend, SamplingParams (inside each row's Sampler);
+// the backend's SampleRow is made here, at the boundary.
+//
+// A Model is driven by one Runner at a time (the slots are the backend's). A sequence fed from
+// position 0 starts fresh in its slot, so a released slot is reused without a reset.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/tensor.h"
+#include "io/config.h"
+#include "model/model.h"
+#include "runtime/generate.h"
+#include "runtime/sampler.h"
+#include "tokenizer/tokenizer.h"
+
+namespace dsv4 {
+
+struct DecodeItem {
+  int slot = 0;
+  int32_t token = 0;
+  int64_t pos = 0;  // the token's position in its sequence
+};
+
+// One row's next token: how it is drawn (in) and what was drawn (out).
+struct Draw {
+  Sampler* sampler = nullptr;                     // the request's parameters; draws host rows
+  const std::vector<int32_t>* history = nullptr;  // prompt + generated so far (the penalties); may be null
+  uint64_t step = 0;                              // tokens generated before: the backend draw's Philox counter
+  int top_logprobs = -1;                          // -1: none; 0: the chosen token's; N: also the N best
+  int32_t id = -1;                                // out: the drawn id (-1 when `error` is set)
+  Logprobs logprobs{};                            // out: with top_logprobs >= 0
+  std::string error{};                            // out: why the host Sampler could not draw (a grammar)
+};
+
+// Called between the pieces of a long chunk with the tokens fed so far; false stops the chunk there.
+using PieceFn = std::function<bool(int64_t done, int64_t total)>;
+
+class Runner {
+ public:
+  explicit Runner(Model& model);                  // `model` outlives the runner
+  explicit Runner(std::unique_ptr<Model> model);
+  // Model::load(dir, o, progress) under a runner.
+  static std::unique_ptr<Runner> load(const std::string& dir, const BackendOptions& o, const LoadProgress& progress = {});
+  // Whether Device::Cuda can be loaded here: a CUDA build and a Hopper GPU (the backend factory's answer).
+  static bool cuda_available();
+
+  Model& model() { return model_; }
+  const ModelConfig& config() const { return model_.config(); }
+  std::string backend_name() const { return model_.backend().name(); }
+  int64_t max_context() const;  // positions one sequence may reach (the backend's, within the model's)
+  int max_sequences() const;    // slots held at once
+  int64_t call_tokens() const;  // tokens one Model call takes (a longer chunk or batch is split)
+
+  // A free slot, its sequence at position 0. Throws dsv4::Error when every slot is taken.
+  int new_sequence();
+  void release(int slot);
+  int64_t pos(int slot) const;  // the next position of the slot's sequence
+
+  // The one split: pieces [begin, end) of a chunk of T tokens, each at most call_tokens().
+  std::vector<std::pair<int64_t, int64_t>> pieces(int64_t T) const;
+  // The one decision: whether `d` is drawn by the backend's sampler (else by its Sampler, on logits).
+  static bool on_backend(const Draw& d);
+
+  // The tokens of the sequence in `slot` at positions pos, pos+1, ... (checked), without logits.
+  // `between` is asked after every piece but the last; false stops there (returns false).
+  bool feed(int slot, int64_t pos, const std::vector<int32_t>& tokens, const PieceFn& between = {});
+  // As feed, with logits [T, V] of every position (all_logits) or [1, V] of the last.
+  Tensor prefill(int slot, int64_t pos, const std::vector<int32_t>& tokens, bool all_logits = false);
+  // As feed, then the next token drawn into d (d.id; d.error when its Sampler failed). False when
+  // `between` stopped the chunk (nothing drawn).
+  bool prefill(int slot, int64_t pos, const std::vector<int32_t>& tokens, Draw& d, const PieceFn& between = {});
+  // One token for each of B sequences (distinct slots): logits [B, V], row b for items[b].
+  Tensor decode(const std::vector<DecodeItem>& items);
+  // The same call with the next token of each row drawn into draws[b] (draws.size() == B).
+  void decode(const std::vector<DecodeItem>& items, std::vector<Draw>& draws);
+
+  // Every Model call the runner makes goes through `fn` first (tests count them). Not thread-safe:
+  // set it before the calls start.
+  using CallFn = std::function<void(const Batch& b, const StepPlan& plan)>;
+  void on_call(CallFn fn) { on_call_ = std::move(fn); }
+
+ private:
+  void check(int slot, int64_t pos, int64_t T) const;  // taken, at pos, room for T
+  Batch run(int slot, int64_t pos, const std::vector<int32_t>& tokens, int64_t begin, int64_t end) const;
+  void step(const Batch& b, const StepPlan& plan);
+  // Runs the pieces of a chunk but the last (false: `between` stopped); returns the last's begin.
+  bool lead(int slot, int64_t pos, const std::vector<int32_t>& tokens, const PieceFn& between, int64_t& last);
+  void draw_host(Draw& d, const float* logits) const;
+  void decode_call(const std::vector<DecodeItem>& items, std::vector<Draw>& draws, size_t b0, size_t b1);
+
+  std::unique_ptr<Model> owned_;
+  Model& model_;
+  std::vector<int64_t> pos_;  // per slot: the next position; -1 free
+  CallFn on_call_;
+};
+
+// One sequence in a slot of a runner, fed from position 0 (generate(), the commands). Releases the slot.
+class RunnerSequence {
+ public:
+  explicit RunnerSequence(Runner& r) : r_(r), slot_(r.new_sequence()) {}
+  ~RunnerSequence() { r_.release(slot_); }
+  RunnerSequence(const RunnerSequence&) = delete;
+  RunnerSequence& operator=(const RunnerSequence&) = delete;
+
+  // Logits [T, V] of every position (all) or [1, V] of the last; advances the position.
+  Tensor feed(const std::vector<int32_t>& tokens, bool all = false);
+  // Feeds `tokens`, then draws the next token with `sampler` (Runner::on_backend decides where; the
+  // Philox step is the number of tokens this sequence drew before). `history`: prompt + generated
+  // (penalties). Throws dsv4::Error when the Sampler fails. Returns -1 when `between` stopped the chunk.
+  int32_t next(const std::vector<int32_t>& tokens, Sampler& sampler, const std::vector<int32_t>& history,
+               Logprobs* lp = nullptr, int top_logprobs = -1, const PieceFn& between = {});
+  int64_t pos() const { return pos_; }
+  int slot() const { return slot_; }
+
+ private:
+  Runner& r_;
+  int slot_;
+  int64_t pos_ = 0;
+  uint64_t drawn_ = 0;
+};
+
+// generate() (runtime/generate.h) over a fresh sequence of the runner: the prompt in one chunk (split
+// at the runner's call_tokens), then one token per step; stops at the end of the runner's context.
+GenerationResult generate(Runner& runner, const Tokenizer& tok, const std::vector<int32_t>& prompt, Sampler& sampler,
+                          const StopConditions& stop, int top_logprobs = -1,
+                          const std::function<void(const std::string&)>& on_text = {});
+// The same over a runner of `model` (tests, tools).
+GenerationResult generate(Model& model, const Tokenizer& tok, const std::vector<int32_t>& prompt, Sampler& sampler,
+                          const StopConditions& stop, int top_logprobs = -1,
+                          const std::function<void(const std::string&)>& on_text = {});
+
+}  // namespace dsv4
