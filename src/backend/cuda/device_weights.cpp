@@ -29,6 +29,8 @@ uint64_t block_device_bytes(const DevBlockWeights& b) {
   const DevMoeWeights& m = b.ffn;
   s += m.gate.bytes() + m.bias.bytes() + m.tid2eid.bytes() + m.w13.bytes() + m.w13_scales.bytes() + m.w2.bytes() +
        m.w2_scales.bytes();
+  for (const ExpertStack* x : {&m.w13_x, &m.w2_x})
+    s += x->codes.bytes() + x->tile_scales.bytes() + x->block_scales.bytes() + x->global.bytes();
   for (const Fp8Weight* w : {&m.shared_w1, &m.shared_w2, &m.shared_w3}) s += w->codes.bytes() + w->scales.bytes();
   // Dense (bf16) routed and shared experts (the bundled model).
   s += m.w13_16.bytes() + m.w2_16.bytes() + m.shared16_w1.bytes() + m.shared16_w2.bytes() + m.shared16_w3.bytes();
@@ -81,13 +83,7 @@ DeviceWeights upload_weights(const DeviceContext& ctx, const ModelConfig& cfg, c
   d.head = upload_head_weights(ctx, w.hc_head, w.norm, w.head, cfg);
   advance(w.head.bytes() + w.norm.nbytes + w.hc_head.fn.nbytes + w.hc_head.base.nbytes + w.hc_head.scale.nbytes, 5);
   d.device_bytes = d.embed.embed.bytes() + d.head.head.bytes() + d.head.hc_fn.bytes() + d.head.norm.bytes();
-  auto upload_block = [&](const BlockWeights& b, const LayerSpec& spec, int64_t i) {
-    // The GPU MoE runs MXFP4 or dense routed experts; FP8 (Base) and NVFP4 experts are a later step.
-    for (const ExpertWeights& e : b.ffn.experts)
-      for (const LinearWeight* l : {&e.w1, &e.w2, &e.w3})
-        if (l->format != WeightFormat::FP4 && l->format != WeightFormat::Dense)
-          fail(l->name, ": layer ", i, " has ", weight_format_name(l->format),
-               " routed experts, which the CUDA backend does not run yet (it runs fp4-e2m1 1x32 or dense; use the CPU backend)");
+  auto upload_block = [&](const BlockWeights& b, const LayerSpec& spec) {
     DevBlockWeights db;
     db.hc_attn = upload_hc(b.hc_attn);
     db.hc_ffn = upload_hc(b.hc_ffn);
@@ -100,7 +96,7 @@ DeviceWeights upload_weights(const DeviceContext& ctx, const ModelConfig& cfg, c
   };
   for (int64_t i = 0; i < cfg.num_layers; ++i) {
     const BlockWeights& b = w.layers[size_t(i)];
-    d.layers.push_back(upload_block(b, cfg.layers[size_t(i)], i));
+    d.layers.push_back(upload_block(b, cfg.layers[size_t(i)]));
     advance(block_source_bytes(b), 1);
   }
   // MTP block k runs as forward layer num_layers + k (cfg.layer_at: its spec, routed top-k).
@@ -108,7 +104,7 @@ DeviceWeights upload_weights(const DeviceContext& ctx, const ModelConfig& cfg, c
     const MtpWeights& m = w.mtp[k];
     const int64_t layer = cfg.num_layers + int64_t(k);
     DevMtpWeights dm;
-    dm.block = upload_block(m.block, cfg.layer_at(layer), layer);
+    dm.block = upload_block(m.block, cfg.layer_at(layer));
     dm.e_proj = upload_linear(m.e_proj);
     dm.h_proj = upload_linear(m.h_proj);
     dm.enorm = upload_f32(m.enorm);

@@ -19,6 +19,8 @@
 // Routed FP4 experts: PerSelection (one fp4_gemv selection per (token, pick)) below 16 tokens, Tiles
 // (one selection per (expert, up to 8 plan rows), the same bits) up to 512, Grouped (fp4_grouped_mma on
 // the tensor cores, bf16-level) above when the options allow it, else PerSelection at any size.
+// Routed FP8 / NVFP4 experts (moe_expert_stack.h): exact_linear's expert mode per (token, pick) at
+// every size, in both tiers (not tuned yet).
 #pragma once
 #include <cstdint>
 

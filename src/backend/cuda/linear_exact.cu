@@ -6,6 +6,7 @@
 #include "backend/cuda/kernel_util.cuh"
 #include "backend/cuda/linear_exact.h"
 #include "backend/cuda/linear_exact_gemv.h"
+#include "backend/cuda/linear_exact_nvfp4.h"
 #include "backend/cuda/linear_exact_reg.h"
 
 namespace dsv4::cuda {
@@ -162,7 +163,7 @@ void launch(const DeviceContext& ctx, const ExactLinearParams& p) {
 void exact_linear(const DeviceContext& ctx, const ExactLinearParams& p) {
   if (p.tokens == 0) return;
   const bool w8 = p.w8 != nullptr, x8 = p.x_codes != nullptr;
-  if (w8 == (p.w16 != nullptr)) fail("exact_linear: give exactly one of w8 / w16");
+  if (int(w8) + int(p.w16 != nullptr) + int(p.w4 != nullptr) != 1) fail("exact_linear: give exactly one of w8 / w16 / w4");
   if (x8 == (p.x != nullptr)) fail("exact_linear: give exactly one of x / x_codes");
   if (w8 && (!p.w_scales || p.w_scale_ld < (p.in + 127) / 128)) fail("exact_linear: FP8 weight without its scale grid");
   if (x8 && !p.x_scales) fail("exact_linear: FP8 activations without scales");
@@ -171,6 +172,7 @@ void exact_linear(const DeviceContext& ctx, const ExactLinearParams& p) {
   if (p.x_row_div <= 0) fail("exact_linear: x_row_div must be positive");
   if (p.groups < 1 || p.groups > 65535 || (p.groups > 1 && p.expert_ids))
     fail("exact_linear: groups = ", p.groups, " must be in [1, 65535] and not combined with expert_ids");
+  if (p.w4) return detail::exact_nvfp4(ctx, p);  // its own kernel and checks
   const int xe = x8 ? 1 : 2;
   if ((p.x_stride * xe) % 16 != 0 || (p.x_group_stride * xe) % 16 != 0 || !aligned16(x8 ? static_cast<const void*>(p.x_codes) : p.x) ||
       !aligned16(w8 ? static_cast<const void*>(p.w8) : p.w16) || (p.w_expert_stride * (w8 ? 1 : 2)) % 16 != 0)

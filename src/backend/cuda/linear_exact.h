@@ -55,6 +55,14 @@ struct ExactLinearParams {
   const uint8_t* w8 = nullptr;         // [out, in] e4m3
   const float* w_scales = nullptr;     // [ceil(out/128), w_scale_ld] fp32 per 128 x 128 tile (Fp8Weight)
   int64_t w_scale_ld = 0;
+  // or NVFP4 (ModelOpt, FORMATS.md 4.8; linear_exact_nvfp4.h): element (o, k) =
+  // e2m1(code) x fl32(e4m3(w4_scales[o, k/16]) x global(o)), formed in fp32 in that order as
+  // io/weights.cpp dequantize does, then the same exact-order products and sums.
+  const uint8_t* w4 = nullptr;         // [out, in/2] e2m1, even k in the low nibble (expert stride in bytes)
+  const uint8_t* w4_scales = nullptr;  // [out, in/16] e4m3 weight_scale (expert stride ws_expert_stride bytes)
+  const float* w4_global = nullptr;    // weight_scale_2 of (expert or group e, row o) at
+                                       // e * ceil(out / w4_global_rows) + o / w4_global_rows
+  int w4_global_rows = 0;              // rows sharing one weight_scale_2 (0: out; w1 | w3 stacked: I)
   // Optional expert mode: token t multiplies weight expert_ids[t] at w + e * w_expert_stride (elements)
   // and w_scales + e * ws_expert_stride.
   const int32_t* expert_ids = nullptr;  // [tokens] device

@@ -46,7 +46,8 @@ DeviceBuffer<bf16> upload_bits(const std::vector<uint16_t>& h) {
 // Writes an FP4 weight (checkpoint layout [rows, K/2]) to packed_dst in the tiled layout, and its E8M0
 // scales [rows, K/32] to scale_dst, after checking format and shape.
 void stage_fp4(const LinearWeight& w, int64_t rows, int64_t K, uint8_t* packed_dst, uint8_t* scale_dst) {
-  if (w.format != WeightFormat::FP4) fail(w.name, ": the GPU MoE needs FP4 routed experts, got ", weight_format_name(w.format));
+  if (w.format != WeightFormat::FP4)
+    fail(w.name, ": ", weight_format_name(w.format), " beside FP4 routed experts: the GPU needs one format per layer's routed experts");
   if (w.out != rows || w.in != K) fail(w.name, ": shape [", w.out, ", ", w.in, "], expected [", rows, ", ", K, "]");
   if (int64_t(w.weight.nbytes) != rows * K / 2 || int64_t(w.scale.nbytes) != rows * K / 32)
     fail(w.name, ": unexpected FP4 byte sizes");
@@ -85,8 +86,17 @@ DevMoeWeights upload_moe_weights(const DeviceContext& ctx, const MoeWeights& w, 
   }
 
   const int64_t E = d.E, D = d.D, I = d.I;
-  d.dense_experts = E > 0 && w.experts[0].w1.format == WeightFormat::Dense;
-  if (d.dense_experts) {
+  const WeightFormat routed = E > 0 ? w.experts[0].w1.format : WeightFormat::FP4;
+  d.dense_experts = routed == WeightFormat::Dense;
+  if (routed == WeightFormat::FP8 || routed == WeightFormat::NVFP4) {
+    std::vector<std::vector<const LinearWeight*>> p13, p2;
+    for (const ExpertWeights& x : w.experts) {
+      p13.push_back({&x.w1, &x.w3});
+      p2.push_back({&x.w2});
+    }
+    d.w13_x = upload_expert_stack(p13, I, D);
+    d.w2_x = upload_expert_stack(p2, D, I);
+  } else if (d.dense_experts) {
     std::vector<uint16_t> w13, w2;
     w13.reserve(size_t(E * 2 * I * D));
     w2.reserve(size_t(E * D * I));
@@ -231,7 +241,9 @@ void moe_experts(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace&
   const KernelTier tier = ctx.kernels();
   const LinearKernel shared_kernel = linear_kernel(LinearSite::SharedExpert, T, tier);
   const LinearKernel dense_kernel = linear_kernel(LinearSite::Dense, T, tier);
-  const RoutedKernel routed = routed_kernel(T, ws.grouped_prefill, tier, ws.expert_tiles_from);
+  const bool stacked = w.w13_x.present();  // FP8 / NVFP4 routed experts: exact_linear per selection
+  const RoutedKernel routed =
+      stacked ? RoutedKernel::PerSelection : routed_kernel(T, ws.grouped_prefill, tier, ws.expert_tiles_from);
   // The shared expert on cuBLASLt where the table says so.
   MoeWorkspace::SharedPlans* plans = shared_fp8 && shared_kernel == LinearKernel::Lt ? &ws.plans(ctx, T) : nullptr;
   const int64_t P = plans ? plans->up->padded_tokens() : T;
@@ -284,8 +296,29 @@ void moe_experts(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace&
                              .offsets = plan.offsets, .tiles = ws.tiles.get(), .y = yout, .n = Tk, .out = out,
                              .K = K, .E = int(w.E), .tile_rows = tile_rows});
   };
+  // FP8 / NVFP4 routed experts: selection t reads activation row t / row_div (codes [rows, K], scales of
+  // (row r, block b) at r * xs_row + b * xs_blk), in launches of whole tokens up to 65535 selections.
+  auto stack_linear = [&](const ExpertStack& st, const uint8_t* xc, const float* xsc, int64_t xs_row, int64_t xs_blk,
+                          int64_t row_div, bf16* out) {
+    const int64_t chunk = kMaxSelections / row_div * row_div;
+    for (int64_t s0 = 0; s0 < Tk; s0 += chunk) {
+      ExactLinearParams e = expert_stack_params(st, ws.ids.get() + s0);
+      e.x_codes = xc + (s0 / row_div) * st.K;
+      e.x_scales = xsc + (s0 / row_div) * xs_row;
+      e.x_stride = st.K;
+      e.xs_row_stride = xs_row;
+      e.xs_block_stride = xs_blk;
+      e.x_row_div = row_div;
+      e.y = out + s0 * st.rows;
+      e.y_stride = st.rows;
+      e.tokens = std::min(chunk, Tk - s0);
+      exact_linear(ctx, e);
+    }
+  };
   if (grouped.y2) {
     // done above
+  } else if (stacked) {
+    stack_linear(w.w13_x, ws.xq.get(), ws.xs.get(), 1, P, k, ws.y13.get());
   } else if (!w.dense_experts && routed == RoutedKernel::DecodeMma) {
     const int tile_rows = T >= kDecodeMma16RowsFrom ? 16 : 8;
     const MoePlanRefs plan = moe_plan_tiles(ctx, ws, ws.ids.get(), ws.weights.get(), Tk, int(w.E), tile_rows);
@@ -321,6 +354,9 @@ void moe_experts(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace&
 
     if (w.dense_experts) {
       dense(ws.h.get(), Tk, 1, w.w2_16.get(), ws.ids.get(), D, I, ws.y2.get());
+    } else if (stacked) {
+      act_quant_rows(ctx, ws.h.get(), Tk, I, ws.hq.get(), ws.hs.get(), I / 128, 1);
+      stack_linear(w.w2_x, ws.hq.get(), ws.hs.get(), I / 128, 1, 1, ws.y2.get());
     } else {
       act_quant_rows(ctx, ws.h.get(), Tk, I, ws.hq.get(), ws.hs.get(), I / 128, 1);
       gemv(w.w2, w.w2_scales, ws.hq.get(), ws.hs.get(), D, I, ws.y2.get());

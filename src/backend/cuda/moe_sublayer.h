@@ -1,6 +1,6 @@
 // The MoE sub-layer on the GPU (MODEL.md §7), official numerics, as the backend's two ops: moe_route
-// (router scores, hash / biased top-k, weights into the workspace) and moe_experts (routed FP4 or dense
-// experts, the shared FP8 expert, combined). CPU twin: the CPU backend's MoE.
+// (router scores, hash / biased top-k, weights into the workspace) and moe_experts (routed FP4, FP8,
+// NVFP4 or dense experts, the shared FP8 expert, combined). CPU twin: the CPU backend's MoE.
 //
 // Weights are uploaded once per layer; a workspace is sized once for `max_tokens` and every call
 // after that enqueues kernels on ctx.stream() only (no allocation, no host sync, device-side routing),
@@ -17,6 +17,7 @@
 #include "backend/cuda/context.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/linear_choice.h"
+#include "backend/cuda/moe_expert_stack.h"
 #include "io/config.h"
 #include "io/weights.h"
 
@@ -43,13 +44,19 @@ struct DevMoeWeights {
   bool dense_experts = false;
   DeviceBuffer<bf16> w13_16;        // [E, 2I, D] w1 | w3 stacked per expert
   DeviceBuffer<bf16> w2_16;         // [E, D, I]
+  // FP8 (Base) or NVFP4 (ModelOpt) routed experts instead (moe_expert_stack.h): exact_linear's expert
+  // mode per (token, pick) at any token count, in both tiers (the fast tier runs the same exact kernels:
+  // correct, not tuned yet); w13_x stacks w1 | w3 per expert, w2_x may hold another format.
+  ExpertStack w13_x, w2_x;
   bool has_shared = false, shared_dense = false;
   Fp8Weight shared_w1, shared_w3, shared_w2;  // [I, D], [I, D], [D, I] FP8 (cuBLASLt layout)
   DeviceBuffer<bf16> shared16_w1, shared16_w3, shared16_w2;  // the same, dense bf16
 };
 // Copies one layer's MoE weights to the device (FP4 experts re-laid out to the tiled form on the host).
-// Routed experts FP4 or dense bf16, the shared expert FP8 or dense bf16. Throws on other formats or
-// shapes that break the kernels' contracts (D, I multiples of 128).
+// Routed experts FP4, FP8, NVFP4 or dense bf16 (the first expert's w1 decides the path; every routed
+// projection of the layer must follow it, w2 of FP8 / NVFP4 layers may be the other of the two), the
+// shared expert FP8 or dense bf16. Throws on other formats or shapes that break the kernels' contracts
+// (D, I multiples of 128).
 // Up to kExactLinearMaxTokens tokens, dense experts and the shared expert run through exact_linear
 // (bit-identical to the CPU twin); FP4 experts through fp4_gemv (one selection per (token, pick) below
 // kMoeExpertTileMinTokens tokens, expert tiles from there); larger shared-expert calls cuBLASLt and

@@ -1,0 +1,210 @@
+// Checkpoint variants on the CUDA backend (issue 19), on checkpoints made at test time by
+// tools/variant-checkpoint from the fixtures as tests/model/test_variants.cpp makes them: the ModelOpt
+// NVFP4 cast (lossless from MXFP4: power-of-two weight_scale_2), the same cast with w1 / w3 / w2
+// weight_scale_2 moved off the powers of two and apart from each other (not lossless: the model
+// changes, the GPU must still follow the CPU), and FP8 (Base-layout) experts, exact from the fixtures'
+// MXFP4 and rounded from the bundled model's bf16 experts. In the exact tier the GPU equals the CPU
+// official path bit for bit: a prefill chunk with every position's logits, then decode steps through
+// the decode graph. The lossless variants also give the original checkpoint's logits. The fast tier
+// runs the same routed-expert kernels and stays near the exact tier.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+#include "cuda/harness.h"
+#include "io/safetensors.h"
+#include "io/temp_dir.h"
+#include "io/variant.h"
+#include "io/weights.h"
+#include "model/golden.h"
+#include "model_steps.h"
+#include "support/test_paths.h"
+#include "variant_checkpoint.h"
+
+namespace dsv4 {
+namespace {
+
+using cuda::test::compare;
+using cuda::test::Tol;
+
+std::vector<int32_t> token_ids(int64_t n, int64_t vocab) {
+  std::vector<int32_t> ids;
+  uint32_t x = 777;
+  for (int64_t i = 0; i < n; ++i) {
+    x = x * 1664525u + 1013904223u;
+    ids.push_back(int32_t(2 + (x >> 8) % uint32_t(vocab - 2)));
+  }
+  return ids;
+}
+
+// src's NVFP4 checkpoint with every weight_scale_2 multiplied by a non-power-of-two factor, different
+// for w1, w3 and w2, so w1 | w3 stacked on the GPU carry two scales and every block scale rounds.
+void rescale_nvfp4_globals(const std::string& src, const std::string& dst) {
+  auto ck = Checkpoint::open(src);
+  std::deque<float> values;  // stable addresses for the views
+  std::vector<std::pair<std::string, TensorView>> ts;
+  for (const TensorEntry* e : ck->all()) {
+    TensorView v = e->view;
+    const std::string& n = e->name;
+    if (n.size() > 15 && n.compare(n.size() - 15, 15, ".weight_scale_2") == 0) {
+      float g;
+      to_f32(v.dtype, v.data, 0, 1, &g);
+      const float f = n.find(".w1.") != std::string::npos ? 1.37f : n.find(".w3.") != std::string::npos ? 0.71f : 1.13f;
+      values.push_back(g * f);
+      v.data = reinterpret_cast<const uint8_t*>(&values.back());
+    }
+    ts.emplace_back(n, v);
+  }
+  std::filesystem::create_directories(dst);
+  std::filesystem::copy_file(std::filesystem::path(src) / "config.json", std::filesystem::path(dst) / "config.json",
+                             std::filesystem::copy_options::overwrite_existing);
+  write_safetensors((std::filesystem::path(dst) / "model.safetensors").string(), ts);
+}
+
+// Every routed expert of the main layers bound in `f`.
+void expect_expert_format(const std::string& dir, WeightFormat f) {
+  const ModelConfig cfg = load_config(dir);
+  auto ck = Checkpoint::open(dir);
+  const Weights w = bind_weights(cfg, *ck);
+  for (const BlockWeights& b : w.layers) ASSERT_EQ(expert_format(b), f) << dir;
+}
+
+// Prefill of P tokens (every position's logits) then decode steps, on a model.
+struct Outputs {
+  Tensor prefill, steps;
+};
+Outputs run(Model& m, const std::vector<int32_t>& ids, int64_t P) {
+  Outputs r;
+  Sequence seq(m);
+  r.prefill = seq.forward(ids, ForwardOptions{.all_logits = true});
+  r.steps = test::decode_steps(m, ids, P);
+  return r;
+}
+
+// The GPU exact tier on `dir` equals the CPU official path bit for bit; returns the CPU's run.
+Outputs expect_gpu_equals_cpu(const std::string& dir, const std::string& what) {
+  auto cpu = Model::load(dir, Numerics::Official);
+  const std::vector<int32_t> ids = token_ids(40, cpu->config().vocab_size);
+  const int64_t P = 24;  // prefill chunks of 24 and 40 tokens (144 / 240 expert selections at k = 6)
+  auto gpu = test::load_cuda(dir, KernelTier::Exact, 64, int64_t(ids.size()));
+  const Outputs c = run(*cpu, ids, P), g = run(*gpu, ids, P);
+  compare(what + " prefill logits gpu vs cpu", g.prefill.data, c.prefill.data, Tol::Exact);
+  compare(what + " decode-step logits gpu vs cpu", g.steps.data, c.steps.data, Tol::Exact);
+  EXPECT_EQ(g.prefill.data, c.prefill.data) << what;
+  EXPECT_EQ(g.steps.data, c.steps.data) << what;
+
+  // The fast tier: the same routed-expert kernels, the other linears in their free order.
+  auto fast = test::load_cuda(dir, KernelTier::Fast, 64, int64_t(ids.size()));
+  const Outputs f = run(*fast, ids, P);
+  size_t finite = 0;
+  for (float v : f.steps.data) finite += std::isfinite(v);
+  EXPECT_EQ(finite, f.steps.data.size()) << what << " fast tier";
+  std::printf("    %s: fast vs exact tier rel L2 %.4f (decode steps)\n", what.c_str(), test::rel_l2(f.steps, g.steps));
+  return c;
+}
+
+class CudaVariants : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cuda::have_hopper_device()) GTEST_SKIP() << "no sm_90 CUDA device";
+    if (!test::have_shared()) GTEST_SKIP() << "shared/fixtures not found";
+  }
+  test::TempDir dir_{std::filesystem::temp_directory_path(), "dsv4_cuda_variants_"};
+};
+
+// The lossless cast: the GPU on NVFP4 equals the CPU on NVFP4, which equals the MXFP4 original.
+TEST_F(CudaVariants, Nvfp4CastMatchesCpuAndOriginal) {
+  for (const char* name : {"tiny-shakespeare-fp8", "tiny-q"}) {
+    const std::string src = test::fixture_dir(name) + "/model", dst = dir_.file(std::string(name) + "-nvfp4");
+    variants::cast_nvfp4(src, dst);
+    expect_expert_format(dst, WeightFormat::NVFP4);
+    const Outputs c = expect_gpu_equals_cpu(dst, std::string(name) + " nvfp4");
+    auto orig = Model::load(src, Numerics::Official);
+    const std::vector<int32_t> ids = token_ids(40, orig->config().vocab_size);
+    Sequence seq(*orig);
+    EXPECT_EQ(seq.forward(ids, ForwardOptions{.all_logits = true}).data, c.prefill.data) << name << ": nvfp4 vs mxfp4";
+  }
+}
+
+// Non-power-of-two weight_scale_2, different for w1 and w3 of every expert: still the CPU's bits.
+TEST_F(CudaVariants, Nvfp4DistinctGlobalScalesMatchCpu) {
+  for (const char* name : {"tiny-shakespeare-fp8", "tiny-q"}) {
+    const std::string src = test::fixture_dir(name) + "/model", nv = dir_.file(std::string(name) + "-nvfp4"),
+                      dst = dir_.file(std::string(name) + "-nvfp4-g");
+    variants::cast_nvfp4(src, nv);
+    rescale_nvfp4_globals(nv, dst);
+    {
+      auto ck = Checkpoint::open(dst);
+      const Weights w = bind_weights(load_config(dst), *ck);
+      const ExpertWeights& e = w.layers[0].ffn.experts[0];
+      ASSERT_FALSE(w13_share_global_scale(e)) << name;
+      int exp;
+      ASSERT_NE(std::frexp(nvfp4_global_scale(e.w1), &exp), 0.5f) << name << ": weight_scale_2 still a power of two";
+    }
+    expect_gpu_equals_cpu(dst, std::string(name) + " nvfp4 distinct weight_scale_2");
+  }
+}
+
+// FP8 experts re-encoded exactly from the fixtures' MXFP4 (test_variants checks the spread), and
+// rounded from the bundled model's bf16 experts.
+TEST_F(CudaVariants, Fp8ExpertsMatchCpu) {
+  for (const char* name : {"tiny-shakespeare-fp8", "tiny-q"}) {
+    const std::string src = test::fixture_dir(name) + "/model", dst = dir_.file(std::string(name) + "-fp8");
+    const variants::Report r = variants::requant_fp8_experts(src, dst);
+    expect_expert_format(dst, WeightFormat::FP8);
+    const Outputs c = expect_gpu_equals_cpu(dst, std::string(name) + " fp8 experts");
+    if (r.inexact == 0) {
+      auto orig = Model::load(src, Numerics::Official);
+      Sequence seq(*orig);
+      EXPECT_EQ(seq.forward(token_ids(40, orig->config().vocab_size), ForwardOptions{.all_logits = true}).data,
+                c.prefill.data)
+          << name << ": exact fp8 re-encode vs mxfp4";
+    }
+  }
+  const std::string bundled = dir_.file("bundled-fp8");
+  EXPECT_GT(variants::requant_fp8_experts(test::bundled_model_dir(), bundled).inexact, 0u);
+  expect_expert_format(bundled, WeightFormat::FP8);
+  expect_gpu_equals_cpu(bundled, "bundled fp8 experts");
+}
+
+// A layer whose routed experts mix formats (expert 0's w1 NVFP4, everything else FP8): the CPU runs it,
+// the GPU refuses at load with one line naming the tensor and the format found.
+TEST_F(CudaVariants, MixedFormatsInOneLayerFailWithOneLine) {
+  const std::string src = test::fixture_dir("tiny-shakespeare-fp8") + "/model", f8 = dir_.file("fp8"),
+                    nv = dir_.file("nvfp4"), dst = dir_.file("mixed");
+  variants::requant_fp8_experts(src, f8);
+  variants::cast_nvfp4(src, nv);
+  {
+    auto a = Checkpoint::open(f8), b = Checkpoint::open(nv);
+    const std::string w1 = "layers.0.ffn.experts.0.w1.";
+    std::vector<std::pair<std::string, TensorView>> ts;
+    for (const TensorEntry* e : a->all())
+      if (e->name.rfind(w1, 0) != 0) ts.emplace_back(e->name, e->view);
+    for (const TensorEntry* e : b->all())
+      if (e->name.rfind(w1, 0) == 0) ts.emplace_back(e->name, e->view);
+    std::filesystem::create_directories(dst);
+    std::filesystem::copy_file(std::filesystem::path(f8) / "config.json", std::filesystem::path(dst) / "config.json");
+    write_safetensors((std::filesystem::path(dst) / "model.safetensors").string(), ts);
+  }
+  auto cpu = Model::load(dst, Numerics::Official);
+  Sequence seq(*cpu);
+  EXPECT_EQ(seq.forward(token_ids(8, cpu->config().vocab_size)).dim(0), 8);
+  try {
+    test::load_cuda(dst, KernelTier::Exact, 64, 16);
+    FAIL() << "the GPU loaded a layer of mixed expert formats";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    std::printf("    mixed formats: %s\n", m.c_str());
+    EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+    EXPECT_NE(m.find("layers.0.ffn.experts.0.w3"), std::string::npos) << m;
+    EXPECT_NE(m.find("one format"), std::string::npos) << m;
+  }
+}
+
+}  // namespace
+}  // namespace dsv4
