@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cli/gen_options.h"
+#include "runtime/speculative.h"
 
 namespace dsv4::cli {
 
@@ -16,6 +17,8 @@ struct CliGeneration {
   bool interrupted = false;   // Ctrl-C stopped it (result holds the text until then)
   bool context_full = false;  // the context limit, not -n, ended it
   int64_t context = 0;        // positions the sequence could hold
+  int64_t drafts = 0;            // --speculative k (0: plain decoding)
+  SpeculativeStats speculative;  // the speculative decoder's counters (drafts > 0)
 };
 
 // Prompt -> completion on l.runner (each token drawn where Runner::on_backend says). Throws dsv4::Error when the
