@@ -32,9 +32,10 @@ void check_speculative_model(const Loaded& l, const GenOptions& o, const char* c
   if (o.speculative == 0) return;
   Model& m = l.runner->model();
   if (m.num_mtp() < 1) {
-    if (!m.config().mtp_layers.empty())
+    // The CUDA backend holds no MTP block yet (its num_mtp() is 0) though the checkpoint may have one.
+    if (l.runner->backend_name() != "cpu" && !m.config().mtp_layers.empty())
       fail("dsv4 ", command, ": --speculative: the ", l.runner->backend_name(),
-           " backend has no MTP block yet (use --device cpu)");
+           " backend has no MTP block (use --device cpu)");
     fail("dsv4 ", command, ": --speculative needs an MTP block; ", o.model, " has none");
   }
   if (l.runner->max_sequences() < kSpeculativeSlots)
