@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <fstream>
 #include <regex>
 #include <string>
 #include <unistd.h>
@@ -42,6 +43,24 @@ TEST(SpeculativeRun, GreedyTextIsThePlainRunsForEveryK) {
       EXPECT_EQ(spec.output, plain.output) << "k " << k << ", prompt " << prompt;
     }
   }
+}
+
+// A prompt longer than one Model call (256 tokens): start() feeds it in chunks, the MTP block too.
+TEST(SpeculativeRun, LongPromptGreedyAsPlain) {
+  const fs::path file = fs::temp_directory_path() / ("dsv4_spec_long_" + std::to_string(getpid()) + ".txt");
+  {
+    std::ofstream out(file);
+    for (int i = 0; i < 12; ++i) out << "ROMEO:\nBut soft, what light through yonder window breaks?\n";
+  }
+  const std::string args = "--temp 0 -n 30 --json -f " + file.string();
+  const auto plain = run_stdout(args), spec = run_stdout("--speculative 2 " + args);
+  fs::remove(file);
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  ASSERT_EQ(spec.exit_code, 0) << spec.output;
+  const auto p = nlohmann::json::parse(plain.output), s = nlohmann::json::parse(spec.output);
+  EXPECT_GT(p["stats"]["prompt_tokens"].get<int>(), 256);
+  EXPECT_EQ(s["text"], p["text"]);
+  EXPECT_EQ(s["stats"]["generated_tokens"], 30);
 }
 
 TEST(SpeculativeRun, StopStringAndContextEndAsPlain) {
