@@ -12,10 +12,6 @@
 namespace dsv4::cli {
 namespace {
 
-// Returned instead of a sampled id when Ctrl-C arrived: a stop id no tokenizer has, so the loop ends
-// as if the model had stopped and the text so far is kept.
-constexpr int32_t kInterruptId = -2;
-
 int64_t context_of(const Loaded& l, const GenOptions& o) {
   const int64_t model_ctx = l.runner->max_context();
   return o.ctx_size > 0 ? std::min(o.ctx_size, model_ctx) : model_ctx;

@@ -12,6 +12,10 @@
 
 namespace dsv4::cli {
 
+// Returned instead of a sampled id when Ctrl-C arrived: a stop id no tokenizer has, so the loop ends
+// as if the model had stopped and the text so far is kept.
+constexpr int32_t kInterruptId = -2;
+
 struct CliGeneration {
   GenerationResult result;
   bool interrupted = false;   // Ctrl-C stopped it (result holds the text until then)

@@ -10,13 +10,6 @@
 #include "runtime/speculative.h"
 
 namespace dsv4::cli {
-namespace {
-
-// As in cli/generation.cpp: returned instead of an id when Ctrl-C arrived, a stop id no tokenizer has.
-constexpr int32_t kInterruptId = -2;
-
-}  // namespace
-
 void check_speculative_options(const GenOptions& o, const char* command) {
   if (o.speculative == 0) return;
   if (o.speculative < 1 || o.speculative > 3)
