@@ -90,6 +90,13 @@ void print_json_result(const std::string& text, const std::string& reasoning, co
   j["stats"] = {{"prompt_tokens", s.prompt_tokens}, {"generated_tokens", s.generated_tokens},
                 {"ttft_s", s.ttft_s},               {"prompt_tok_s", s.prompt_tok_s()},
                 {"decode_tok_s", s.decode_tok_s()}};
+  if (g.drafts > 0) {
+    const SpeculativeStats& v = g.speculative;
+    j["stats"]["speculative"] = {{"drafts", g.drafts},         {"verify_steps", v.rounds},
+                                 {"plain_steps", v.plain_steps}, {"proposed", v.proposed},
+                                 {"accepted", v.accepted},       {"acceptance", v.acceptance()},
+                                 {"tokens_per_verify", v.tokens_per_verify()}};
+  }
   const std::string out = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   std::fwrite(out.data(), 1, out.size(), stdout);
   std::fflush(stdout);

@@ -10,8 +10,10 @@
 #include "cli/cli_io.h"
 #include "cli/commands.h"
 #include "cli/device.h"
+#include "cli/flags.h"
 #include "cli/gen_options.h"
 #include "cli/generation.h"
+#include "cli/speculative_generation.h"
 #include "core/error.h"
 
 namespace dsv4::cli {
@@ -34,13 +36,16 @@ void run(RunArgs& a) {
   if (a.prompt.empty()) a.prompt = chat_mode ? "Write a short poem about the sea." : "ROMEO:\n";
 
   use_cuda(a.gen.device, "run");  // a wrong --device fails before anything loads
+  check_speculative_options(a.gen, "run");
   Tokenizer tok = Tokenizer::load(a.gen.model);
   const std::vector<int32_t> raw_prompt = chat_mode ? std::vector<int32_t>{} : tok.encode(a.prompt);
   // On cuda the state is allocated for the whole context: a raw prompt needs prompt + tokens to generate.
   const int64_t max_ctx = a.gen.ctx_size > 0 ? a.gen.ctx_size
                           : chat_mode        ? 0
                                              : int64_t(raw_prompt.size()) + a.gen.max_tokens + 1;
-  const Loaded l{load_model(a.gen, "run", max_ctx), std::move(tok)};
+  const Loaded l{a.gen.speculative > 0 ? load_speculative_model(a.gen, "run", max_ctx) : load_model(a.gen, "run", max_ctx),
+                 std::move(tok)};
+  check_speculative_model(l, a.gen, "run");
   print_verbose_header(l, a.gen);
   SamplingParams sp = a.gen.sampling();
   sp.grammar = a.gen.grammar(l.tok, l.runner->config().vocab_size, chat_mode && a.gen.thinking);
@@ -65,6 +70,7 @@ void run(RunArgs& a) {
   }
   print_generation_notices(g, a.gen);
   if (a.gen.stats) print_stats(g.result.stats);
+  if (a.gen.stats && g.drafts > 0) print_speculative_stats(g.speculative, g.drafts);
 }
 
 }  // namespace
@@ -86,6 +92,10 @@ void register_run(CLI::App& app) {
   c->add_flag("--chat", a->chat, "Apply the DeepSeek-V4 chat encoding; print reasoning apart from the answer "
                                  "(default with -m, --system, --thinking)")
       ->excludes(raw);
+  c->add_option("--speculative", a->gen.speculative,
+                 "Speculative decoding: MTP block 0 drafts K tokens per verify step, 1-3 (0 = off; same greedy text)")
+      ->capture_default_str()
+      ->check(int_in(0, 3));
   for (const char* chat_only : {"--system", "--thinking", "--no-thinking", "--effort"})
     raw->excludes(c->get_option(chat_only));
   c->callback([a] { run(*a); });

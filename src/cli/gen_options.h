@@ -45,6 +45,7 @@ struct GenOptions : ModelOptions {
   std::string json_schema;   // --json-schema FILE|JSON: constrained output (docs/structured-output.md)
   bool json_object = false;  // --json-object
   std::string grammar_file;  // --grammar FILE (grammar/gbnf.h)
+  int64_t speculative = 0;   // run --speculative k: MTP drafts per verify step (0: off; cli/speculative_generation.h)
 
   void add_to(CLI::App& c);  // ModelOptions + -n, -c, --temp, ..., --json, --no-color
   SamplingParams sampling() const;

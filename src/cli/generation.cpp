@@ -6,14 +6,11 @@
 #include <cstdio>
 
 #include "cli/interrupt.h"
+#include "cli/speculative_generation.h"
 #include "core/error.h"
 
 namespace dsv4::cli {
 namespace {
-
-// Returned instead of a sampled id when Ctrl-C arrived: a stop id no tokenizer has, so the loop ends
-// as if the model had stopped and the text so far is kept.
-constexpr int32_t kInterruptId = -2;
 
 int64_t context_of(const Loaded& l, const GenOptions& o) {
   const int64_t model_ctx = l.runner->max_context();
@@ -24,6 +21,7 @@ int64_t context_of(const Loaded& l, const GenOptions& o) {
 
 CliGeneration generate_text(const Loaded& l, const std::vector<int32_t>& prompt, Sampler& sampler, const GenOptions& o,
                             const std::function<void(const std::string&)>& on_text) {
+  if (o.speculative > 0) return generate_text_speculative(l, prompt, o, on_text);
   CliGeneration g;
   g.context = context_of(l, o);
   if (int64_t(prompt.size()) >= g.context)

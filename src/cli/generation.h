@@ -8,14 +8,21 @@
 #include <vector>
 
 #include "cli/gen_options.h"
+#include "runtime/speculative.h"
 
 namespace dsv4::cli {
+
+// Returned instead of a sampled id when Ctrl-C arrived: a stop id no tokenizer has, so the loop ends
+// as if the model had stopped and the text so far is kept.
+constexpr int32_t kInterruptId = -2;
 
 struct CliGeneration {
   GenerationResult result;
   bool interrupted = false;   // Ctrl-C stopped it (result holds the text until then)
   bool context_full = false;  // the context limit, not -n, ended it
   int64_t context = 0;        // positions the sequence could hold
+  int64_t drafts = 0;            // --speculative k (0: plain decoding)
+  SpeculativeStats speculative;  // the speculative decoder's counters (drafts > 0)
 };
 
 // Prompt -> completion on l.runner (each token drawn where Runner::on_backend says). Throws dsv4::Error when the
