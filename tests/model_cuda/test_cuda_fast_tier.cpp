@@ -13,7 +13,7 @@
 #include <filesystem>
 #include <string>
 
-#include "cuda/harness.h"
+#include "backend/cuda/harness.h"
 #include "model/golden.h"
 #include "model_steps.h"
 #include "support/test_paths.h"
@@ -22,7 +22,7 @@ namespace dsv4 {
 namespace {
 
 // Issue 6's model-level bound on the fast tier (rel-L2 of the logits against the exact tier's); the
-// element-wise rows of the op table (tests/cuda/harness.cpp) bound each kernel, not a whole forward.
+// element-wise rows of the op table (tests/backend/cuda/harness.cpp) bound each kernel, not a whole forward.
 constexpr double kFastVsExact = 0.02;
 
 class CudaFastTier : public ::testing::TestWithParam<const char*> {};

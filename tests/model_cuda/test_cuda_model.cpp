@@ -13,7 +13,7 @@
 #include "backend/cpu/ops.h"
 #include "backend/cuda/context.h"
 #include "core/error.h"
-#include "cuda/harness.h"
+#include "backend/cuda/harness.h"
 #include "io/dummy_weights.h"
 #include "io/presets.h"
 #include "io/rope_freq.h"

@@ -18,7 +18,7 @@
 #include "io/memory_plan.h"
 #include "io/safetensors.h"
 #include "io/weights.h"
-#include "cuda/harness.h"
+#include "backend/cuda/harness.h"
 #include "model/golden.h"
 #include "model_steps.h"
 #include "support/test_paths.h"

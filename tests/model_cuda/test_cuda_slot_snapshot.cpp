@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <vector>
 
-#include "cuda/harness.h"
+#include "backend/cuda/harness.h"
 #include "core/error.h"
 #include "model/golden.h"
 #include "model_steps.h"

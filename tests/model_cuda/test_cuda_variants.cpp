@@ -16,7 +16,7 @@
 #include <fstream>
 
 #include "core/error.h"
-#include "cuda/harness.h"
+#include "backend/cuda/harness.h"
 #include "io/safetensors.h"
 #include "io/temp_dir.h"
 #include "io/variant.h"

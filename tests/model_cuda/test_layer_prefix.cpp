@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "cuda/harness.h"
+#include "backend/cuda/harness.h"
 #include "model/golden.h"
 #include "model_steps.h"
 #include "support/test_paths.h"

@@ -17,7 +17,7 @@
 #include "backend/cuda/fill.h"
 #include "backend/cuda/moe_sublayer.h"
 #include "core/dtype.h"
-#include "cuda/harness.h"
+#include "backend/cuda/harness.h"
 #include "io/safetensors.h"
 #include "support/test_paths.h"
 

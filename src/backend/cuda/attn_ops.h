@@ -1,7 +1,7 @@
 // Kernels of the attention sub-layer beyond ops.h (MODEL.md §4-§6): the official-numerics quantization
 // sites (head norm, FP8 KV snap, Hadamard + FP4), the fp32 linear of the compressors, the compressor
 // pooling and entry emission, the lightning indexer's scores and top-k, and the key lists / window ring
-// of the sparse attention. Each has a CPU twin (named per op) and a test in tests/cuda.
+// of the sparse attention. Each has a CPU twin (named per op) and a test in tests/backend/cuda.
 //
 // Batches: `tokens` rows in runs of `run_len` consecutive tokens of one sequence; positions[t] and
 // slots[t] (state slot of token t's sequence) are device arrays, read on the device.

@@ -25,7 +25,7 @@
 // Numerics (fast tier): every product exact (e2m1 x e4m3 fits the tensor core's product); the sum of a
 // 32-k block is the tensor core's FP8 accumulation (reduced precision, as cuBLASLt's FP8 GEMMs and
 // fp4_grouped_mma), the rest fp32 in a free order; bf16 output. Not bit-identical to fp4_gemv.
-// CPU twin: tests/cuda/test_fp4_grouped_decode.cpp (dequantized operands, double sums) -- the same
+// CPU twin: tests/backend/cuda/test_fp4_grouped_decode.cpp (dequantized operands, double sums) -- the same
 // reference as fp4_grouped_mma's.
 #pragma once
 #include <cuda_bf16.h>

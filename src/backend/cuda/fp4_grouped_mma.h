@@ -20,7 +20,7 @@
 // Numerics: not bit-identical to the CPU (summation order; the tensor core's accumulation inside a
 // 32-k step); expected rel-L2 ~1e-3 against the fp32 CPU twin (bf16 output). Inputs whose partial sums
 // are exact at any order (small integers, unit scales) give the twin's result bit for bit.
-// CPU twin: tests/cuda/test_fp4_grouped_mma.cpp (dequantize with core/dtype.h helpers, fp32 matmul).
+// CPU twin: tests/backend/cuda/test_fp4_grouped_mma.cpp (dequantize with core/dtype.h helpers, fp32 matmul).
 #pragma once
 #include <cuda_bf16.h>
 

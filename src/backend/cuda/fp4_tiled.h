@@ -1,5 +1,5 @@
 // The tiled byte layout of an FP4 (e2m1) weight matrix for the routed-expert GEMV — a written contract
-// (STYLE.md 8) with pack / unpack reference functions and a round-trip test (tests/cuda).
+// (STYLE.md 8) with pack / unpack reference functions and a round-trip test (tests/backend/cuda).
 //
 // Checkpoint layout: bytes W[rows, K/2]; byte (r, i) holds k = 2i (low nibble) and k = 2i + 1 (high).
 // Cut every row into 32-k blocks of 16 bytes and every block into 4 words of 4 bytes (word w holds

@@ -1,6 +1,6 @@
 // Pack / unpack of the compact KV records on the GPU (layouts: core/kv_record_layout.h; contract:
 // docs/kv-records.md). bf16 rows in and out, as the device state holds them today; a batch of rows per
-// launch, one warp per row. CPU twins: backend/cpu/kv_record.h, bit for bit (tests/cuda/test_kv_record.cpp):
+// launch, one warp per row. CPU twins: backend/cpu/kv_record.h, bit for bit (tests/backend/cuda/test_kv_record.cpp):
 //   pack:   the official quantizer on each row (FP8 e4m3 + E8M0 per 64 on the nope dims, bf16 rope dims;
 //           indexer keys e2m1 + E8M0 per 32), zero padding; lossless on rows already on the grid.
 //   unpack: code * 2^(scale - 127) rounded to bf16, which is exact for every record pack writes

@@ -5,7 +5,7 @@
 // MMA operands); the 128-K block's sum accumulates in fp32 inside `mma.sync` m16n8k16 and is scaled
 // once per block, then the blocks and the CTA's K slices add in a fixed order (deterministic: the same
 // inputs give the same bits on every run). CPU twin: cpu::matmul on the dequantized operands, within
-// the gemm tolerances (tests/cuda/test_linear_fast.cpp).
+// the gemm tolerances (tests/backend/cuda/test_linear_fast.cpp).
 //
 // Shape: a CTA of up to 16 warps owns 16 output rows of one projection; warp w takes K blocks w, w+W, ...,
 // loading a batch of several before it multiplies the first (bytes in flight).

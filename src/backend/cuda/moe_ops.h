@@ -1,6 +1,6 @@
 // The MoE sub-layer's small ops on the GPU (MODEL.md §7): router, selection gather, token permutation
 // plan, clamped SwiGLU and the combine. The expert GEMVs are fp4_gemv.h, the shared expert gemm.h.
-// Each op has a CPU twin (src/model/moe.cpp holds the whole layer; tests/cuda/test_moe_ops.cpp spells
+// Each op has a CPU twin (src/model/moe.cpp holds the whole layer; tests/backend/cuda/test_moe_ops.cpp spells
 // out each step on the CPU). Conventions as in ops.h: enqueued on ctx.stream(), device pointers, no
 // host sync, expert ids read on the device (graph-capturable).
 #pragma once

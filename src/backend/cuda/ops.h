@@ -1,5 +1,5 @@
 // Elementwise and reduction ops of the forward pass on the GPU (MODEL.md §2-§6). Each op has a CPU twin
-// with the same contract (src/backend/cpu/ops.h, src/core/quant.h); tests/cuda compares the two.
+// with the same contract (src/backend/cpu/ops.h, src/core/quant.h); tests/backend/cuda compares the two.
 //
 // Conventions: every op enqueues on ctx.stream() and returns without synchronizing; pointers are device
 // pointers; shapes are in elements, strides in elements of the pointed-to type; bf16 is storage only —
