@@ -41,6 +41,7 @@ void run(RunArgs& a) {
                           : chat_mode        ? 0
                                              : int64_t(raw_prompt.size()) + a.gen.max_tokens + 1;
   const Loaded l{load_model(a.gen, "run", max_ctx), std::move(tok)};
+  if (!l.runner) return;  // a rank other than 0 of a TCP group: it made rank 0's calls
   print_verbose_header(l, a.gen);
   SamplingParams sp = a.gen.sampling();
   sp.grammar = a.gen.grammar(l.tok, l.runner->config().vocab_size, chat_mode && a.gen.thinking);
