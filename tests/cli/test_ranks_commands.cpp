@@ -151,6 +151,14 @@ TEST(Ranks, RendezvousErrorsAreOneLine) {
   expect_one_line_error("env MASTER_ADDR=127.0.0.1 MASTER_PORT=abc WORLD_SIZE=2 RANK=0 " + bin() + args,
                         "MASTER_PORT: expected the TCP port rank 0 listens on (1 to 65535), got 'abc'");
   expect_one_line_error("env MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 WORLD_SIZE=2 RANK=5 " + bin() + args, "RANK:");
+  // Rank 1 alone: rank 0 never listens; it gives up after DSV4_COMM_TIMEOUT seconds with one line.
+  const int port = free_port();
+  ASSERT_GT(port, 0);
+  expect_one_line_error("env MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) +
+                            " WORLD_SIZE=2 RANK=1 LOCAL_RANK=1 DSV4_COMM_TIMEOUT=1 " + bin() + args,
+                        "rendezvous: rank 1 could not reach rank 0 at MASTER_ADDR:MASTER_PORT = 127.0.0.1:" +
+                            std::to_string(port) + " within 1 s");
+  EXPECT_FALSE(fs::exists(d / "x.safetensors"));
 }
 
 }  // namespace
