@@ -25,7 +25,7 @@ namespace dsv4 {
 
 struct RankSpec {
   int ranks = 1;                        // in-process ranks (threads), used when tcp is unset
-  std::optional<comm::Rendezvous> tcp;  // set: this process is tcp->rank of a TCP group of tcp->world_size
+  std::optional<comm::Rendezvous> tcp{};  // set: this process is tcp->rank of a TCP group of tcp->world_size
 };
 
 // The runner of rank 0 over the group `spec` describes, each rank's model loaded from `dir` with `o`

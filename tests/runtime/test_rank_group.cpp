@@ -38,8 +38,10 @@ Outcome drive(Runner& r) {
   Tensor la = r.prefill(a, 0, pa, true), lb = r.prefill(b, 0, pb);
   o.logits.insert(o.logits.end(), la.data.begin(), la.data.end());
   o.logits.insert(o.logits.end(), lb.data.begin(), lb.data.end());
-  Sampler greedy(SamplingParams{.temperature = 0.0f});
-  Sampler penal(SamplingParams{.temperature = 0.0f, .repetition_penalty = 1.3f});
+  SamplingParams g, p;
+  g.temperature = p.temperature = 0.0f;
+  p.repetition_penalty = 1.3f;
+  Sampler greedy(g), penal(p);
   std::vector<int32_t> hist_b = pb;
   int32_t ta = 7, tb = 9;
   for (int s = 0; s < 4; ++s) {
