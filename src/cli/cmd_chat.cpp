@@ -146,6 +146,7 @@ void chat(GenOptions& o) {
   // drawn wait for the prompt (the line editor's own cooked mode is the usual one whatever it finds).
   TypeAheadScope keys;
   Loaded l = load_model_and_tokenizer(o, "chat", o.ctx_size);
+  if (!l.runner) return;  // a rank other than 0 of a TCP group: it made rank 0's calls
   print_verbose_header(l, o);
   Sampler sampler(o.sampling());
   const bool tty = isatty(STDIN_FILENO) && stdout_is_terminal();

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -54,17 +55,22 @@ std::vector<int32_t> read_tokens(const std::string& path) {
 struct LogitsArgs {
   std::string model, tokens, schedule = "full", numerics = "official", out, device = "auto", kernels;
   bool mtp = false;
+  int ranks = 1;
 };
 
 void run_logits(const LogitsArgs& a) {
   std::vector<int32_t> ids = read_tokens(a.tokens);
   const int64_t n = int64_t(ids.size());
   const bool cuda = use_cuda(a.device, "logits");
+  const char* world = std::getenv("WORLD_SIZE");  // a TCP rank group (cli/device.h)
+  if (a.mtp && (a.ranks > 1 || (world && *world && std::string(world) != "1")))
+    fail("dsv4 logits --mtp: not yet over ranks (the MTP block's calls are not announced to the other ranks)");
   // One slot of n positions; the CPU runs a schedule's chunk in one Model call, the GPU in calls of
   // 256 tokens (its exact tier is bit-identical to the CPU up to 512 tokens per call).
   const RunnerRequest r{.cuda = cuda, .numerics = a.numerics, .kernels = a.kernels, .max_ctx = n,
-                        .chunk = cuda ? 256 : n};
+                        .chunk = cuda ? 256 : n, .ranks = a.ranks};
   const std::unique_ptr<Runner> runner = load_runner(a.model, r, terminal_load_progress(a.model));
+  if (!runner) return;  // a rank other than 0 of a TCP group: it made rank 0's calls
   const int64_t V = runner->config().vocab_size;
   const std::vector<int64_t> chunks = parse_schedule(a.schedule, n);
   if (a.mtp && runner->model().num_mtp() == 0) fail(a.model, ": --mtp: the checkpoint has no mtp.0 block");
@@ -134,6 +140,7 @@ void register_logits(CLI::App& app) {
   c->add_flag("--mtp", a->mtp,
               "Also run the MTP block (mtp.0) and write 'mtp_logits' [n_tokens-1, vocab]: row t predicts token t+2");
   add_device_option(*c, a->device, a->kernels);
+  add_ranks_option(*c, a->ranks);
   c->add_option("--out", a->out, "Output safetensors file (tensor 'logits' float32 [n_tokens, vocab])")->required();
   c->callback([a] { run_logits(*a); });
 }

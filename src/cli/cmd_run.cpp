@@ -45,6 +45,7 @@ void run(RunArgs& a) {
                                              : int64_t(raw_prompt.size()) + a.gen.max_tokens + 1;
   const Loaded l{a.gen.speculative > 0 ? load_speculative_model(a.gen, "run", max_ctx) : load_model(a.gen, "run", max_ctx),
                  std::move(tok)};
+  if (!l.runner) return;  // a rank other than 0 of a TCP group: it made rank 0's calls
   check_speculative_model(l, a.gen, "run");
   print_verbose_header(l, a.gen);
   SamplingParams sp = a.gen.sampling();

@@ -3,9 +3,11 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "cli/flags.h"
 #include "core/error.h"
+#include "runtime/rank_group.h"
 
 namespace dsv4::cli {
 
@@ -17,6 +19,13 @@ void add_device_option(CLI::App& c, std::string& device, std::string& kernels) {
   kernels = "fast";
   c.add_option("--kernels", kernels, "cuda: fast (tensor cores, free summation order) | exact (bit-identical to the CPU)")
       ->check(one_of({"fast", "exact"}))
+      ->capture_default_str();
+}
+
+void add_ranks_option(CLI::App& c, int& ranks) {
+  ranks = 1;
+  c.add_option("--ranks", ranks,
+               "cpu: expert parallelism over N in-process ranks (each holds 1/N of the routed experts; same output)")
       ->capture_default_str();
 }
 
@@ -37,14 +46,33 @@ void require_cuda(const char* command) {
   if (!cuda_available()) fail("dsv4 ", command, ": no Hopper (sm_90) GPU found");
 }
 
+namespace {
+
+// The group --ranks and the environment ask for: a TCP group when WORLD_SIZE is set to more than 1.
+RankSpec rank_spec(const RunnerRequest& r) {
+  const char* world = std::getenv("WORLD_SIZE");
+  const bool tcp = world && *world && std::string(world) != "1";
+  if (r.ranks < 1) fail("--ranks: expected a positive number of ranks, got ", r.ranks);
+  if (r.cuda && (r.ranks > 1 || tcp))
+    fail(r.ranks > 1 ? "--ranks" : "WORLD_SIZE",
+         ": multi-GPU runs need the two-GPU machine and --gpus, which is not there yet (ranks run on --device cpu)");
+  if (tcp && r.ranks > 1)
+    fail("--ranks ", r.ranks, " with WORLD_SIZE=", world, ": one or the other (a TCP group is one rank per process)");
+  if (tcp) return {.tcp = comm::rendezvous_from_env()};
+  return {.ranks = r.ranks};
+}
+
+}  // namespace
+
 std::unique_ptr<Runner> load_runner(const std::string& dir, const RunnerRequest& r, const LoadProgress& progress) {
+  const RankSpec ranks = rank_spec(r);
   BackendOptions o;
   o.numerics = parse_numerics(r.numerics);
   const int64_t seqs = std::max(1, r.max_seqs), chunk = std::max<int64_t>({r.chunk, seqs, 1});
   if (!r.cuda) {
     // The CPU grows its state as needed: the context is the model's.
     o.capacity = {.max_seqs = seqs, .max_ctx = int64_t(1) << 40, .max_tokens = chunk};
-    return Runner::load(dir, o, progress);
+    return load_ranked(dir, o, ranks, progress);
   }
   if (o.numerics != Numerics::Official) fail("--device cuda runs official numerics only (use --device cpu)");
   o.device = Device::Cuda;

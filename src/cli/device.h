@@ -17,6 +17,8 @@ namespace dsv4::cli {
 // --device (default "auto") and --kernels fast|exact (default "fast": the CUDA backend's linears,
 // docs/cuda.md "Kernel tiers"; exact is bit-identical to the CPU; the CPU has one tier and ignores it).
 void add_device_option(CLI::App& c, std::string& device, std::string& kernels);
+// --ranks N (default 1): expert parallelism over N in-process ranks on the CPU (runtime/rank_group.h).
+void add_ranks_option(CLI::App& c, int& ranks);
 // True when `command` runs on the GPU. `supported`: whether that command has a CUDA path.
 bool use_cuda(const std::string& device, const char* command, bool supported = true);
 bool cuda_available();  // CUDA build and a Hopper device (Runner::cuda_available)
@@ -37,9 +39,13 @@ struct RunnerRequest {
   int64_t max_ctx = 0;                // cuda: positions per slot (0: the model's, capped at kCudaDefaultContext);
                                       // cpu: the model's
   int64_t chunk = 256;                // tokens per Model call (a prefill piece; at least max_seqs is taken)
+  int ranks = 1;                      // --ranks: in-process expert-parallel ranks (cpu only)
 };
 
-// The runner of the model in `dir` for `r`, weights loaded with `progress`.
+// The runner of the model in `dir` for `r`, weights loaded with `progress`. With r.ranks > 1, or when
+// the environment makes this process a rank of a TCP group (WORLD_SIZE > 1: MASTER_ADDR, MASTER_PORT,
+// RANK; docs/multi-gpu.md), the runner of rank 0 of the group; on another rank of a TCP group it makes
+// rank 0's calls and returns nullptr once rank 0 is done (the command then exits 0 without output).
 std::unique_ptr<Runner> load_runner(const std::string& dir, const RunnerRequest& r, const LoadProgress& progress);
 
 }  // namespace dsv4::cli

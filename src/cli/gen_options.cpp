@@ -33,6 +33,7 @@ void ModelOptions::add_to(CLI::App& c) {
       ->check(one_of({"official", "reference"}))
       ->capture_default_str();
   add_device_option(c, device, kernels);
+  add_ranks_option(c, ranks);
   c.add_option("--threads", threads, "CPU threads (default: $OMP_NUM_THREADS, else every core)")
       ->check(int_in(1, 4096));
   auto* q = c.add_flag("-q,--quiet", quiet, "No loading or prefill progress, no notices");
@@ -157,7 +158,7 @@ Loaded load_model_and_tokenizer(const ModelOptions& o, const char* command, int6
 std::unique_ptr<Runner> load_model(const ModelOptions& o, const char* command, int64_t max_ctx, int64_t chunk) {
   apply_threads(o.threads);
   const RunnerRequest r{.cuda = use_cuda(o.device, command), .numerics = o.numerics, .kernels = o.kernels,
-                        .max_seqs = 1, .max_ctx = max_ctx, .chunk = chunk};
+                        .max_seqs = 1, .max_ctx = max_ctx, .chunk = chunk, .ranks = o.ranks};
   return load_runner(o.model, r, o.quiet ? LoadProgress{} : terminal_load_progress(o.model));
 }
 

@@ -23,6 +23,7 @@ struct ModelOptions {
   std::string numerics = "official";
   std::string device = "auto";  // --device cpu | cuda | auto (cli/device.h)
   std::string kernels = "fast";  // --kernels fast | exact: the CUDA kernel tier (cli/device.h)
+  int ranks = 1;                // --ranks N: in-process expert-parallel ranks (cli/device.h)
   int threads = 0;              // --threads (0: OpenMP's default, OMP_NUM_THREADS or every core)
   bool quiet = false, verbose = false;
 
@@ -62,7 +63,8 @@ struct GenOptions : ModelOptions {
 // A loaded model (one sequence at a time) and its tokenizer, with a progress line on a terminal while
 // loading (not with -q). The runner's backend is on o.device (cli/device.h; `command` names the command
 // in its errors), one slot of `max_ctx` positions on cuda (0: the default), Model calls of up to
-// `chunk` tokens.
+// `chunk` tokens. The runner is null on a rank other than 0 of a TCP group once it followed rank 0's
+// calls (cli/device.h load_runner): the command returns without output.
 struct Loaded {
   std::unique_ptr<Runner> runner;
   Tokenizer tok;

@@ -1,3 +1,4 @@
+#include <cstdlib>
 #include "cli/speculative_generation.h"
 
 #include <algorithm>
@@ -37,6 +38,9 @@ void check_speculative_model(const Loaded& l, const GenOptions& o, const char* c
 }
 
 std::unique_ptr<Runner> load_speculative_model(const GenOptions& o, const char* command, int64_t max_ctx) {
+  const char* world = std::getenv("WORLD_SIZE");  // a TCP rank group (cli/device.h)
+  if (o.ranks > 1 || (world && *world && std::string(world) != "1"))
+    fail("--speculative: not yet over ranks (the decoder's MTP calls are not announced to the other ranks)");
   apply_threads(o.threads);
   const RunnerRequest r{.cuda = use_cuda(o.device, command), .numerics = o.numerics, .kernels = o.kernels,
                         .max_seqs = kSpeculativeSlots, .max_ctx = max_ctx, .chunk = 256};

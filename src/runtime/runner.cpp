@@ -12,6 +12,9 @@ Runner::Runner(Model& model) : model_(model) {}
 
 Runner::Runner(std::unique_ptr<Model> model) : owned_(std::move(model)), model_(*owned_) {}
 
+Runner::Runner(std::unique_ptr<Model> model, std::unique_ptr<RankPeers> peers)
+    : owned_(std::move(model)), peers_(std::move(peers)), model_(*owned_) {}
+
 std::unique_ptr<Runner> Runner::load(const std::string& dir, const BackendOptions& o, const LoadProgress& progress) {
   return std::make_unique<Runner>(Model::load(dir, o, progress));
 }
@@ -79,8 +82,13 @@ Batch Runner::run(int slot, int64_t pos, const std::vector<int32_t>& tokens, int
   return b;
 }
 
-void Runner::step(const Batch& b, const StepPlan& plan) {
+void Runner::announce(const Batch& b, const StepPlan& plan) {
   if (on_call_) on_call_(b, plan);
+  if (peers_) peers_->call();
+}
+
+void Runner::step(const Batch& b, const StepPlan& plan) {
+  announce(b, plan);
   model_.step(b, plan);
 }
 
@@ -121,7 +129,7 @@ Tensor Runner::prefill(int slot, int64_t pos, const std::vector<int32_t>& tokens
   Tensor out({T, V});
   for (const auto& [t0, t1] : pieces(T)) {
     const std::vector<int32_t> part(tokens.begin() + t0, tokens.begin() + t1);
-    if (on_call_) on_call_(run(slot, pos, tokens, t0, t1), StepPlan{.head_first = 0, .head_rows = t1 - t0});
+    announce(run(slot, pos, tokens, t0, t1), StepPlan{.head_first = 0, .head_rows = t1 - t0});
     const Tensor l = model_.forward(slot, pos + t0, part, ForwardOptions{.all_logits = true});
     std::copy(l.data.begin(), l.data.end(), out.row(t0));
     pos_[size_t(slot)] = pos + t1;

@@ -54,10 +54,21 @@ struct Draw {
 // Called between the pieces of a long chunk with the tokens fed so far; false stops the chunk there.
 using PieceFn = std::function<bool(int64_t done, int64_t total)>;
 
+// The other ranks of an expert-parallel group (runtime/rank_group.h) behind a runner of rank 0: told
+// before every Model call so that each makes the same call with 0 tokens (the MoE's collectives need
+// every rank); destroyed before the runner's model, which stops them.
+class RankPeers {
+ public:
+  virtual ~RankPeers() = default;
+  virtual void call() = 0;
+};
+
 class Runner {
  public:
   explicit Runner(Model& model);                  // `model` outlives the runner
   explicit Runner(std::unique_ptr<Model> model);
+  // Rank 0 of a group: every call of `model` is announced to `peers` first.
+  Runner(std::unique_ptr<Model> model, std::unique_ptr<RankPeers> peers);
   // Model::load(dir, o, progress) under a runner.
   static std::unique_ptr<Runner> load(const std::string& dir, const BackendOptions& o, const LoadProgress& progress = {});
   // Whether Device::Cuda can be loaded here: a CUDA build and a Hopper GPU (the backend factory's answer).
@@ -102,12 +113,14 @@ class Runner {
   void check(int slot, int64_t pos, int64_t T) const;  // taken, at pos, room for T
   Batch run(int slot, int64_t pos, const std::vector<int32_t>& tokens, int64_t begin, int64_t end) const;
   void step(const Batch& b, const StepPlan& plan);
+  void announce(const Batch& b, const StepPlan& plan);  // on_call_, then the peers
   // Runs the pieces of a chunk but the last (false: `between` stopped); returns the last's begin.
   bool lead(int slot, int64_t pos, const std::vector<int32_t>& tokens, const PieceFn& between, int64_t& last);
   void draw_host(Draw& d, const float* logits) const;
   void decode_call(const std::vector<DecodeItem>& items, std::vector<Draw>& draws, size_t b0, size_t b1);
 
   std::unique_ptr<Model> owned_;
+  std::unique_ptr<RankPeers> peers_;  // after owned_: stopped before the model goes
   Model& model_;
   std::vector<int64_t> pos_;  // per slot: the next position; -1 free
   CallFn on_call_;

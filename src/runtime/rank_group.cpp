@@ -1,0 +1,169 @@
+#include "runtime/rank_group.h"
+
+#include <condition_variable>
+#include <cstddef>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "backend/comm/inprocess_comm.h"
+#include "core/error.h"
+
+namespace dsv4 {
+namespace {
+
+// The call a rank without sequences makes for each of rank 0's: 0 tokens, no head. Its MoE layers
+// still take part in the collectives (they serve rank 0's tokens routed to this rank's experts).
+void idle_call(Model& m) { m.step(Batch{}, StepPlan{}); }
+
+// Ranks 1..N-1 as threads of this process. Rank 0 posts calls (a counter); each thread makes as many
+// idle calls as were posted, and returns once stopped with none left.
+class ThreadPeers final : public RankPeers {
+ public:
+  ThreadPeers(const std::string& dir, const BackendOptions& o, int ranks) : group_({.ranks = ranks}) {
+    errors_.resize(size_t(ranks));
+    for (int r = 1; r < ranks; ++r) threads_.emplace_back([this, dir, o, r] { follow(dir, o, r); });
+  }
+  ~ThreadPeers() override {
+    {
+      const std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (std::thread& t : threads_) t.join();
+  }
+  ThreadPeers(const ThreadPeers&) = delete;
+  ThreadPeers& operator=(const ThreadPeers&) = delete;
+
+  comm::Communicator& leader() { return group_.rank(0); }
+
+  // Waits until every other rank loaded its model; throws the first error in rank order (`mine` is
+  // rank 0's, empty when it loaded).
+  void wait_loaded(const std::string& mine) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return loaded_ == group_.size() - 1; });
+    if (!mine.empty()) fail(mine);
+    for (const std::string& e : errors_)
+      if (!e.empty()) fail(e);
+  }
+
+  void call() override {
+    {
+      const std::lock_guard<std::mutex> lock(mu_);
+      ++posted_;
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  void follow(const std::string& dir, BackendOptions o, int r) {
+    std::unique_ptr<Model> m;
+    std::string error;
+    try {
+      o.comm = &group_.rank(r);
+      m = Model::load(dir, o);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    {
+      const std::lock_guard<std::mutex> lock(mu_);
+      errors_[size_t(r)] = error;
+      ++loaded_;
+    }
+    cv_.notify_all();
+    if (!m) return;
+    for (int64_t done = 0;; ++done) {
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return posted_ > done || stop_; });
+        if (posted_ == done) return;  // stopped with every call made
+      }
+      try {
+        idle_call(*m);
+      } catch (const std::exception&) {
+        return;  // the group is broken: rank 0's collective reports it
+      }
+    }
+  }
+
+  comm::InProcessGroup group_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int64_t posted_ = 0;
+  int loaded_ = 0;
+  bool stop_ = false;
+  std::vector<std::string> errors_;  // per rank: its load error
+  std::vector<std::thread> threads_;
+};
+
+// One byte from every rank; rank 0's says what the group does next (kCall / kStop).
+constexpr uint8_t kStop = 0, kCall = 1;
+std::vector<uint8_t> gather_byte(comm::Communicator& c, uint8_t mine) {
+  std::vector<uint8_t> all(size_t(c.size()));
+  comm::all_gather<uint8_t>(c, std::span<const uint8_t>(&mine, 1), all);
+  return all;
+}
+
+// Rank 0 of a TCP group: a "call" byte before each call, "stop" when the runner goes.
+class TcpPeers final : public RankPeers {
+ public:
+  explicit TcpPeers(std::unique_ptr<comm::Communicator> c) : c_(std::move(c)) {}
+  ~TcpPeers() override {
+    try {
+      gather_byte(*c_, kStop);
+    } catch (const std::exception&) {  // a broken group: the others time out on their own
+    }
+  }
+  void call() override { gather_byte(*c_, kCall); }
+
+ private:
+  std::unique_ptr<comm::Communicator> c_;
+};
+
+std::unique_ptr<Runner> load_tcp(const std::string& dir, BackendOptions o, const comm::Rendezvous& rv,
+                                 const LoadProgress& progress) {
+  std::unique_ptr<comm::Communicator> c = comm::connect_tcp(rv);
+  const int rank = c->rank();
+  o.comm = c.get();
+  std::unique_ptr<Model> m;
+  std::string error;
+  try {
+    m = Model::load(dir, o, rank == 0 ? progress : LoadProgress{});
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  // Every rank learns whether all loaded before the first call (else the others would wait for it).
+  const std::vector<uint8_t> ok = gather_byte(*c, m ? 1 : 0);
+  if (!m) fail(error);
+  std::string failed;
+  for (size_t p = 0; p < ok.size(); ++p)
+    if (!ok[p]) failed += (failed.empty() ? "" : ", ") + std::to_string(p);
+  if (!failed.empty()) fail("rank(s) ", failed, " of WORLD_SIZE=", c->size(), " could not load the model (each says why)");
+  if (rank == 0) return std::make_unique<Runner>(std::move(m), std::make_unique<TcpPeers>(std::move(c)));
+  while (gather_byte(*c, kStop)[0] == kCall) idle_call(*m);
+  return nullptr;
+}
+
+}  // namespace
+
+std::unique_ptr<Runner> load_ranked(const std::string& dir, const BackendOptions& o, const RankSpec& spec,
+                                    const LoadProgress& progress) {
+  if (spec.tcp) return load_tcp(dir, o, *spec.tcp, progress);
+  if (spec.ranks < 1) fail("ranks: expected at least 1, got ", spec.ranks);
+  if (spec.ranks == 1) return Runner::load(dir, o, progress);
+  auto peers = std::make_unique<ThreadPeers>(dir, o, spec.ranks);
+  std::unique_ptr<Model> m;
+  std::string error;
+  try {
+    BackendOptions mine = o;
+    mine.comm = &peers->leader();
+    m = Model::load(dir, mine, progress);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  peers->wait_loaded(error);
+  return std::make_unique<Runner>(std::move(m), std::move(peers));
+}
+
+}  // namespace dsv4

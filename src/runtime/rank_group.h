@@ -1,0 +1,39 @@
+// A rank group behind a Runner (issue 16, docs/multi-gpu.md): N ranks, each with its own Model holding
+// the routed experts [r E / N, (r + 1) E / N) (BackendOptions::comm), exchange token rows in the MoE.
+// Every rank must make every Model call in lockstep, so rank 0's Runner (runtime/runner.h) drives the
+// group: the sequences live on rank 0 (the commands run one sequence; data-parallel sequences over the
+// ranks are the engine's, not done yet), and before each of its calls it tells the other ranks, which
+// make the same call with 0 tokens (they hold no sequence; their experts still serve rank 0's tokens).
+// The result is rank 0's logits bit for bit as on one rank (the MoE's combine sums in a fixed order).
+//
+// Two kinds of group:
+//   - in-process: ranks 1..N-1 are threads of this process (comm::InProcessGroup); they wait for
+//     rank 0's calls without a timeout (a chat may sit idle between turns);
+//   - TCP: this process is one rank of WORLD_SIZE processes joined by the rendezvous (comm::connect_tcp);
+//     before each call rank 0 sends a one-byte "call" through the communicator (an all_gather), at the end
+//     a "stop". A rank other than 0 gets no Runner: load_ranked follows rank 0 to the end and returns null.
+//     Between two calls the others wait at most the rendezvous' timeout (DSV4_COMM_TIMEOUT, 60 s).
+#pragma once
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "backend/comm/tcp_comm.h"
+#include "runtime/runner.h"
+
+namespace dsv4 {
+
+struct RankSpec {
+  int ranks = 1;                        // in-process ranks (threads), used when tcp is unset
+  std::optional<comm::Rendezvous> tcp{};  // set: this process is tcp->rank of a TCP group of tcp->world_size
+};
+
+// The runner of rank 0 over the group `spec` describes, each rank's model loaded from `dir` with `o`
+// (o.comm is set per rank; `progress` reports rank 0's load). ranks == 1 without tcp: a plain runner.
+// On a TCP rank other than 0: makes rank 0's calls until it stops, then returns nullptr.
+// Throws dsv4::Error with one line when the group cannot form or a rank cannot load its model (the
+// experts do not split evenly over the ranks, ...).
+std::unique_ptr<Runner> load_ranked(const std::string& dir, const BackendOptions& o, const RankSpec& spec,
+                                    const LoadProgress& progress = {});
+
+}  // namespace dsv4

@@ -1,0 +1,165 @@
+// --ranks N and the TCP rank group (runtime/rank_group.h) through the real binary: N expert-parallel
+// ranks print the same greedy text and write the same logits file, byte for byte, as one rank; two
+// `dsv4 logits` processes joined by the rendezvous (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE) give
+// the one-process file from rank 0 and nothing from rank 1; bad values are one-line errors.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <random>
+#include <sstream>
+
+#include "support/run_command.h"
+#include "support/test_paths.h"
+
+namespace dsv4 {
+namespace {
+
+namespace fs = std::filesystem;
+using test::run_command;
+
+std::string bin() { return test::dsv4_binary(); }
+
+class TempDir {
+ public:
+  TempDir() : path_(fs::temp_directory_path() / ("dsv4-ranks-" + std::to_string(std::random_device{}()))) {
+    fs::create_directories(path_);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  std::string operator/(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  fs::path path_;
+};
+
+std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+int count_lines(const std::string& s) { return int(std::count(s.begin(), s.end(), '\n')); }
+
+// A TCP port nobody listens on now: the kernel's pick for port 0, released.
+int free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  socklen_t len = sizeof(a);
+  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    if (fd >= 0) close(fd);
+    return 0;
+  }
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+// `dsv4 run` greedy on the bundled model over `ranks` ranks, stdout only.
+std::string run_greedy(int ranks) {
+  return bin() + " run --device cpu --ranks " + std::to_string(ranks) + " --temp 0 --raw -q -n 16 'ROMEO:' 2>/dev/null";
+}
+
+TEST(Ranks, RunGreedyTextEqualsOneRank) {
+  const auto one = run_command(run_greedy(1));
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  ASSERT_GT(one.output.size(), 8u) << one.output;
+  for (int n : {2, 4}) {
+    const auto r = run_command(run_greedy(n));
+    EXPECT_EQ(r.exit_code, 0) << n << " ranks: " << r.output;
+    EXPECT_EQ(r.output, one.output) << n << " ranks";
+  }
+}
+
+// Logits of 11 tokens fed in three chunks (prefill pieces and a 1-token chunk).
+std::string logits_args(const TempDir& d, const std::string& out) {
+  std::ofstream(d / "tokens.json") << "[1, 5, 9, 33, 2, 7, 100, 4, 8, 3, 11]";
+  return " logits --device cpu --tokens " + d / "tokens.json" + " --schedule chunks:4,3,1,3 --out " + out;
+}
+
+TEST(Ranks, LogitsFileIsByteIdentical) {
+  TempDir d;
+  const auto one = run_command(bin() + logits_args(d, d / "one.safetensors"));
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const auto two = run_command(bin() + logits_args(d, d / "two.safetensors") + " --ranks 2");
+  ASSERT_EQ(two.exit_code, 0) << two.output;
+  const std::string want = read_bytes(d / "one.safetensors");
+  ASSERT_GT(want.size(), 11u * 1026u * 4u);
+  EXPECT_TRUE(read_bytes(d / "two.safetensors") == want);
+}
+
+TEST(Ranks, TwoProcessesOverTheRendezvousWriteTheOneProcessFile) {
+  TempDir d;
+  const auto one = run_command(bin() + logits_args(d, d / "one.safetensors"));
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const int port = free_port();
+  ASSERT_GT(port, 0);
+  const std::string env = "MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) + " WORLD_SIZE=2 DSV4_COMM_TIMEOUT=60";
+  // Rank 1 in the background (its exit status in a file), rank 0 in front; both must exit 0.
+  const std::string cmd = "(env " + env + " RANK=1 LOCAL_RANK=1 " + bin() + logits_args(d, d / "r1.safetensors") +
+                          " > " + d / "r1.log" + " 2>&1; echo $? > " + d / "r1.rc) & env " + env +
+                          " RANK=0 LOCAL_RANK=0 " + bin() + logits_args(d, d / "r0.safetensors") + "; rc=$?; wait; exit $rc";
+  const auto r = run_command(cmd);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(read_bytes(d / "r1.rc"), "0\n") << read_bytes(d / "r1.log");
+  EXPECT_EQ(read_bytes(d / "r1.log"), "");  // rank 1 writes nothing
+  EXPECT_FALSE(fs::exists(d / "r1.safetensors"));
+  EXPECT_TRUE(read_bytes(d / "r0.safetensors") == read_bytes(d / "one.safetensors"));
+}
+
+// `cmd` (a shell command line) fails with one line of output containing `what`.
+void expect_one_line_error(const std::string& cmd, const std::string& what) {
+  const auto r = run_command(cmd);
+  EXPECT_NE(r.exit_code, 0) << cmd;
+  EXPECT_EQ(count_lines(r.output), 1) << cmd << ": " << r.output;
+  EXPECT_NE(r.output.find(what), std::string::npos) << cmd << ": " << r.output;
+}
+
+TEST(Ranks, PerplexityEqualsOneRank) {
+  TempDir d;
+  std::ofstream(d / "text.txt") << "ROMEO:\nBut soft, what light through yonder window breaks?\n";
+  const std::string args = " perplexity --device cpu -q -f " + d / "text.txt" + " --window 16 --stride 8 2>/dev/null";
+  const auto one = run_command(bin() + args);
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  ASSERT_NE(one.output, "");
+  const auto two = run_command(bin() + args + " --ranks 2");
+  EXPECT_EQ(two.exit_code, 0) << two.output;
+  EXPECT_EQ(two.output, one.output);
+}
+
+TEST(Ranks, BadValuesAreOneLineErrors) {
+  expect_one_line_error(bin() + " run --device cpu -q -n 2 --ranks 0 x", "--ranks: expected a positive number of ranks, got 0");
+  expect_one_line_error(bin() + " run --device cpu -q -n 2 --ranks 3 x", "8 routed experts do not split evenly over 3 ranks");
+  TempDir d;
+  std::ofstream(d / "text.txt") << "ROMEO:\n";
+  expect_one_line_error(bin() + " perplexity --device cpu -q --ranks -2 -f " + d / "text.txt",
+                        "--ranks: expected a positive number of ranks, got -2");
+  expect_one_line_error(bin() + logits_args(d, d / "x.safetensors") + " --ranks 3", "do not split evenly over 3 ranks");
+  EXPECT_FALSE(fs::exists(d / "x.safetensors"));
+}
+
+TEST(Ranks, RendezvousErrorsAreOneLine) {
+  TempDir d;
+  const std::string args = logits_args(d, d / "x.safetensors");
+  expect_one_line_error("env MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 WORLD_SIZE=2 RANK=0 " + bin() + args + " --ranks 2",
+                        "--ranks 2 with WORLD_SIZE=2: one or the other");
+  expect_one_line_error("env MASTER_ADDR=127.0.0.1 MASTER_PORT=abc WORLD_SIZE=2 RANK=0 " + bin() + args,
+                        "MASTER_PORT: expected the TCP port rank 0 listens on (1 to 65535), got 'abc'");
+  expect_one_line_error("env MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 WORLD_SIZE=2 RANK=5 " + bin() + args, "RANK:");
+  // Rank 1 alone: rank 0 never listens; it gives up after DSV4_COMM_TIMEOUT seconds with one line.
+  const int port = free_port();
+  ASSERT_GT(port, 0);
+  expect_one_line_error("env MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) +
+                            " WORLD_SIZE=2 RANK=1 LOCAL_RANK=1 DSV4_COMM_TIMEOUT=1 " + bin() + args,
+                        "rendezvous: rank 1 could not reach rank 0 at MASTER_ADDR:MASTER_PORT = 127.0.0.1:" +
+                            std::to_string(port) + " within 1 s");
+  EXPECT_FALSE(fs::exists(d / "x.safetensors"));
+}
+
+}  // namespace
+}  // namespace dsv4
