@@ -1,7 +1,7 @@
-#include <cstdlib>
 #include "cli/speculative_generation.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstdio>
 #include <deque>
 
