@@ -44,9 +44,9 @@ TEST(PlanStep, ChunksAlsoEndAtTheSequencesCuts) {
   // [192, 256) cut, [256, 288) grid, [288, 300).
   std::vector<SeqDemand> seqs = {{.prompt_len = 300, .prefilled = 100, .cuts = &cuts}, {40, 0}};
   EXPECT_EQ(show(plan_step(seqs, {512, 96}, 0)), "p0[100,128) p0[128,192) p0[192,256) p0[256,288) p0[288,300) p1[0,40) ");
-  // While it waits behind decodes, the room kept is its next chunk, up to the cut: 28 tokens.
-  seqs = {{5, 5}, {5, 5}, {.prompt_len = 300, .prefilled = 100, .cuts = &cuts}};
-  EXPECT_EQ(show(plan_step(seqs, {30, 96}, 0)), "d0 d1 p2[100,128) ");
+  // Behind decodes on a grid of 40: [120, 128) ends at the cut, [128, 160) no longer fits.
+  seqs = {{5, 5}, {5, 5}, {.prompt_len = 300, .prefilled = 120, .cuts = &cuts}};
+  EXPECT_EQ(show(plan_step(seqs, {40, 40}, 0)), "d0 d1 p2[120,128) ");
   // No cuts: the grid alone.
   seqs = {{.prompt_len = 300, .prefilled = 100}};
   EXPECT_EQ(show(plan_step(seqs, {512, 96}, 0)), "p0[100,192) p0[192,288) p0[288,300) ");
