@@ -432,6 +432,7 @@ void Engine::finish(Sequence& s, FinishReason why, int32_t stop_id) {
   ev.stop_id = stop_id;
   ev.prompt_tokens = int64_t(s.req.prompt.size());
   ev.completion_tokens = s.generated;
+  ev.cached_tokens = s.prefix ? s.prefix->start() : 0;
   {
     std::lock_guard<std::mutex> ls(stats_mu_);
     ++(why == FinishReason::Stop ? stats_.finished_stop : stats_.finished_length);

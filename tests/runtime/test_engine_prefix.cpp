@@ -14,14 +14,18 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// The greedy ids of a request read to its final event (empty and a test failure when it failed).
-std::vector<int32_t> ids_of(RequestChannel& ch) {
+// The greedy ids of a request read to its final event (empty and a test failure when it failed); the
+// prompt tokens it restored from the cache into `cached`.
+std::vector<int32_t> ids_of(RequestChannel& ch, int64_t* cached = nullptr) {
   std::vector<int32_t> ids;
   const auto deadline = std::chrono::steady_clock::now() + 300s;
   while (std::chrono::steady_clock::now() < deadline) {
     for (const EngineEvent& e : ch.wait(100ms)) {
       if (e.kind == EngineEvent::Kind::Token) ids.push_back(e.id);
-      if (e.kind == EngineEvent::Kind::Finished) return ids;
+      if (e.kind == EngineEvent::Kind::Finished) {
+        if (cached) *cached = e.cached_tokens;
+        return ids;
+      }
       if (e.kind == EngineEvent::Kind::Failed) {
         ADD_FAILURE() << "request failed: " << e.text;
         return {};
@@ -73,7 +77,11 @@ class EnginePrefix : public ::testing::Test {
     std::vector<std::vector<int32_t>> answers;
     std::vector<int32_t> prompt = first;
     for (int t = 0; t < turns; ++t) {
-      answers.push_back(ids_of(*e.submit(greedy(prompt, 12))));
+      int64_t cached = -1;
+      answers.push_back(ids_of(*e.submit(greedy(prompt, 12)), &cached));
+      // What the request restored: 0, then each earlier turn's last boundary (128, 256), or none.
+      const int64_t want = e.prefix_cache() == nullptr || t == 0 ? 0 : 128 * t;
+      EXPECT_EQ(cached, want) << "turn " << t;
       prompt = concat(concat(prompt, answers.back()), ids(70, 40 + t));
     }
     return answers;

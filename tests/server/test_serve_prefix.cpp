@@ -15,6 +15,7 @@ using Json = nlohmann::ordered_json;
 struct Turn {
   std::string reply;
   int64_t prompt_tokens = 0;
+  int64_t cached_tokens = 0;  // usage.prompt_tokens_details.cached_tokens (absent: 0)
 };
 
 // A greedy chat completion of `messages` (8 tokens, no early stop).
@@ -24,7 +25,9 @@ Turn complete(int port, const Json& messages, const ServeProcess& s) {
   EXPECT_EQ(r.status, 200) << r.body << "\n" << s.log();
   const Json j = Json::parse(r.body, nullptr, false);
   if (!j.is_object() || !j.contains("choices")) return {};
-  return {j["choices"][0]["message"]["content"].get<std::string>(), j["usage"]["prompt_tokens"].get<int64_t>()};
+  const Json& u = j["usage"];
+  return {j["choices"][0]["message"]["content"].get<std::string>(), u["prompt_tokens"].get<int64_t>(),
+          u.contains("prompt_tokens_details") ? u["prompt_tokens_details"]["cached_tokens"].get<int64_t>() : 0};
 }
 
 // Three turns, each the conversation so far + the reply + a new user message.
@@ -79,8 +82,16 @@ TEST(ServePrefix, MultiTurnChatHitsAndRepliesEqualNoCache) {
   const double hit = metric(m, "dsv4_prefix_cache_hit_tokens_total");
   EXPECT_GE(hit, 2 * 256);
   EXPECT_EQ(int64_t(hit) % 128, 0);
-  double prompts = 0;
-  for (const Turn& t : warm) prompts += double(t.prompt_tokens);
+  double prompts = 0, cached = 0;
+  for (const Turn& t : warm) {
+    prompts += double(t.prompt_tokens);
+    cached += double(t.cached_tokens);
+  }
+  // usage.prompt_tokens_details.cached_tokens: none on turn 0 (and none without the cache), the hits after.
+  EXPECT_EQ(warm[0].cached_tokens, 0);
+  EXPECT_GE(warm[1].cached_tokens, 256);
+  EXPECT_EQ(cached, hit);
+  for (const Turn& t : cold) EXPECT_EQ(t.cached_tokens, 0);
   EXPECT_EQ(metric(m, "dsv4_prefix_cache_miss_tokens_total"), prompts - hit);
   EXPECT_GE(metric(m, "dsv4_prefix_cache_inserts_total"), 1);  // turn 0 at 256 at least
   EXPECT_EQ(metric(m, "dsv4_prefix_cache_evictions_total"), 0);
