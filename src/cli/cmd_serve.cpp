@@ -32,7 +32,20 @@ struct ServeArgs {
   EngineOptions engine{.max_tokens_limit = 8192};  // no request generates for hours unasked
   double shutdown_timeout = 10;
   bool no_webui = false;
+  bool no_prefix_cache = false;
+  int64_t prefix_cache_mib = 0;  // 0: the device's default (prefix_cache_budget)
 };
+
+// The prefix cache's default budget: 1 GiB of host memory on the CPU (the bundled model's snapshots are
+// ~0.2 MB + ~544 bytes a token); on the GPU, where snapshots are device memory, a quarter of what is free
+// once the weights and the slots' state are allocated (1 GiB when the backend does not say).
+uint64_t prefix_cache_budget(const ServeArgs& a, Runner& runner) {
+  constexpr uint64_t kMiB = uint64_t(1) << 20;
+  if (a.no_prefix_cache) return 0;
+  if (a.prefix_cache_mib > 0) return uint64_t(a.prefix_cache_mib) * kMiB;
+  const uint64_t free = runner.model().backend().info().free_bytes;
+  return free > 0 ? free / 4 : 1024 * kMiB;
+}
 
 std::string model_name_of(const std::string& dir) {
   std::filesystem::path p(dir);
@@ -63,15 +76,19 @@ void serve(ServeArgs& a) {
                         .max_ctx = a.engine.max_context,
                         .chunk = std::min(a.engine.prefill_chunk, a.engine.max_step_tokens)};
   const std::unique_ptr<Runner> runner = load_runner(a.model, r, terminal_load_progress(a.model));
+  a.engine.prefix_cache_bytes = prefix_cache_budget(a, *runner);
   Engine engine(*runner, tok, a.engine);
   server::ServerContext ctx(engine, tok, a.served_name.empty() ? model_name_of(a.model) : a.served_name);
   ctx.webui = !a.no_webui;
   server::HttpServer http(ctx, a.http);
   const int port = http.bind();
   std::thread accept_thread([&] { http.run(); });
-  std::printf("dsv4 serve: %s (%s numerics, %s, context %lld, max %d sequences) on http://%s:%d\n",
+  const std::string prefix = a.engine.prefix_cache_bytes > 0
+                                 ? cat("prefix cache ", a.engine.prefix_cache_bytes >> 20, " MiB")
+                                 : std::string("no prefix cache");
+  std::printf("dsv4 serve: %s (%s numerics, %s, context %lld, max %d sequences, %s) on http://%s:%d\n",
               ctx.model_name.c_str(), numerics_name(parse_numerics(a.numerics)), cuda ? "cuda" : "cpu",
-              (long long)engine.max_context(), a.engine.max_num_seqs, a.http.host.c_str(), port);
+              (long long)engine.max_context(), a.engine.max_num_seqs, prefix.c_str(), a.http.host.c_str(), port);
   std::fflush(stdout);
 
   int sig = 0;
@@ -132,6 +149,13 @@ void register_serve(CLI::App& app) {
   c->add_option("--cache-tokens", a->engine.cache_tokens,
                 "Cache pool size in tokens (default: max-num-seqs full contexts)")
       ->check(CLI::PositiveNumber);
+  auto* no_prefix = c->add_flag("--no-prefix-cache", a->no_prefix_cache,
+                                "Do not reuse the state of cached prompt prefixes (docs/server.md \"Prefix cache\")");
+  c->add_option("--prefix-cache-mib", a->prefix_cache_mib,
+                "MiB of slot snapshots the prefix cache keeps (default: 1024 on cpu; on cuda a quarter of the "
+                "device memory free after loading)")
+      ->check(CLI::PositiveNumber)
+      ->excludes(no_prefix);
   c->add_option("--http-threads", a->http.io_threads, "I/O threads serving all connections")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));

@@ -1,6 +1,9 @@
 #include "runtime/engine.h"
 
 #include <algorithm>
+#include <optional>
+
+#include "runtime/prefix_reuse.h"
 
 namespace dsv4 {
 
@@ -47,6 +50,13 @@ struct Engine::Sequence {
   int64_t pos = 0;          // the next position to feed
   int32_t next_token = -1;  // sampled, to be fed by the next decode
   bool done = false;
+  std::optional<PromptPrefix> prefix;  // with the prefix cache: the hit and the snapshot points
+  // With the prefix cache: looks the prompt up, restores a hit into the slot; prefill starts after it.
+  void restore_prefix(PrefixCache& cache) {
+    prefix.emplace(cache, runner.model().backend(), slot, req.prompt);
+    if (prefix->start() > 0) runner.resume_at(slot, prefix->start());
+    prefilled = pos = prefix->start();
+  }
   // How the next token is drawn (the runner picks the backend's sampler or this Sampler).
   Draw draw() { return Draw{.sampler = &sampler, .history = &history, .step = uint64_t(generated), .top_logprobs = req.top_logprobs}; }
 };
@@ -87,6 +97,8 @@ Engine::Engine(std::unique_ptr<Runner> owned, Runner* runner, const Tokenizer& t
       max_context_(context_of(runner_, opt)),
       pool_(opt.cache_tokens > 0 ? opt.cache_tokens : int64_t(std::max(1, opt.max_num_seqs)) * max_context_,
             opt.cache_page_tokens),
+      prefix_(opt.prefix_cache_bytes > 0 ? std::make_unique<PrefixCache>(PrefixCacheOptions{.budget_bytes = opt.prefix_cache_bytes})
+                                         : nullptr),
       signal_(std::make_shared<EngineSignal>()) {
   if (opt_.max_num_seqs < 1) fail("max_num_seqs must be at least 1 (got ", opt_.max_num_seqs, ")");
   if (opt_.max_step_tokens < 1) fail("max_step_tokens must be at least 1 (got ", opt_.max_step_tokens, ")");
@@ -176,8 +188,14 @@ void Engine::shutdown(std::chrono::milliseconds grace) {
 }
 
 EngineStats Engine::stats() const {
-  std::lock_guard<std::mutex> lk(stats_mu_);
-  return stats_;
+  EngineStats s;
+  {
+    std::lock_guard<std::mutex> lk(stats_mu_);
+    s = stats_;
+  }
+  s.prefix_cache = prefix_ != nullptr;
+  if (prefix_) s.prefix = prefix_->stats();
+  return s;
 }
 
 void Engine::loop() {
@@ -200,8 +218,10 @@ void Engine::loop() {
     for (Pending& p : admitted) {
       auto ch = p.ch;
       try {
-        running_.push_back(std::make_unique<Sequence>(std::move(p), runner_, tok_));
-      } catch (const std::exception& e) {  // no slot (a runner smaller than max_num_seqs)
+        auto s = std::make_unique<Sequence>(std::move(p), runner_, tok_);
+        if (prefix_) s->restore_prefix(*prefix_);
+        running_.push_back(std::move(s));
+      } catch (const std::exception& e) {  // no slot (a runner smaller than max_num_seqs), a failed restore
         ch->push(failed(e.what()));
         pool_.release(p.pages);
         --in_flight_;
@@ -271,7 +291,10 @@ void Engine::run_step(uint64_t step) {
     return;
   }
   std::vector<SeqDemand> demands;
-  for (const auto& s : running_) demands.push_back({int64_t(s->req.prompt.size()), s->prefilled});
+  for (const auto& s : running_)
+    demands.push_back({.prompt_len = int64_t(s->req.prompt.size()),
+                       .prefilled = s->prefilled,
+                       .cuts = s->prefix ? &s->prefix->points() : nullptr});
   const std::vector<StepItem> plan = plan_step(demands, {opt_.max_step_tokens, opt_.prefill_chunk}, step);
 
   // The decode tokens of every decoding sequence go through one decode call (the plan puts them
@@ -327,6 +350,7 @@ void Engine::run_step(uint64_t step) {
         runner_.feed(s.slot, s.pos, chunk);
       s.pos += int64_t(chunk.size());
       s.prefilled = item->end;
+      if (s.prefix && !last) snapshot_prefix(s);
       if (last) take(s, d);
     } catch (const std::exception& e) {
       conclude(s, failed(e.what()));
@@ -341,6 +365,17 @@ void Engine::run_step(uint64_t step) {
   }
   retire();
   update_gauges(-1);
+}
+
+// After a prefill chunk: when it ended at one of the prompt's snapshot points, the slot goes into the
+// prefix cache. A snapshot that fails (device memory) leaves the request running, uncached.
+void Engine::snapshot_prefix(Sequence& s) {
+  try {
+    s.prefix->reached(s.req.prompt, s.prefilled);
+  } catch (const std::exception&) {
+    std::lock_guard<std::mutex> ls(stats_mu_);
+    ++stats_.prefix_snapshot_errors;
+  }
 }
 
 void Engine::take(Sequence& s, Draw& d) {
@@ -397,6 +432,7 @@ void Engine::finish(Sequence& s, FinishReason why, int32_t stop_id) {
   ev.stop_id = stop_id;
   ev.prompt_tokens = int64_t(s.req.prompt.size());
   ev.completion_tokens = s.generated;
+  ev.cached_tokens = s.prefix ? s.prefix->start() : 0;
   {
     std::lock_guard<std::mutex> ls(stats_mu_);
     ++(why == FinishReason::Stop ? stats_.finished_stop : stats_.finished_length);

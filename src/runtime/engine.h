@@ -16,6 +16,12 @@
 // the request generated before; only the ids come back), else the request's Sampler on the logits
 // (penalties, logprobs, a grammar: structured output; mt19937 seeded once).
 //
+// Prefix cache (EngineOptions::prefix_cache_bytes > 0; runtime/prefix_reuse.h, docs/server.md "Prefix
+// cache"): once a request has its slot, its prompt is looked up and a cached prefix is restored into the
+// slot (Runner::resume_at), so its prefill starts after it; its prefill chunks also end at the prompt's
+// snapshot points, and after a chunk that ends at one the slot is snapshotted into the cache. The ids
+// are those of a run without the cache (the state restored is the state computed).
+//
 // The engine knows nothing of HTTP or chat: it takes token ids and returns token ids and text.
 #pragma once
 #include <atomic>
@@ -33,6 +39,7 @@
 #include "runtime/engine_metrics.h"
 #include "runtime/engine_schedule.h"
 #include "runtime/generate.h"
+#include "runtime/prefix_cache.h"
 #include "runtime/sampler.h"
 #include "runtime/runner.h"
 #include "tokenizer/tokenizer.h"
@@ -51,6 +58,9 @@ struct EngineOptions {
   // max_tokens generates up to this many, and one asking for more is cut here (finish Length): the
   // reservation in the cache follows, so no request holds a whole context unasked.
   int64_t max_tokens_limit = 0;
+  // Bytes of slot snapshots the prefix cache holds (its budget, evicting least recently used); 0: no
+  // prefix cache. `dsv4 serve` turns it on (--prefix-cache-mib, --no-prefix-cache).
+  uint64_t prefix_cache_bytes = 0;
 };
 
 struct GenerationRequest {
@@ -92,6 +102,7 @@ class Engine {
   void shutdown(std::chrono::milliseconds grace);
 
   EngineStats stats() const;
+  PrefixCache* prefix_cache() { return prefix_.get(); }  // null when off (tests: clear, stats)
 
  private:
   struct Pending;
@@ -100,6 +111,7 @@ class Engine {
   void loop();
   void admit(std::vector<Pending>& admitted);
   void run_step(uint64_t step);
+  void snapshot_prefix(Sequence& s);  // after a prefill chunk (prefix cache)
   void take(Sequence& s, Draw& d);  // the drawn id (or the Sampler's failure) to the request
   void finish(Sequence& s, FinishReason why, int32_t stop_id);
   // A running sequence's last event (finished or failed). Its pages and its place in the running gauge
@@ -115,6 +127,7 @@ class Engine {
   EngineOptions opt_;
   int64_t max_context_;
   CachePool pool_;  // reserved/released by the scheduler thread only
+  std::unique_ptr<PrefixCache> prefix_;  // null: off; lookups / inserts on the scheduler thread
 
   std::shared_ptr<EngineSignal> signal_;  // its mutex guards queue_, accepting_, stop_now_
   std::deque<Pending> queue_;

@@ -37,6 +37,7 @@ struct EngineEvent {
   FinishReason finish = FinishReason::Length;
   int32_t stop_id = -1;
   int64_t prompt_tokens = 0, completion_tokens = 0;
+  int64_t cached_tokens = 0;  // of the prompt, restored from the prefix cache (not computed)
 
   bool final() const { return kind != Kind::Token; }
 };

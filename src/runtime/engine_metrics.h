@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "runtime/prefix_cache.h"
+
 namespace dsv4 {
 
 // Cumulative-bucket histogram in the Prometheus sense: counts[i] = observations <= bounds[i];
@@ -37,6 +39,11 @@ struct EngineStats {
   int64_t last_step_sequences = 0, last_step_tokens = 0;
   int64_t cache_pages_used = 0, cache_pages_total = 0, cache_page_tokens = 0;
   int64_t max_num_seqs = 0;
+  // The prefix cache (EngineOptions::prefix_cache_bytes; all zero when off): lookups, hits, hit / miss
+  // tokens, inserts, evictions since start; bytes, entries and the budget now.
+  bool prefix_cache = false;
+  PrefixCacheStats prefix;
+  uint64_t prefix_snapshot_errors = 0;  // snapshots that failed (the request went on, uncached)
   // Histograms (seconds; sequences per step).
   Histogram ttft{{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}};
   Histogram inter_token{{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}};

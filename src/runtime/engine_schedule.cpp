@@ -3,12 +3,14 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "runtime/prefix_plan.h"
 
 namespace dsv4 {
 namespace {
 
-// The end of the grid chunk that starts at `from`.
+// The end of the chunk that starts at `from`: the grid's next cut, or the sequence's own next cut.
 int64_t chunk_end(const SeqDemand& s, int64_t from, int64_t chunk) {
+  if (s.cuts && !s.cuts->empty()) return prefill_chunk_end(from, s.prompt_len, chunk, *s.cuts);
   return std::min(s.prompt_len, (from / chunk + 1) * chunk);
 }
 

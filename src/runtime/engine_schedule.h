@@ -6,7 +6,8 @@
 //
 // Prefill chunks are cut on a fixed grid (positions that are multiples of `prefill_chunk`), never where
 // the budget happens to run out, so a sequence's forward passes (and therefore its logits, bit for
-// bit) do not depend on which other sequences share its steps.
+// bit) do not depend on which other sequences share its steps. A sequence may name more cuts (the prefix
+// cache's snapshot points, runtime/prefix_plan.h): a chunk also ends there.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -17,6 +18,7 @@ namespace dsv4 {
 struct SeqDemand {
   int64_t prompt_len = 0;  // tokens to prefill
   int64_t prefilled = 0;   // already fed; == prompt_len: the sequence decodes (one token per step)
+  const std::vector<int64_t>* cuts = nullptr;  // ascending positions where a chunk must end too (may be null)
   bool decoding() const { return prefilled >= prompt_len; }
 };
 

@@ -53,6 +53,13 @@ int64_t Runner::pos(int slot) const {
   return pos_[size_t(slot)];
 }
 
+void Runner::resume_at(int slot, int64_t pos) {
+  this->pos(slot);  // taken
+  if (pos < 0 || pos >= max_context())
+    fail("sequence slot ", slot, ": cannot resume at position ", pos, "; the context holds ", max_context());
+  pos_[size_t(slot)] = pos;
+}
+
 void Runner::check(int slot, int64_t pos, int64_t T) const {
   if (T == 0) fail("forward: empty chunk");
   const int64_t at = this->pos(slot);

@@ -85,6 +85,9 @@ class Runner {
   int new_sequence();
   void release(int slot);
   int64_t pos(int slot) const;  // the next position of the slot's sequence
+  // The taken slot's state was restored from a snapshot at `pos` (Backend::restore, e.g. by the prefix
+  // cache): its sequence continues there.
+  void resume_at(int slot, int64_t pos);
 
   // The one split: pieces [begin, end) of a chunk of T tokens, each at most call_tokens().
   std::vector<std::pair<int64_t, int64_t>> pieces(int64_t T) const;

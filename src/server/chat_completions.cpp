@@ -96,7 +96,7 @@ class ChatFormatter : public EventFormatter {
     std::string out = deltas(turn_.push(e.text));
     out += deltas(turn_.finish(e.stop_id >= 0 ? tok_.token_bytes(e.stop_id) : std::string()));
     const char* reason = turn_.called_tools() ? "tool_calls" : finish_reason_name(e.finish);
-    const Json usage = usage_json(e.prompt_tokens, e.completion_tokens);
+    const Json usage = usage_json(e.prompt_tokens, e.completion_tokens, e.cached_tokens);
     if (o_.stream) {
       out += sse_event(chunk(Json::object(), reason));
       if (o_.include_usage) {

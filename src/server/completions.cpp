@@ -27,7 +27,7 @@ class CompletionFormatter : public EventFormatter {
       case EngineEvent::Kind::Finished: {
         text_ += e.text;
         const char* reason = finish_reason_name(e.finish);
-        const Json usage = usage_json(e.prompt_tokens, e.completion_tokens);
+        const Json usage = usage_json(e.prompt_tokens, e.completion_tokens, e.cached_tokens);
         Json last = object(stream_ ? e.text : text_, reason);
         if (!stream_) {
           last["usage"] = usage;

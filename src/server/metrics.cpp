@@ -119,6 +119,22 @@ std::string render_metrics(const EngineStats& s, const HttpCounters::Counts& htt
   w.gauge("dsv4_cache_usage_ratio", "Fraction of the cache pool reserved.",
           s.cache_pages_total > 0 ? double(s.cache_pages_used) / double(s.cache_pages_total) : 0.0);
 
+  // The prefix cache (docs/server.md "Prefix cache"); all zero with --no-prefix-cache.
+  const PrefixCacheStats& pc = s.prefix;
+  w.gauge("dsv4_prefix_cache_enabled", "1 when the prefix cache is on.", s.prefix_cache ? 1 : 0);
+  w.counter("dsv4_prefix_cache_lookups_total", "Prompts looked up in the prefix cache.", double(pc.lookups));
+  w.counter("dsv4_prefix_cache_hits_total", "Lookups that found a cached prefix.", double(pc.hits));
+  w.counter("dsv4_prefix_cache_hit_tokens_total", "Prompt tokens restored from the prefix cache.", double(pc.hit_tokens));
+  w.counter("dsv4_prefix_cache_miss_tokens_total", "Prompt tokens of looked-up prompts computed (not cached).",
+            double(pc.miss_tokens));
+  w.counter("dsv4_prefix_cache_inserts_total", "Slot snapshots added to the prefix cache.", double(pc.inserts));
+  w.counter("dsv4_prefix_cache_evictions_total", "Prefix cache entries dropped for the budget.", double(pc.evictions));
+  w.counter("dsv4_prefix_cache_snapshot_errors_total", "Snapshots that failed (the request went on uncached).",
+            double(s.prefix_snapshot_errors));
+  w.gauge("dsv4_prefix_cache_bytes", "Bytes the prefix cache holds.", double(pc.bytes));
+  w.gauge("dsv4_prefix_cache_entries", "Entries the prefix cache holds.", double(pc.entries));
+  w.gauge("dsv4_prefix_cache_budget_bytes", "The prefix cache's budget in bytes.", double(pc.budget_bytes));
+
   w.histogram("dsv4_time_to_first_token_seconds", "Time from arrival to the first generated token.", s.ttft);
   w.histogram("dsv4_inter_token_latency_seconds", "Time between consecutive tokens of a request.", s.inter_token);
   w.histogram("dsv4_request_latency_seconds", "Time from arrival to the end of generation.", s.request_latency);

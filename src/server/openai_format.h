@@ -14,7 +14,8 @@ namespace dsv4::server {
 std::string new_id(const std::string& prefix);  // prefix + 24 random hex digits
 int64_t unix_time();
 
-Json usage_json(int64_t prompt_tokens, int64_t completion_tokens);
+// With cached_tokens > 0 (restored from the prefix cache) also prompt_tokens_details.cached_tokens.
+Json usage_json(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens = 0);
 
 // One entry of a chat choice's logprobs.content: {token, logprob, bytes, top_logprobs: [...]}.
 Json chat_logprob(const Tokenizer& tok, int32_t id, const Logprobs& lp);

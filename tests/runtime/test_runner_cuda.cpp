@@ -161,5 +161,40 @@ TEST_F(RunnerCuda, EngineBatchEqualsTheCpu) {
   }
 }
 
+// The prefix cache on the GPU (CudaBackend::snapshot / restore, device buffers): three chat turns of
+// 200-370 tokens through the engine hit the earlier turns' snapshots and give the ids of the CPU engine
+// without the cache.
+TEST_F(RunnerCuda, EnginePrefixCacheEqualsTheCpuWithoutIt) {
+  const int64_t V = cpu_->config().vocab_size;
+  auto ids = [&](int64_t n, int32_t seed) {
+    std::vector<int32_t> v;
+    for (int64_t i = 0; i < n; ++i) v.push_back(int32_t((seed * 7919 + 31 * i + i * i) % V));
+    return v;
+  };
+  auto run = [&](Runner& runner, uint64_t prefix_bytes, PrefixCacheStats* st) {
+    Engine engine(runner, *tok_, {.max_num_seqs = 4, .max_step_tokens = 64, .prefill_chunk = 64,
+                                  .prefix_cache_bytes = prefix_bytes});
+    std::vector<std::vector<int32_t>> answers;
+    std::vector<int32_t> prompt = ids(200, 7);
+    for (int t = 0; t < 3; ++t) {
+      GenerationRequest r;
+      r.prompt = prompt;
+      r.sampling.temperature = 0;
+      r.stop.max_tokens = 12;
+      answers.push_back(test::collect_ids(*engine.submit(r)));
+      prompt.insert(prompt.end(), answers.back().begin(), answers.back().end());
+      const auto more = ids(70, 40 + t);
+      prompt.insert(prompt.end(), more.begin(), more.end());
+    }
+    if (st) *st = engine.stats().prefix;
+    return answers;
+  };
+  PrefixCacheStats st;
+  const auto gpu = run(*gpu_, uint64_t(256) << 20, &st);
+  EXPECT_EQ(gpu, run(*cpu_, 0, nullptr));
+  EXPECT_EQ(st.hits, 2u);
+  EXPECT_EQ(st.hit_tokens, 128u + 256u);
+}
+
 }  // namespace
 }  // namespace dsv4

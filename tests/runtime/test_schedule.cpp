@@ -37,6 +37,21 @@ TEST(PlanStep, DecodesFirstThenPrefillOnTheGrid) {
   EXPECT_EQ(tokens(plan), 1 + 12 + 16 + 2);
 }
 
+// A sequence's own cuts (the prefix cache's snapshot points) end chunks too; the grid stays.
+TEST(PlanStep, ChunksAlsoEndAtTheSequencesCuts) {
+  const std::vector<int64_t> cuts = {128, 256};
+  // A prompt of 300 restored at 100 (not on the grid of 96): [100, 128) cut, [128, 192) grid,
+  // [192, 256) cut, [256, 288) grid, [288, 300).
+  std::vector<SeqDemand> seqs = {{.prompt_len = 300, .prefilled = 100, .cuts = &cuts}, {40, 0}};
+  EXPECT_EQ(show(plan_step(seqs, {512, 96}, 0)), "p0[100,128) p0[128,192) p0[192,256) p0[256,288) p0[288,300) p1[0,40) ");
+  // Behind decodes on a grid of 40: [120, 128) ends at the cut, [128, 160) no longer fits.
+  seqs = {{5, 5}, {5, 5}, {.prompt_len = 300, .prefilled = 120, .cuts = &cuts}};
+  EXPECT_EQ(show(plan_step(seqs, {40, 40}, 0)), "d0 d1 p2[120,128) ");
+  // No cuts: the grid alone.
+  seqs = {{.prompt_len = 300, .prefilled = 100}};
+  EXPECT_EQ(show(plan_step(seqs, {512, 96}, 0)), "p0[100,192) p0[192,288) p0[288,300) ");
+}
+
 TEST(PlanStep, ChunksDoNotDependOnTheBudgetLeft) {
   std::vector<SeqDemand> alone = {{40, 0}};
   std::vector<SeqDemand> crowded = {{3, 3}, {3, 3}, {3, 3}, {40, 0}};
