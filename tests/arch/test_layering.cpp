@@ -45,7 +45,8 @@ const std::map<std::string, std::set<std::string>>& allowed() {
     m["backend/cuda"] = backend_base;
     m["backend/comm"] = {"core", "io", "backend"};
     m["model"] = {"core", "io", "backend"};
-    m["runtime"] = {"core", "io", "tokenizer", "grammar", "chat", "backend", "model"};
+    // runtime sets up rank groups (their communicators), never a backend's internals.
+    m["runtime"] = {"core", "io", "tokenizer", "grammar", "chat", "backend", "backend/comm", "model"};
     m["server"] = {"core", "io", "tokenizer", "grammar", "chat", "model", "runtime"};
     m["cli"] = {"core", "io", "tokenizer", "grammar", "chat", "model", "runtime", "server"};
     return m;
