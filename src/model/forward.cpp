@@ -27,7 +27,7 @@ void Model::block(int64_t layer, const LayerSpec& spec, bool last) {
   be.mhc(next);
 }
 
-void Model::body(const Batch& b, const StepPlan& plan, const ForwardOptions* capture) {
+void Model::body(const StepPlan& plan, const ForwardOptions* capture) {
   Backend& be = *be_;
   const int64_t L = plan.layers < 0 ? cfg_.num_layers : std::min(plan.layers, cfg_.num_layers);
   be.embed();
@@ -39,7 +39,6 @@ void Model::body(const Batch& b, const StepPlan& plan, const ForwardOptions* cap
   }
   if (plan.head_rows > 0) be.head(0, plan.head_first, plan.head_rows);
   if (plan.sample) be.sample(plan.head_rows);
-  (void)b;
 }
 
 void Model::step(const Batch& b, const StepPlan& plan) {
@@ -62,7 +61,7 @@ void Model::replay(const Batch& b, const StepPlan& plan) {
   const StepShape shape{.tokens = b.size(), .run_len = b.run_len, .layers = plan.layers, .head = 0,
                         .head_first = plan.head_first, .head_rows = plan.head_rows, .sample = plan.sample,
                         .graph = plan.graph};
-  be_->execute(shape, [&] { body(b, plan, nullptr); });
+  be_->execute(shape, [&] { body(plan, nullptr); });
 }
 
 Tensor Model::logits_of(const Batch& b, int64_t head, bool all) {
@@ -112,7 +111,7 @@ Tensor Model::forward(int slot, int64_t pos, const std::vector<int32_t>& tokens,
     const bool capture = opt.hidden != nullptr;
     be_->begin(b);
     const StepShape shape{.tokens = n, .run_len = n, .graph = !capture};
-    be_->execute(shape, [&] { body(b, StepPlan{}, capture ? &opt : nullptr); });
+    be_->execute(shape, [&] { body(StepPlan{}, capture ? &opt : nullptr); });
     if (opt.streams && last) *opt.streams = be_->streams();
     if (opt.hidden && last) opt.hidden->push_back(be_->head_hidden(0, 0, n));  // hidden_L: after hc_head + norm
     if (opt.all_logits) {

@@ -67,7 +67,7 @@ class Model {
   Tensor forward_mtp(int slot, int64_t pos, const Tensor& S, const std::vector<int32_t>& next_ids, int64_t k = 0);
 
  private:
-  void body(const Batch& b, const StepPlan& plan, const ForwardOptions* capture);
+  void body(const StepPlan& plan, const ForwardOptions* capture);  // the batch is the backend's (begin)
   void check_plan(const Batch& b, const StepPlan& plan) const;
   void block(int64_t layer, const LayerSpec& spec, bool last);
   Tensor logits_of(const Batch& b, int64_t head, bool all);  // head over the call's rows, in pieces

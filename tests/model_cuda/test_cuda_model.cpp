@@ -96,6 +96,44 @@ TEST(CudaModel, DecodeGraphEqualsPlainLaunches) {
   }
 }
 
+// Verify-shaped calls (speculative decoding: k + 1 consecutive tokens of each sequence, run_len 3) are
+// captured too: three sequences, three steps of the same shape (the first captures, the others replay),
+// the head over every row. Graphs, plain launches and the CPU give the same bits.
+TEST(CudaModel, VerifyShapedGraphEqualsPlainLaunchesAndCpu) {
+  DSV4_REQUIRE_HOPPER();
+  const std::string dir = test::fixture_dir("tiny-q") + "/model";
+  if (!std::filesystem::exists(dir)) GTEST_SKIP() << "no fixture";
+  auto graphs = test::load_cuda(dir, KernelTier::Exact, 128, 48, 3, true);
+  auto plain = test::load_cuda(dir, KernelTier::Exact, 128, 48, 3, false);
+  auto cpu = Model::load(dir, Numerics::Official);
+  const int64_t V = graphs->config().vocab_size;
+  constexpr int kRun = 3;
+  for (Model* m : {graphs.get(), plain.get(), cpu.get()})
+    for (int s = 0; s < 3; ++s) {
+      std::vector<int32_t> p(size_t(40 + s));
+      for (size_t i = 0; i < p.size(); ++i) p[i] = int32_t((i * 29 + size_t(s) * 11 + 5) % size_t(V));
+      m->forward(s, 0, p, ForwardOptions{.all_logits = false});
+    }
+  for (int step = 0; step < 3; ++step) {
+    Batch b{.ids = {}, .positions = {}, .slots = {}, .run_len = kRun};
+    for (int s = 0; s < 3; ++s)
+      for (int j = 0; j < kRun; ++j) {
+        b.ids.push_back(int32_t((step * 17 + s * 7 + j * 3 + 2) % V));
+        b.positions.push_back(40 + s + step * kRun + j);
+        b.slots.push_back(s);
+      }
+    const StepPlan plan{.head_first = 0, .head_rows = 3 * kRun};
+    std::vector<Tensor> out;
+    for (Model* m : {graphs.get(), plain.get(), cpu.get()}) {
+      m->step(b, plan);
+      out.push_back(m->backend().logits(3 * kRun));
+    }
+    const std::string at = "verify step " + std::to_string(step);
+    compare(at + " graph vs plain launches", out[0].data, out[1].data, Tol::Exact);
+    compare(at + " graph vs cpu", out[0].data, out[2].data, Tol::Exact);
+  }
+}
+
 struct Fixture {
   const char* name;
   double rel;  // fixtures/README.md acceptance bound vs the reference

@@ -121,7 +121,10 @@ void CudaBackend::execute(const StepShape& shape, const std::function<void()>& b
     fail("cuda backend: a shape of ", shape.tokens, " tokens in runs of ", shape.run_len, " after a batch of ", T_,
          " in runs of ", run_len_);
   stage_sampling();
-  if (!opt_.graphs || !shape.graph || shape.run_len != 1) {
+  // Decode batches (run_len 1) and speculative verify calls (run_len <= kMaxGraphRunLen: k + 1 tokens of
+  // each sequence) are captured; prefill chunks, whose sizes vary call to call, run as launches. Every
+  // launch's host-side parameters depend only on shape.key() (positions and slots live on the device).
+  if (!opt_.graphs || !shape.graph || shape.run_len > kMaxGraphRunLen) {
     body();
     return;
   }

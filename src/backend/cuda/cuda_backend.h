@@ -2,8 +2,8 @@
 // §2-§8): weights in device memory (device_weights.h), per-sequence state in device slots (one
 // AttentionLayerState per layer), the call's activations in device buffers, and the ops over the
 // kernels of this folder. A call: begin() checks and uploads ids / positions / slots (pinned buffer,
-// async copies); execute() runs the forward's ops directly, or, for decode shapes (run_len 1, graphs
-// on), captures them once per shape into a CUDA graph (its GEMM plans made before the capture) and
+// async copies); execute() runs the forward's ops directly, or, for decode and verify shapes (run_len 1 to
+// kMaxGraphRunLen, graphs on), captures them once per shape into a CUDA graph (its GEMM plans made before the capture) and
 // replays it; outputs are read afterwards (logits, sampled ids, streams).
 //
 // Positions are the caller's: a sequence in slot s at position p feeds its next tokens at p, p+1, ...;
@@ -33,6 +33,10 @@
 #include "io/weights.h"
 
 namespace dsv4::cuda {
+
+// Calls of at most this many tokens per sequence are captured into graphs (decode: 1; a speculative
+// verify of k <= 3 drafts: k + 1).
+inline constexpr int64_t kMaxGraphRunLen = 4;
 
 class CudaBackend final : public Backend {
  public:

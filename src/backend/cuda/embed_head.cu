@@ -28,48 +28,57 @@ __global__ void embed_kernel(EmbedParams p) {
   }
 }
 
+// The head's mHC coefficients in cpu::mhc_head_coeffs' arithmetic: the sum of squares and the n dot
+// products in double (each product of an fp32 weight and a bf16 stream value is exact in double, so the
+// summation order changes the double sum only far below the float rounding of the result), then
+// rho, mix and the sigmoid in float with the twin's operations and no FMA contraction.
 __global__ void hc_head_kernel(HcHeadParams p) {
   const int64_t t = blockIdx.x;
   const int64_t width = int64_t(p.n) * p.D;
   const bf16* X = p.X + t * width;
-  float ss = 0.0f, acc[kMaxStreams];
+  double ss = 0.0, acc[kMaxStreams];
 #pragma unroll
-  for (int r = 0; r < kMaxStreams; ++r) acc[r] = 0.0f;
+  for (int r = 0; r < kMaxStreams; ++r) acc[r] = 0.0;
   for (int64_t i = int64_t(threadIdx.x) * 8; i < width; i += int64_t(blockDim.x) * 8) {
     float x[8];
     load_bf16x8(X + i, x);
 #pragma unroll
-    for (int q = 0; q < 8; ++q) ss += x[q] * x[q];
+    for (int q = 0; q < 8; ++q) ss += double(x[q]) * x[q];
 #pragma unroll
     for (int r = 0; r < kMaxStreams; ++r)
       if (r < p.n) {
         const float* f = p.fn + r * width + i;
 #pragma unroll
-        for (int q = 0; q < 8; ++q) acc[r] += f[q] * x[q];
+        for (int q = 0; q < 8; ++q) acc[r] += double(f[q]) * x[q];
       }
   }
-  __shared__ float red[kHeadThreads / 32][kMaxStreams + 1];
+  __shared__ double red[kHeadThreads / 32][kMaxStreams + 1];
   __shared__ float pre[kMaxStreams];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  ss = warp_sum(ss);
+  auto warp_sum_d = [](double v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+  };
+  ss = warp_sum_d(ss);
   if (lane == 0) red[warp][kMaxStreams] = ss;
 #pragma unroll
   for (int r = 0; r < kMaxStreams; ++r) {
-    const float v = warp_sum(acc[r]);
+    const double v = warp_sum_d(acc[r]);
     if (lane == 0) red[warp][r] = v;
   }
   __syncthreads();
   if (threadIdx.x == 0) {
-    float s = 0.0f, m[kMaxStreams];
-    for (int r = 0; r < p.n; ++r) m[r] = 0.0f;
+    double s = 0.0, m[kMaxStreams];
+    for (int r = 0; r < p.n; ++r) m[r] = 0.0;
     for (int w = 0; w < kHeadThreads / 32; ++w) {
       s += red[w][kMaxStreams];
       for (int r = 0; r < p.n; ++r) m[r] += red[w][r];
     }
-    const float rho = 1.0f / sqrtf(s / float(width) + p.norm_eps);
+    const float rho = 1.0f / sqrtf(__fadd_rn(float(s / double(width)), p.norm_eps));
     for (int r = 0; r < p.n; ++r) {
-      const float z = __fadd_rn(__fmul_rn(p.scale[0], m[r] * rho), p.base[r]);
-      pre[r] = 1.0f / (1.0f + cpu_expf(-z)) + p.hc_eps;
+      const float z = __fadd_rn(__fmul_rn(p.scale[0], __fmul_rn(float(m[r]), rho)), p.base[r]);
+      pre[r] = __fadd_rn(1.0f / (1.0f + cpu_expf(-z)), p.hc_eps);
     }
   }
   __syncthreads();
