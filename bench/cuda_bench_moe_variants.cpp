@@ -125,7 +125,7 @@ void bench_moe_variants(const DeviceContext& ctx, int trials, FILE* json) {
     auto time = [&](const std::function<void()>& f) { return graph_time_us(ctx, 2, [&](int) { f(); }, 2, trials); };
     std::printf("T=%lld: %d active experts\n", (long long)T, active);
     for (const Weights& w : ws) {
-      auto decode = [&](bool up) {
+      auto decode = [&](bool up, const Fp4DecodeConfig* cfg = nullptr) {
         Fp4GroupedDecodeParams d;
         d.xq = up ? xq.get() : hq.get();
         d.xs = up ? xs.get() : hs.get();
@@ -148,7 +148,8 @@ void bench_moe_variants(const DeviceContext& ctx, int trials, FILE* json) {
         d.K = up ? D : I;
         d.E = E;
         d.tile_rows = 8;
-        fp4_grouped_decode(ctx, d);
+        if (cfg) fp4_grouped_decode_config(ctx, d, *cfg);
+        else fp4_grouped_decode(ctx, d);
       };
       const double floor13 = double(active) * double(w.b13) / (kHbmTBs * 1e6);
       const double floor2 = double(active) * double(w.b2) / (kHbmTBs * 1e6);
@@ -164,6 +165,14 @@ void bench_moe_variants(const DeviceContext& ctx, int trials, FILE* json) {
                        w.name, path, (long long)T, active, us13, us2, floor13, floor2, both / (floor13 + floor2));
       };
       report("fp4_grouped_decode tile 8", time([&] { decode(true); }), time([&] { decode(false); }));
+      if (w.fmt != Fmt::Mxfp4 && T >= 8)  // configurations (stages / pipelined / blocks per CTA), same bits
+        for (const Fp4DecodeConfig& c : {Fp4DecodeConfig{4, true, 2}, Fp4DecodeConfig{8, true, 2},
+                                         Fp4DecodeConfig{8, true, 4}, Fp4DecodeConfig{4, false, 2},
+                                         Fp4DecodeConfig{4, true, 1}}) {
+          char name[64];
+          std::snprintf(name, sizeof name, "  s%d%s b%d", c.stages, c.pipelined ? " pipe" : "", c.blocks_per_cta);
+          report(name, time([&] { decode(true, &c); }), time([&] { decode(false, &c); }));
+        }
       if (w.fmt == Fmt::Mxfp4 && T < 16) {  // the MXFP4 fast tier's path below 16 tokens
         auto gemv = [&](bool up) {
           Fp4GemvParams f;
