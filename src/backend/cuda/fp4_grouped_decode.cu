@@ -148,7 +148,7 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_decode_kernel(Fp4GroupedD
   float* sS = reinterpret_cast<float*>(smem + b_copies(F) * N * K);  // [N][nC]
   const int tid = int(threadIdx.x), warp = tid / 32, lane = tid % 32;
   const int g = lane / 4, t = lane % 4;
-  uint8_t* ring = smem + align16(int64_t(N) * K + int64_t(N) * nC * 4) + warp * S * kSlot;
+  uint8_t* ring = smem + align16(int64_t(b_copies(F)) * N * K + int64_t(N) * nC * 4) + warp * S * kSlot;
   const uint32_t ring_s = smem_u32(ring);
 
   // This warp's 16 weight rows of block b: features (ob0 + b) * 128 + 16 warp ..; tiled pieces of kWBytes
