@@ -12,12 +12,9 @@
 // (logical k 16+4t..16+4t+3), so the activations are stored with logical chunk t = the even bytes of
 // k 8t..8t+7 and logical chunk 4 + t = the odd bytes (a dot product is invariant under a common
 // permutation of k).
-// Other weight formats (the header): Nvfp4 slots carry 8 e4m3 scale bytes per row (128 bytes), and B is
-// stored twice (copy 0 with k 16-31 of every 32-k block zeroed, copy 1 with k 0-15 zeroed), so the two
-// MMAs of a block read the same A registers and sum one 16-k half each; the weight_scale_2 (x 2^6) is
-// applied once per output block at the end. Fp8 slots hold 2 KiB of FP8 tiled weights (lane: 16 bytes
-// per quarter, k 8t..8t+7 of two blocks, split into even and odd bytes for the same permutation) and the
-// chunk's one tile scale.
+// Other weight formats (the header): Nvfp4 slots carry 8 e4m3 scale bytes per row (128 bytes), Fp8 slots
+// 2 KiB of FP8 tiled weights (lane: 16 bytes per quarter, k 8t..8t+7 of two blocks, split into even and
+// odd bytes for the same permutation) and the chunk's one tile scale.
 #include "backend/cuda/fp4_grouped_decode.h"
 
 #include <cuda_bf16.h>
@@ -47,11 +44,9 @@ __host__ __device__ constexpr int slot_bytes(Fmt f) {
 }
 
 __host__ __device__ constexpr int64_t align16(int64_t v) { return (v + 15) / 16 * 16; }
-// B copies: Nvfp4 keeps one per 16-k half.
-__host__ __device__ constexpr int b_copies(Fmt f) { return f == Fmt::Nvfp4 ? 2 : 1; }
 // Dynamic shared memory of one CTA.
 __host__ __device__ constexpr int64_t smem_bytes(int N, int S, int64_t K, Fmt f) {
-  return align16(b_copies(f) * N * K + N * (K / 128) * 4) + int64_t(kWarps) * S * slot_bytes(f);
+  return align16(N * K + N * (K / 128) * 4) + int64_t(kWarps) * S * slot_bytes(f);
 }
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
@@ -79,11 +74,10 @@ __device__ __forceinline__ void e2m1x8_to_e4m3(uint32_t w, uint32_t& lo, uint32_
 __device__ __forceinline__ float e8m0_x64(uint32_t s4, int j) {
   return __uint_as_float((__byte_perm(s4, 0u, 0x0444u | (uint32_t(j) << 12)) >> 1) + (6u << 23));
 }
-// Four e4m3 bytes (byte j -> f[j]) -> their values (exact, through f16x2 pairs).
-__device__ __forceinline__ void e4m3x4_to_f32(uint32_t w, float* f) {
-  const float2 a = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(w & 0xffffu), __NV_E4M3)));
-  const float2 b = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(w >> 16), __NV_E4M3)));
-  f[0] = a.x, f[1] = a.y, f[2] = b.x, f[3] = b.y;
+// Byte j of eight e4m3 scale bytes (lo: bytes 0-3, hi: 4-7) -> its value (exact, through half).
+__device__ __forceinline__ float e4m3_at(uint32_t lo, uint32_t hi, int j) {
+  const uint32_t b = ((j < 4 ? lo : hi) >> (8 * (j & 3))) & 0xffu;
+  return __half2float(__half(__nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t(b), __NV_E4M3)));
 }
 __device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
@@ -129,6 +123,7 @@ template <int N, int S, bool kPipe, Fmt F>
 __global__ void __launch_bounds__(kThreads, 2) grouped_decode_kernel(Fp4GroupedDecodeParams p, int nb) {
   static_assert(N == 8 || N == 16, "tile rows: the wgmma N");
   static_assert(S >= 2, "ring depth");
+  static_assert(!(kPipe && F == Fmt::Nvfp4), "Nvfp4 holds two MMAs per block: no second buffer");
   constexpr int kAcc = N / 2;  // fp32 accumulators per thread of an m64nN tile
   constexpr int kBufs = kPipe ? 2 : 1;
   constexpr int kMma = F == Fmt::Nvfp4 ? 8 : 4;  // MMAs per chunk: one per 32-k block (Nvfp4: per 16-k half)
@@ -145,10 +140,10 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_decode_kernel(Fp4GroupedD
 
   extern __shared__ __align__(128) uint8_t smem[];
   uint8_t* sB = smem;
-  float* sS = reinterpret_cast<float*>(smem + b_copies(F) * N * K);  // [N][nC]
+  float* sS = reinterpret_cast<float*>(smem + N * K);  // [N][nC]
   const int tid = int(threadIdx.x), warp = tid / 32, lane = tid % 32;
   const int g = lane / 4, t = lane % 4;
-  uint8_t* ring = smem + align16(int64_t(b_copies(F)) * N * K + int64_t(N) * nC * 4) + warp * S * kSlot;
+  uint8_t* ring = smem + align16(int64_t(N) * K + int64_t(N) * nC * 4) + warp * S * kSlot;
   const uint32_t ring_s = smem_u32(ring);
 
   // This warp's 16 weight rows of block b: features (ob0 + b) * 128 + 16 warp ..; tiled pieces of kWBytes
@@ -204,16 +199,10 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_decode_kernel(Fp4GroupedD
 #pragma unroll
     for (int r = 0; r < N; ++r) {
       // 8-byte groups t = 2q (v.x, v.y) and 2q + 1 (v.z, v.w): even bytes -> core matrix 0, odd -> 1.
-      // Nvfp4: piece q is 16-k half q of the block: into copy q, zeros at its place in the other copy.
-      uint8_t* base = sB + (kb * (N / 8) + r / 8) * 256 + (r % 8) * 16 + 8 * q + (F == Fmt::Nvfp4 ? q * N * K : 0);
+      uint8_t* base = sB + (kb * (N / 8) + r / 8) * 256 + (r % 8) * 16 + 8 * q;
       *reinterpret_cast<uint2*>(base) = make_uint2(__byte_perm(v[r].x, v[r].y, 0x6420), __byte_perm(v[r].z, v[r].w, 0x6420));
       *reinterpret_cast<uint2*>(base + 128) =
           make_uint2(__byte_perm(v[r].x, v[r].y, 0x7531), __byte_perm(v[r].z, v[r].w, 0x7531));
-      if constexpr (F == Fmt::Nvfp4) {
-        uint8_t* zero = base + (q == 0 ? N * K : -N * K);
-        *reinterpret_cast<uint2*>(zero) = make_uint2(0u, 0u);
-        *reinterpret_cast<uint2*>(zero + 128) = make_uint2(0u, 0u);
-      }
     }
   }
   for (int i = tid; i < N * nC; i += kThreads) {
@@ -226,7 +215,7 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_decode_kernel(Fp4GroupedD
   __syncthreads();
 
   float acc[kAcc], tmp[kBufs][kMma][kAcc];
-  uint32_t a[kBufs][4][4], sc[kBufs][4];
+  uint32_t a[kBufs][kMma][4], sc[kBufs][4];
 #pragma unroll
   for (int h = 0; h < kBufs; ++h)
 #pragma unroll
@@ -234,6 +223,7 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_decode_kernel(Fp4GroupedD
 #pragma unroll
       for (int j = 0; j < kAcc; ++j) tmp[h][kk][j] = 0.0f;
   int consumed = 0;
+  float gl64 = 0.0f;  // Nvfp4: 2^6 x weight_scale_2 of the current output block
 
   // Loads chunk c's weights from its ring slot (refilling the slot read one chunk earlier), decodes
   // them and issues its 4 MMAs into tmp[h].
@@ -270,19 +260,27 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_decode_kernel(Fp4GroupedD
         e2m1x8_to_e4m3(word_of(wq[0], kk), r[0], r[2]);  // row g
         e2m1x8_to_e4m3(word_of(wq[1], kk), r[1], r[3]);  // row g + 8
       }
+      if constexpr (F == Fmt::Nvfp4) {
+        // Lanes t < 2 hold k 0-15 of the block (16-k half 0), t >= 2 k 16-31: MMA 2kk sums half 0 only.
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        a[h][kk][i] = r[i];
-        fence_u32(a[h][kk][i]);
+        for (int i = 0; i < 4; ++i) {
+          a[h][2 * kk][i] = t < 2 ? r[i] : 0u;
+          a[h][2 * kk + 1][i] = t < 2 ? 0u : r[i];
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) a[h][kk][i] = r[i];
       }
     }
+#pragma unroll
+    for (int m = 0; m < kMma; ++m)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) fence_u32(a[h][m][i]);
     asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-    // MMA m: block kk = m (Nvfp4: m / 2, reading B copy m % 2 = the 16-k half it sums).
 #pragma unroll
     for (int m = 0; m < kMma; ++m) {
       const int kk = F == Fmt::Nvfp4 ? m / 2 : m;
-      const uint8_t* b = sB + (F == Fmt::Nvfp4 ? (m % 2) * N * K : 0) + (c * 4 + kk) * (N / 8) * 256;
-      wgmma_rs<N>(tmp[h][m], a[h][kk], smem_desc(b, 128, 256));
+      wgmma_rs<N>(tmp[h][m], a[h][m], smem_desc(sB + (c * 4 + kk) * (N / 8) * 256, 128, 256));
     }
     asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
   };
@@ -291,13 +289,12 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_decode_kernel(Fp4GroupedD
   auto finish_chunk = [&](int c, auto hc) {
     constexpr int h = decltype(hc)::value;
 #pragma unroll
-    for (int m = 0; m < kMma; ++m)
+    for (int m = 0; m < kMma; ++m) {
 #pragma unroll
       for (int j = 0; j < kAcc; ++j) fence_f32(tmp[h][m][j]);
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) fence_u32(a[h][kk][i]);  // the MMA's A registers live until here
+      for (int i = 0; i < 4; ++i) fence_u32(a[h][m][i]);  // the MMA's A registers live until here
+    }
     float part[kAcc];
 #pragma unroll
     for (int j = 0; j < kAcc; ++j) part[j] = 0.0f;
@@ -310,13 +307,12 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_decode_kernel(Fp4GroupedD
 #pragma unroll
       for (int j = 0; j < kAcc; ++j) part[j] *= sw;
     } else if constexpr (F == Fmt::Nvfp4) {
-      float s0[8], s1[8];  // the e4m3 scales of the chunk's 8 16-k blocks, rows g and g + 8
-      e4m3x4_to_f32(sc[h][0], s0), e4m3x4_to_f32(sc[h][1], s0 + 4);
-      e4m3x4_to_f32(sc[h][2], s1), e4m3x4_to_f32(sc[h][3], s1 + 4);
 #pragma unroll
-      for (int m = 0; m < 8; ++m)  // 16-k block m of the chunk
+      for (int m = 0; m < 8; ++m) {  // 16-k block m of the chunk
+        const float sw0 = e4m3_at(sc[h][0], sc[h][1], m) * gl64, sw1 = e4m3_at(sc[h][2], sc[h][3], m) * gl64;
 #pragma unroll
-        for (int j = 0; j < kAcc; ++j) part[j] = fmaf(tmp[h][m][j], (j & 2) ? s1[m] : s0[m], part[j]);
+        for (int j = 0; j < kAcc; ++j) part[j] = fmaf(tmp[h][m][j], (j & 2) ? sw1 : sw0, part[j]);
+      }
     } else {
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
@@ -337,10 +333,10 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_decode_kernel(Fp4GroupedD
   for (int b = 0; b < nblk; ++b) {
 #pragma unroll
     for (int j = 0; j < kAcc; ++j) acc[j] = 0.0f;
-    float gl64 = 1.0f;  // Nvfp4: 2^6 (the decode's 2^-6 undone) x weight_scale_2 of this output block
-    if constexpr (F == Fmt::Nvfp4)
-      gl64 = 64.0f * __ldg(p.w_global + int64_t(e) * (p.out / p.global_rows) +
-                           int64_t(ob0 + b) * kFp4DecodeTileOut / p.global_rows);
+    if constexpr (F == Fmt::Nvfp4) {
+      const int64_t parts = p.out / p.global_rows;
+      gl64 = 64.0f * __ldg(p.w_global + int64_t(e) * parts + int64_t(ob0 + b) * kFp4DecodeTileOut / p.global_rows);
+    }
     if constexpr (kPipe) {
       // Chunks in pairs (buffers 0, 1); the MMAs of one chunk are promoted after the next is issued.
       int c = 0;
@@ -376,7 +372,7 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_decode_kernel(Fp4GroupedD
       const int col = 8 * (j >> 2) + 2 * t + (j & 1);
       const int r = row0 + col;
       const int o = out0 + warp * 16 + g + ((j & 2) ? 8 : 0);
-      if (r < row_end) p.y[int64_t(r) * p.out + o] = __float2bfloat16_rn(F == Fmt::Nvfp4 ? acc[j] * gl64 : acc[j]);
+      if (r < row_end) p.y[int64_t(r) * p.out + o] = __float2bfloat16_rn(acc[j]);
     }
   }
 }
@@ -391,12 +387,14 @@ void launch(const DeviceContext& ctx, const Fp4GroupedDecodeParams& p, int nb) {
   DSV4_CUDA_CHECK_LAUNCH();
 }
 
-// The configurations of one weight format.
+// The configurations of one weight format (Nvfp4: no pipelined promotion).
 template <Fmt F>
 void launch_format(const DeviceContext& ctx, const Fp4GroupedDecodeParams& p, const Fp4DecodeConfig& cfg) {
   const int nb = cfg.blocks_per_cta;
   if (p.tile_rows == 8) {
-    if (cfg.pipelined) return cfg.stages == 8 ? launch<8, 8, true, F>(ctx, p, nb) : launch<8, 4, true, F>(ctx, p, nb);
+    if constexpr (F != Fmt::Nvfp4)
+      if (cfg.pipelined)
+        return cfg.stages == 8 ? launch<8, 8, true, F>(ctx, p, nb) : launch<8, 4, true, F>(ctx, p, nb);
     return cfg.stages == 8 ? launch<8, 8, false, F>(ctx, p, nb) : launch<8, 4, false, F>(ctx, p, nb);
   }
   return cfg.stages == 8 ? launch<16, 8, false, F>(ctx, p, nb) : launch<16, 4, false, F>(ctx, p, nb);
@@ -432,6 +430,7 @@ void fp4_grouped_decode_config(const DeviceContext& ctx, const Fp4GroupedDecodeP
   if (cfg.blocks_per_cta < 1) fail("fp4_grouped_decode: blocks_per_cta = ", cfg.blocks_per_cta, " (>= 1)");
   if (cfg.stages != 4 && cfg.stages != 8) fail("fp4_grouped_decode: stages = ", cfg.stages, " (4 or 8)");
   if (cfg.pipelined && p.tile_rows != 8) fail("fp4_grouped_decode: the pipelined kernel takes 8-row tiles");
+  if (cfg.pipelined && p.format == Fmt::Nvfp4) fail("fp4_grouped_decode: no pipelined kernel for NVFP4 weights");
   if (size_t(smem_bytes(p.tile_rows, cfg.stages, p.K, p.format)) > ctx.max_smem_per_block())
     fail("fp4_grouped_decode: K = ", p.K, " with ", p.tile_rows, "-row tiles and ", cfg.stages,
          " stages needs more shared memory than a block has");
@@ -450,8 +449,8 @@ Fp4DecodeConfig fp4_grouped_decode_default(const DeviceContext& ctx, const Fp4Gr
   // block, -8 to -12%) and the pipelined promotion; w1|w3 (K 4096) was fastest with 4-slot rings and 2
   // blocks per CTA at 16-128 tokens, w2 (K 2048) with 8 slots and 4 blocks. 16-row tiles: 8 slots where
   // two CTAs per SM fit, else 4 (K 4096).
-  // Nvfp4: unpipelined (its pipelined kernel, 8 accumulator sets per buffer, spills 160 bytes); Fp8
-  // (2 KiB slots): 4-slot rings, the bytes in flight of FP4's 8 (docs/perf-log.md, issue 19).
+  // Nvfp4 (two MMAs per block) takes the unpipelined kernel; Fp8 (2 KiB slots) 4-slot rings, the bytes
+  // in flight of FP4's 8 (not tuned further: docs/perf-log.md, issue 19).
   Fp4DecodeConfig c;
   if (p.tile_rows == 8) {
     c.pipelined = p.format != Fmt::Nvfp4;

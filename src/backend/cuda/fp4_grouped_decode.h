@@ -89,7 +89,7 @@ void fp4_grouped_decode_check(const Fp4GroupedDecodeParams& p);
 // the same bits. fp4_grouped_decode runs fp4_grouped_decode_default's.
 struct Fp4DecodeConfig {
   int stages = 8;          // 4 or 8 ring slots (1 KiB chunks) per warp
-  bool pipelined = false;  // promote chunk c after chunk c + 1's MMAs are issued (8-row tiles only)
+  bool pipelined = false;  // promote chunk c after chunk c + 1's MMAs are issued (8-row tiles, not Nvfp4)
   int blocks_per_cta = 1;  // consecutive 128-feature blocks per CTA, the weight ring running across them
 };
 Fp4DecodeConfig fp4_grouped_decode_default(const DeviceContext& ctx, const Fp4GroupedDecodeParams& p);

@@ -21,8 +21,8 @@
 //   rows). Exact cases: e4m3 scales 2^-1..2^1 and weight_scale_2 2^-2 / 2^1, so a 16-k sum is a multiple
 //   of 1/2 below 2^7 and every scaled partial sum a multiple of 2^-5 below 2^18 (K 2048): exact as above.
 //   Random cases: e4m3 scales 0.125..30 (the codes 0x20..0x5f), weight_scale_2 ~1e-3 (not powers of two):
-//   each MMA sums 16 products (<= 2^-9 A of accumulation error, inside the 2^-8 A above); the final
-//   x 2^6 x weight_scale_2 of the fp32 sum rounds once (2^-24 relative, inside the 2^-16 A slack).
+//   each MMA sums 16 products (<= 2^-9 A of accumulation error, inside the 2^-8 A above); the scale
+//   product e4m3 x 2^6 x weight_scale_2 rounds once in fp32 (2^-24 relative, inside the 2^-16 A slack).
 // * Fp8 -- e4m3 weights with one f32 scale per 128 x 128 tile. Exact cases: weights -4..4, tile scales
 //   2^-1..2^1: 32-k sums are integers below 2^10, scaled partial sums multiples of 2^-2 below 2^16.
 //   Random cases: every finite e4m3 code, tile scales uniform in [1e-4, 1e-3]: 32 products per MMA as
@@ -211,7 +211,9 @@ void run_case(const Case& cs) {
   // Deterministic, and every kernel configuration (ring depth, pipelined promotion, several output
   // blocks per CTA, a partial last group of blocks) writes the same bits as the default.
   std::vector<Fp4DecodeConfig> configs = {{8, false, 1}, {4, false, 1}, {8, false, 2}, {4, false, 3}};
-  if (cs.tile_rows == 8)
+  if (cs.tile_rows == 8 && nv)
+    for (Fp4DecodeConfig c : {Fp4DecodeConfig{8, false, 4}, Fp4DecodeConfig{4, false, 2}}) configs.push_back(c);
+  else if (cs.tile_rows == 8)
     for (Fp4DecodeConfig c : {Fp4DecodeConfig{8, true, 1}, Fp4DecodeConfig{8, true, 2}, Fp4DecodeConfig{4, true, 3},
                               Fp4DecodeConfig{8, false, 4}, Fp4DecodeConfig{4, true, 2}, Fp4DecodeConfig{8, true, 4}})
       configs.push_back(c);
@@ -332,6 +334,7 @@ TEST(CudaFp4GroupedDecode, RejectsBadShapes) {
   p.global_rows = 96;  // not a multiple of 128
   EXPECT_THROW(fp4_grouped_decode(ctx, p), Error);
   p.global_rows = 128;
+  EXPECT_THROW(fp4_grouped_decode_config(ctx, p, {8, true, 1}), Error);  // no pipelined NVFP4 kernel
   p.format = GroupedWeightFormat::Fp8;  // no tile scales
   EXPECT_THROW(fp4_grouped_decode(ctx, p), Error);
 }
