@@ -36,6 +36,8 @@
 //            MMA's 32 k: each 32-k block is two MMAs, the lanes of the other half feeding zeros, each
 //            promoted with its own scale (e4m3 x 2^6 x weight_scale_2 in fp32: exact when both are powers
 //            of two, as in the lossless MXFP4 cast; one rounding otherwise). Products exact as above.
+//            Unpipelined (the pipelined form spills). A faster form awaits a GPU run: commit f58b04d,
+//            docs/perf-log.md 2026-12-02.
 //   Fp8   -- Base experts: e4m3 weights in the FP8 tiled layout (fp4_tiled.h) fed to the MMA as they are,
 //            one f32 scale per 128 x 128 tile (w_tile_scales [E, out/128, K/128]) applied once per chunk.
 // The NVFP4 sums are over 16 k per MMA where MXFP4's are over 32: a lossless MXFP4 -> NVFP4 cast gives
