@@ -90,38 +90,11 @@ void bench_moe_variants(const DeviceContext& ctx, int trials, FILE* json) {
               E, (long long)D, (long long)I, k, kHbmTBs);
   for (int64_t T : {1, 8, 32, 128}) {
     const int64_t n = T * k;
-    std::vector<int32_t> ids(static_cast<size_t>(n));
-    std::vector<int> hit(size_t(E), 0);
-    for (int64_t t = 0; t < T; ++t) {
-      std::vector<int32_t> pick;
-      while (int(pick.size()) < k) {
-        const int32_t e = int32_t(rng() % E);
-        if (std::find(pick.begin(), pick.end(), e) == pick.end()) pick.push_back(e);
-      }
-      for (int j = 0; j < k; ++j) ++hit[size_t(ids[size_t(t * k + j)] = pick[size_t(j)])];
-    }
-    const int active = int(std::count_if(hit.begin(), hit.end(), [](int c) { return c > 0; }));
-    DeviceBuffer<int32_t> dids(ids);
-    int32_t* counts = plan.get();
-    int32_t* offsets = counts + E;
-    int32_t* prow = counts + 2 * E + 1;
-    MoePlanParams pp;
-    pp.ids = dids.get();
-    pp.counts = counts;
-    pp.offsets = offsets;
-    pp.rows = prow;
-    pp.scratch = scratch.get();
-    pp.entries = n;
-    pp.E = E;
-    moe_plan(ctx, pp);
-    Fp4GroupedScheduleParams sp;
-    sp.counts = counts;
-    sp.offsets = offsets;
-    sp.tiles = tiles8.get();
-    sp.E = E;
-    sp.rows_per_tile = 8;
-    fp4_grouped_schedule(ctx, sp);
-    ctx.synchronize();
+    const BenchRouting route = bench_routing(ctx, T, k, E, rng, plan.get(), scratch.get(), {{tiles8.get(), 8}});
+    const int active = route.active;
+    int32_t* counts = route.counts;
+    int32_t* offsets = route.offsets;
+    int32_t* prow = route.rows;
     auto time = [&](const std::function<void()>& f) { return graph_time_us(ctx, 2, [&](int) { f(); }, 2, trials); };
     std::printf("T=%lld: %d active experts\n", (long long)T, active);
     for (const Weights& w : ws) {
@@ -180,7 +153,7 @@ void bench_moe_variants(const DeviceContext& ctx, int trials, FILE* json) {
           f.w_packed = up ? w.w13.get() : w.w2.get();
           f.tiled = true;
           f.w_scales = up ? w.s13.get() : w.s2.get();
-          f.expert_ids = dids.get();
+          f.expert_ids = route.ids.get();
           f.x_codes = up ? sel_xq.get() : hq.get();
           f.x_scales = up ? sel_xs.get() : hs.get();
           f.y = up ? y13.get() : y2.get();
