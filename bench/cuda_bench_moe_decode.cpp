@@ -28,6 +28,50 @@
 
 namespace dsv4::cuda {
 
+BenchRouting bench_routing(const DeviceContext& ctx, int64_t T, int k, int E, std::mt19937& rng, int32_t* plan,
+                           int32_t* scratch, const std::vector<std::pair<int32_t*, int>>& tiles) {
+  const int64_t n = T * k;
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  std::vector<int> hit(size_t(E), 0);
+  BenchRouting r;
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<int32_t> pick;
+    while (int(pick.size()) < k) {
+      const int32_t e = int32_t(rng() % E);
+      if (std::find(pick.begin(), pick.end(), e) == pick.end()) pick.push_back(e);
+    }
+    for (int j = 0; j < k; ++j) {
+      ids[size_t(t * k + j)] = pick[size_t(j)];
+      r.max_rows = std::max(r.max_rows, ++hit[size_t(pick[size_t(j)])]);
+    }
+  }
+  r.active = int(std::count_if(hit.begin(), hit.end(), [](int c) { return c > 0; }));
+  r.ids = DeviceBuffer<int32_t>(ids);
+  r.counts = plan;
+  r.offsets = plan + E;
+  r.rows = plan + 2 * E + 1;
+  MoePlanParams pp;
+  pp.ids = r.ids.get();
+  pp.counts = r.counts;
+  pp.offsets = r.offsets;
+  pp.rows = r.rows;
+  pp.scratch = scratch;
+  pp.entries = n;
+  pp.E = E;
+  moe_plan(ctx, pp);
+  for (auto [buf, rpt] : tiles) {
+    Fp4GroupedScheduleParams sp;
+    sp.counts = r.counts;
+    sp.offsets = r.offsets;
+    sp.tiles = buf;
+    sp.E = E;
+    sp.rows_per_tile = rpt;
+    fp4_grouped_schedule(ctx, sp);
+  }
+  ctx.synchronize();
+  return r;
+}
+
 void bench_moe_decode(const DeviceContext& ctx, int trials, FILE* json, int only_tokens) {
   constexpr double kHbmTBs = 4.26;
   const int E = 256, k = 6;
@@ -55,44 +99,12 @@ void bench_moe_decode(const DeviceContext& ctx, int trials, FILE* json, int only
   for (int64_t T : {16, 32, 64, 128, 256, 512}) {
     if (only_tokens > 0 && T != only_tokens) continue;
     const int64_t n = T * k;
-    std::vector<int32_t> ids(static_cast<size_t>(n));
-    std::vector<int> hit(size_t(E), 0);
-    int max_rows = 0;
-    for (int64_t t = 0; t < T; ++t) {
-      std::vector<int32_t> pick;
-      while (int(pick.size()) < k) {
-        const int32_t e = int32_t(rng() % E);
-        if (std::find(pick.begin(), pick.end(), e) == pick.end()) pick.push_back(e);
-      }
-      for (int j = 0; j < k; ++j) {
-        ids[size_t(t * k + j)] = pick[size_t(j)];
-        max_rows = std::max(max_rows, ++hit[size_t(pick[size_t(j)])]);
-      }
-    }
-    const int active = int(std::count_if(hit.begin(), hit.end(), [](int c) { return c > 0; }));
-    DeviceBuffer<int32_t> dids(ids);
-    int32_t* counts = plan.get();
-    int32_t* offsets = counts + E;
-    int32_t* prow = counts + 2 * E + 1;
-    MoePlanParams pp;
-    pp.ids = dids.get();
-    pp.counts = counts;
-    pp.offsets = offsets;
-    pp.rows = prow;
-    pp.scratch = scratch.get();
-    pp.entries = n;
-    pp.E = E;
-    moe_plan(ctx, pp);
-    for (auto [buf, rpt] : {std::pair{&tiles8, 8}, std::pair{&tiles16, 16}, std::pair{&tiles64, kFp4GroupedTileRows}}) {
-      Fp4GroupedScheduleParams sp;
-      sp.counts = counts;
-      sp.offsets = offsets;
-      sp.tiles = buf->get();
-      sp.E = E;
-      sp.rows_per_tile = rpt;
-      fp4_grouped_schedule(ctx, sp);
-    }
-    ctx.synchronize();
+    const BenchRouting route = bench_routing(ctx, T, k, E, rng, plan.get(), scratch.get(),
+                                             {{tiles8.get(), 8}, {tiles16.get(), 16}, {tiles64.get(), kFp4GroupedTileRows}});
+    const int active = route.active, max_rows = route.max_rows;
+    int32_t* counts = route.counts;
+    int32_t* offsets = route.offsets;
+    int32_t* prow = route.rows;
 
     // fp4_grouped_decode: w1|w3 through the entries, w2 on plan rows.
     auto decode = [&](bool up, int rows_per_tile, const Fp4DecodeConfig* cfg = nullptr) {

@@ -13,7 +13,9 @@
 // the median over timed replays with CUDA events.
 //
 //   bench_cuda_ops [--json FILE] [--quick] [--sweep] [--fp4-only] [--exact-only] [--exact-sweep] [--fast-only]
-//                  [--moe-decode [--moe-tokens T]]
+//                  [--moe-decode [--moe-tokens T]] [--moe-variants]
+// --moe-variants: the routed experts in MXFP4 / NVFP4 / FP8 through fp4_grouped_decode at 1-128 tokens
+// against each format's byte floor (cuda_bench_moe_variants.cpp, issue 19), then exits.
 // --moe-decode: the routed FP4 experts of a Flash decode step at 32-256 tokens, fp4_grouped_decode beside
 // today's fp4_gemv expert tiles and fp4_grouped_mma (cuda_bench_moe_decode.cpp), then exits; --moe-tokens:
 // one batch size only (for profiling).
@@ -56,6 +58,7 @@ constexpr double kHbmTBs = 4.26;           // device-to-device copy, bytes read 
 constexpr size_t kRotateBytes = size_t(320) << 20;  // weights cycled per graph: > 5x the L2
 
 int g_moe_tokens = 0;  // --moe-tokens T: only that batch
+bool g_moe_variants = false;  // --moe-variants: the routed experts by format (issue 19), then exits
 bool g_moe_decode = false, g_fast_only = false, g_quick = false, g_sweep = false, g_fp4_only = false, g_exact_only = false, g_exact_sweep = false;
 FILE* g_json = nullptr;
 
@@ -286,11 +289,12 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--exact-sweep")) g_exact_sweep = true;
     else if (!std::strcmp(argv[i], "--fast-only")) g_fast_only = true;
     else if (!std::strcmp(argv[i], "--moe-decode")) g_moe_decode = true;
+    else if (!std::strcmp(argv[i], "--moe-variants")) g_moe_variants = true;
     else if (!std::strcmp(argv[i], "--moe-tokens") && i + 1 < argc) g_moe_tokens = std::atoi(argv[++i]);
     else {
       std::fprintf(stderr,
                    "usage: %s [--json FILE] [--quick] [--sweep] [--fp4-only] [--exact-only] [--exact-sweep] [--fast-only] "
-                   "[--moe-decode [--moe-tokens T]]\n",
+                   "[--moe-decode [--moe-tokens T]] [--moe-variants]\n",
                    argv[0]);
       return 2;
     }
@@ -305,6 +309,11 @@ int main(int argc, char** argv) {
     std::printf("device: %s, %d SMs; ceilings: FP8 %.0f TFLOP/s, bf16 %.0f TFLOP/s, HBM %.2f TB/s\n",
                 ctx.name().c_str(), ctx.sm_count(), kFp8PeakTflops, kBf16PeakTflops, kHbmTBs);
     bench_bf16(ctx, 8192);  // first: it also brings the clocks up
+    if (g_moe_variants) {
+      bench_moe_variants(ctx, g_quick ? 5 : 15, g_json);
+      if (g_json) std::fclose(g_json);
+      return 0;
+    }
     if (g_moe_decode) {
       bench_moe_decode(ctx, g_quick ? 5 : 15, g_json, g_moe_tokens);
       if (g_json) std::fclose(g_json);

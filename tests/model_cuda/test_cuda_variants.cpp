@@ -9,6 +9,7 @@
 // runs the same routed-expert kernels and stays near the exact tier.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <deque>
@@ -86,26 +87,61 @@ Outputs run(Model& m, const std::vector<int32_t>& ids, int64_t P) {
   return r;
 }
 
-// The GPU exact tier on `dir` equals the CPU official path bit for bit; returns the CPU's run.
-Outputs expect_gpu_equals_cpu(const std::string& dir, const std::string& what) {
+// Issue 6's model-level bound on the fast tier (test_cuda_fast_tier.cpp): rel-L2 of the decode-step
+// logits against the exact tier's, on trained models. Random-weight models (tiny-q, the Pro-shaped
+// synthetic stacks) amplify rounding (tiny-q's MXFP4 original: 0.17 in CudaFastTier) and are held to
+// their golden logits instead where they have them (expect_fast_near_golden).
+constexpr double kFastVsExact = 0.02;
+
+// The GPU exact tier on `dir` equals the CPU official path bit for bit; returns the CPU's run (and the
+// fast tier's in *fast_out). `n` tokens, the decode steps after a prefill of P (defaults: prefill chunks
+// of 24 and 40 tokens, 144 / 240 expert selections at k = 6). `trained`: the fast tier's decode steps
+// within kFastVsExact of the exact tier's (else printed only).
+Outputs expect_gpu_equals_cpu(const std::string& dir, const std::string& what, bool trained,
+                              Outputs* fast_out = nullptr, int64_t n = 40, int64_t P = 24) {
   auto cpu = Model::load(dir, Numerics::Official);
-  const std::vector<int32_t> ids = token_ids(40, cpu->config().vocab_size);
-  const int64_t P = 24;  // prefill chunks of 24 and 40 tokens (144 / 240 expert selections at k = 6)
-  auto gpu = test::load_cuda(dir, KernelTier::Exact, 64, int64_t(ids.size()));
+  const std::vector<int32_t> ids = token_ids(n, cpu->config().vocab_size);
+  const int64_t max_ctx = std::max<int64_t>(64, (n + 63) / 64 * 64);
+  auto gpu = test::load_cuda(dir, KernelTier::Exact, max_ctx, int64_t(ids.size()));
   const Outputs c = run(*cpu, ids, P), g = run(*gpu, ids, P);
   compare(what + " prefill logits gpu vs cpu", g.prefill.data, c.prefill.data, Tol::Exact);
   compare(what + " decode-step logits gpu vs cpu", g.steps.data, c.steps.data, Tol::Exact);
   EXPECT_EQ(g.prefill.data, c.prefill.data) << what;
   EXPECT_EQ(g.steps.data, c.steps.data) << what;
 
-  // The fast tier: the same routed-expert kernels, the other linears in their free order.
-  auto fast = test::load_cuda(dir, KernelTier::Fast, 64, int64_t(ids.size()));
+  // The fast tier: the routed experts on fp4_grouped_decode's tensor-core kernel (FP8 / NVFP4 weight
+  // formats; the MXFP4 originals: fp4_gemv below 16 tokens, fp4_grouped_decode from 16), the other
+  // linears in their free order. The prefill with every position's logits (cuBLASLt above 32 tokens) is
+  // printed: issue 6's bound is on the decode steps.
+  auto fast = test::load_cuda(dir, KernelTier::Fast, max_ctx, int64_t(ids.size()));
   const Outputs f = run(*fast, ids, P);
   size_t finite = 0;
   for (float v : f.steps.data) finite += std::isfinite(v);
   EXPECT_EQ(finite, f.steps.data.size()) << what << " fast tier";
-  std::printf("    %s: fast vs exact tier rel L2 %.4f (decode steps)\n", what.c_str(), test::rel_l2(f.steps, g.steps));
+  const double d_prefill = test::rel_l2(f.prefill, g.prefill), d_steps = test::rel_l2(f.steps, g.steps);
+  std::printf("    %s: fast vs exact tier rel L2 %.4f (prefill), %.4f (decode steps)\n", what.c_str(), d_prefill, d_steps);
+  EXPECT_GT(d_steps, 0.0) << what << ": the fast tier computed the exact tier's bits: its kernels did not run";
+  if (trained) {
+    EXPECT_LT(d_steps, kFastVsExact) << what;
+  }
+  if (fast_out) *fast_out = f;
   return c;
+}
+
+// A lossless variant of a random-weight fixture held to the fixture's golden logits as CudaFastTier
+// holds tiny-q: the fast tier's logits_steps no farther from them than the exact tier's plus the
+// reference's own decode-vs-prefill spread (the variant is the same model, so the golden logits apply).
+void expect_fast_near_golden(const std::string& dir, const std::string& fixture, const std::string& what) {
+  const test::Golden g(fixture);
+  const std::vector<int32_t> ids = g.ids("input_ids");
+  const int64_t P = g.manifest["prefill"].get<int64_t>(), n = int64_t(ids.size());
+  const Tensor fast = test::decode_steps(*test::load_cuda(dir, KernelTier::Fast, n + 8, P), ids, P);
+  const Tensor exact = test::decode_steps(*test::load_cuda(dir, KernelTier::Exact, n + 8, P), ids, P);
+  const Tensor& want = g["logits_steps"];
+  const double rf = test::rel_l2(fast, want), re = test::rel_l2(exact, want),
+               spread = g.manifest["agreement"]["prefill_last_vs_decode_path"].get<double>();
+  std::printf("    %s vs golden: fast %.4f, exact %.4f (bound exact + %.4f)\n", what.c_str(), rf, re, spread);
+  EXPECT_LE(rf, re + spread) << what;
 }
 
 class CudaVariants : public ::testing::Test {
@@ -123,11 +159,26 @@ TEST_F(CudaVariants, Nvfp4CastMatchesCpuAndOriginal) {
     const std::string src = test::fixture_dir(name) + "/model", dst = dir_.file(std::string(name) + "-nvfp4");
     variants::cast_nvfp4(src, dst);
     expect_expert_format(dst, WeightFormat::NVFP4);
-    const Outputs c = expect_gpu_equals_cpu(dst, std::string(name) + " nvfp4");
+    Outputs fast_nv;
+    const bool trained = std::string(name) != "tiny-q";
+    const Outputs c = expect_gpu_equals_cpu(dst, std::string(name) + " nvfp4", trained, &fast_nv);
+    if (!trained) expect_fast_near_golden(dst, name, std::string(name) + " nvfp4");
     auto orig = Model::load(src, Numerics::Official);
     const std::vector<int32_t> ids = token_ids(40, orig->config().vocab_size);
     Sequence seq(*orig);
     EXPECT_EQ(seq.forward(ids, ForwardOptions{.all_logits = true}).data, c.prefill.data) << name << ": nvfp4 vs mxfp4";
+    // Fast tier, NVFP4 cast vs MXFP4 original: the same products, not the same bits -- NVFP4 sums 16 k
+    // per MMA where MXFP4 sums 32 (the tensor core's reduced-precision accumulation groups them
+    // differently), and below 16 tokens the MXFP4 experts run fp4_gemv's fp32 sums. Reported, the
+    // bound being each one's distance to the (shared) exact tier above.
+    auto fast_mx = test::load_cuda(src, KernelTier::Fast, 64, int64_t(ids.size()));
+    const Outputs fm = run(*fast_mx, ids, 24);
+    size_t same = 0;
+    for (size_t i = 0; i < fm.prefill.data.size(); ++i) same += fm.prefill.data[i] == fast_nv.prefill.data[i];
+    std::printf("    %s: fast tier nvfp4 vs mxfp4 rel L2 %.4f (prefill), %.4f (decode steps), %zu of %zu prefill logits "
+                "equal; mxfp4 fast vs exact %.4f (prefill)\n",
+                name, test::rel_l2(fast_nv.prefill, fm.prefill), test::rel_l2(fast_nv.steps, fm.steps), same,
+                fm.prefill.data.size(), test::rel_l2(fm.prefill, c.prefill));
   }
 }
 
@@ -146,7 +197,8 @@ TEST_F(CudaVariants, Nvfp4DistinctGlobalScalesMatchCpu) {
       int exp;
       ASSERT_NE(std::frexp(nvfp4_global_scale(e.w1), &exp), 0.5f) << name << ": weight_scale_2 still a power of two";
     }
-    expect_gpu_equals_cpu(dst, std::string(name) + " nvfp4 distinct weight_scale_2");
+    // Not lossless (the model changed): tiny-q's variant has no golden logits, its fast tier is printed.
+    expect_gpu_equals_cpu(dst, std::string(name) + " nvfp4 distinct weight_scale_2", std::string(name) != "tiny-q");
   }
 }
 
@@ -157,7 +209,9 @@ TEST_F(CudaVariants, Fp8ExpertsMatchCpu) {
     const std::string src = test::fixture_dir(name) + "/model", dst = dir_.file(std::string(name) + "-fp8");
     const variants::Report r = variants::requant_fp8_experts(src, dst);
     expect_expert_format(dst, WeightFormat::FP8);
-    const Outputs c = expect_gpu_equals_cpu(dst, std::string(name) + " fp8 experts");
+    const bool trained = std::string(name) != "tiny-q";
+    const Outputs c = expect_gpu_equals_cpu(dst, std::string(name) + " fp8 experts", trained);
+    if (!trained && r.inexact == 0) expect_fast_near_golden(dst, name, std::string(name) + " fp8 experts");
     if (r.inexact == 0) {
       auto orig = Model::load(src, Numerics::Official);
       Sequence seq(*orig);
@@ -169,7 +223,36 @@ TEST_F(CudaVariants, Fp8ExpertsMatchCpu) {
   const std::string bundled = dir_.file("bundled-fp8");
   EXPECT_GT(variants::requant_fp8_experts(test::bundled_model_dir(), bundled).inexact, 0u);
   expect_expert_format(bundled, WeightFormat::FP8);
-  expect_gpu_equals_cpu(bundled, "bundled fp8 experts");
+  expect_gpu_equals_cpu(bundled, "bundled fp8 experts", true);
+}
+
+// Pro's structure at reduced width (tests/model/test_variants.cpp, VariantsPro: ratio-128 layers 0-1,
+// CSA / HCA alternating, 6 of 24 experts, hash layers, an MTP block), 140 tokens so that the ratio-128
+// compressors emit an entry: the GPU exact tier equals the CPU official path bit for bit on the MXFP4
+// stack, its NVFP4 cast and its FP8 re-encode (Pro on both backends). Random weights: the fast tier's
+// distance to the exact tier is printed beside the MXFP4 stack's own (docs/perf-log.md), not bounded.
+TEST_F(CudaVariants, ProShapedStacksMatchCpu) {
+  const std::string src = dir_.file("pro"), nv = dir_.file("pro-nvfp4"), f8 = dir_.file("pro-fp8");
+  variants::synth(variants::pro_like_config(5), src, 3);
+  variants::cast_nvfp4(src, nv);
+  EXPECT_EQ(variants::requant_fp8_experts(src, f8).inexact, 0u);
+  expect_expert_format(nv, WeightFormat::NVFP4);
+  expect_expert_format(f8, WeightFormat::FP8);
+  const Outputs a = expect_gpu_equals_cpu(src, "pro-shaped mxfp4", false, nullptr, 140, 120);
+  EXPECT_EQ(expect_gpu_equals_cpu(nv, "pro-shaped nvfp4", false, nullptr, 140, 120).prefill.data, a.prefill.data);
+  EXPECT_EQ(expect_gpu_equals_cpu(f8, "pro-shaped fp8 experts", false, nullptr, 140, 120).prefill.data, a.prefill.data);
+}
+
+// A 0731-layout config with three DSpark stages on the GPU: the main model's logits (exact tier, prefill
+// with every position and decode steps) are those of the same weights without the stages.
+TEST_F(CudaVariants, DSparkStagesLeaveMainModelUnchanged) {
+  const std::string src = test::fixture_dir("tiny-shakespeare-fp8") + "/model", dst = dir_.file("dspark");
+  variants::add_dspark(src, dst, 3, 11);
+  const std::vector<int32_t> ids = token_ids(40, load_config(src).vocab_size);
+  auto a = test::load_cuda(src, KernelTier::Exact, 64, 40), b = test::load_cuda(dst, KernelTier::Exact, 64, 40);
+  const Outputs oa = run(*a, ids, 24), ob = run(*b, ids, 24);
+  EXPECT_EQ(ob.prefill.data, oa.prefill.data);
+  EXPECT_EQ(ob.steps.data, oa.steps.data);
 }
 
 // A layer whose routed experts mix formats (expert 0's w1 NVFP4, everything else FP8): the CPU runs it,

@@ -12,9 +12,13 @@
 // (logical k 16+4t..16+4t+3), so the activations are stored with logical chunk t = the even bytes of
 // k 8t..8t+7 and logical chunk 4 + t = the odd bytes (a dot product is invariant under a common
 // permutation of k).
+// Other weight formats (the header): Nvfp4 slots carry 8 e4m3 scale bytes per row (128 bytes), Fp8 slots
+// 2 KiB of FP8 tiled weights (lane: 16 bytes per quarter, k 8t..8t+7 of two blocks, split into even and
+// odd bytes for the same permutation) and the chunk's one tile scale.
 #include "backend/cuda/fp4_grouped_decode.h"
 
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 
 #include <cstdint>
 #include <type_traits>
@@ -30,13 +34,19 @@ namespace {
 constexpr int kThreads = 256;   // two warpgroups
 constexpr int kWarps = kThreads / 32;
 constexpr int kChunk = 128;     // k per ring slot (one activation-scale block)
-constexpr int kSlotBytes = 1024 + 64;
 constexpr size_t kSmemPerSm = size_t(228) << 10;  // H100 / H200: 228 KiB per SM, 1 KiB reserved per block
+using Fmt = GroupedWeightFormat;
+
+// One ring slot: a 128-k chunk of a warp's 16 weight rows, then their scales (16-byte multiple).
+__host__ __device__ constexpr int weight_bytes(Fmt f) { return f == Fmt::Fp8 ? 2048 : 1024; }
+__host__ __device__ constexpr int slot_bytes(Fmt f) {
+  return f == Fmt::Fp8 ? 2048 + 16 : f == Fmt::Nvfp4 ? 1024 + 128 : 1024 + 64;
+}
 
 __host__ __device__ constexpr int64_t align16(int64_t v) { return (v + 15) / 16 * 16; }
 // Dynamic shared memory of one CTA.
-__host__ __device__ constexpr int64_t smem_bytes(int N, int S, int64_t K) {
-  return align16(N * K + N * (K / 128) * 4) + int64_t(kWarps) * S * kSlotBytes;
+__host__ __device__ constexpr int64_t smem_bytes(int N, int S, int64_t K, Fmt f) {
+  return align16(N * K + N * (K / 128) * 4) + int64_t(kWarps) * S * slot_bytes(f);
 }
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
@@ -45,6 +55,9 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src) {
 }
 __device__ __forceinline__ void cp_async4(uint32_t dst, const void* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async8(uint32_t dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(dst), "l"(src) : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N>
@@ -60,6 +73,11 @@ __device__ __forceinline__ void e2m1x8_to_e4m3(uint32_t w, uint32_t& lo, uint32_
 // Byte j of four E8M0 bytes -> 2^(b - 127) * 2^6 (undoes the decode's 2^-6); b <= 248.
 __device__ __forceinline__ float e8m0_x64(uint32_t s4, int j) {
   return __uint_as_float((__byte_perm(s4, 0u, 0x0444u | (uint32_t(j) << 12)) >> 1) + (6u << 23));
+}
+// Byte j of eight e4m3 scale bytes (lo: bytes 0-3, hi: 4-7) -> its value (exact, through half).
+__device__ __forceinline__ float e4m3_at(uint32_t lo, uint32_t hi, int j) {
+  const uint32_t b = ((j < 4 ? lo : hi) >> (8 * (j & 3))) & 0xffu;
+  return __half2float(__half(__nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t(b), __NV_E4M3)));
 }
 __device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
@@ -101,12 +119,15 @@ __device__ __forceinline__ void wgmma_rs<16>(float (&d)[8], const uint32_t (&a)[
 // other (the weight ring runs on across them, so a block after the first starts with its data in flight).
 // kPipe: the 4 MMAs of chunk c are promoted after chunk c + 1's are issued (wgmma.wait_group 1), so the
 // tensor-core latency overlaps the next chunk's loads and decode; else each chunk waits for its own.
-template <int N, int S, bool kPipe>
+template <int N, int S, bool kPipe, Fmt F>
 __global__ void __launch_bounds__(kThreads, 2) grouped_decode_kernel(Fp4GroupedDecodeParams p, int nb) {
   static_assert(N == 8 || N == 16, "tile rows: the wgmma N");
   static_assert(S >= 2, "ring depth");
+  static_assert(!(kPipe && F == Fmt::Nvfp4), "Nvfp4 holds two MMAs per block: no second buffer");
   constexpr int kAcc = N / 2;  // fp32 accumulators per thread of an m64nN tile
   constexpr int kBufs = kPipe ? 2 : 1;
+  constexpr int kMma = F == Fmt::Nvfp4 ? 8 : 4;  // MMAs per chunk: one per 32-k block (Nvfp4: per 16-k half)
+  constexpr int kSlot = slot_bytes(F), kWBytes = weight_bytes(F);
   const int tile = int(blockIdx.y);
   if (tile >= p.tiles[0]) return;
   const int e = p.tiles[1 + 2 * tile];
@@ -122,30 +143,39 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_decode_kernel(Fp4GroupedD
   float* sS = reinterpret_cast<float*>(smem + N * K);  // [N][nC]
   const int tid = int(threadIdx.x), warp = tid / 32, lane = tid % 32;
   const int g = lane / 4, t = lane % 4;
-  uint8_t* ring = smem + align16(int64_t(N) * K + int64_t(N) * nC * 4) + warp * S * kSlotBytes;
+  uint8_t* ring = smem + align16(int64_t(N) * K + int64_t(N) * nC * 4) + warp * S * kSlot;
   const uint32_t ring_s = smem_u32(ring);
 
-  // This warp's 16 weight rows of block b: features (ob0 + b) * 128 + 16 warp ..; tiled 1 KiB pieces
-  // (16-row tile r, chunk c at (r * nC + c) KiB) and E8M0 rows. The issue pointer walks the CTA's chunks
-  // in order: within a block +1 KiB per chunk, to the next block +(7 nC + 1) KiB (8 tiles of 16 rows).
-  const uint8_t* wnext = p.w + int64_t(e) * p.out * K / 2 + (int64_t(ob0) * 8 + warp) * nC * 1024 + lane * 16;
-  const uint8_t* snext = p.w_scales + (int64_t(e) * p.out + int64_t(ob0) * 128 + warp * 16 + (lane & 15)) * (K / 32);
+  // This warp's 16 weight rows of block b: features (ob0 + b) * 128 + 16 warp ..; tiled pieces of kWBytes
+  // (16-row tile r, chunk c at (r * nC + c) pieces) and their scale rows (Fp8: one tile scale per chunk,
+  // consecutive along the chunks and blocks of an expert). The issue pointer walks the CTA's chunks in
+  // order: within a block +1 piece per chunk, to the next block +(7 nC + 1) pieces (8 tiles of 16 rows).
+  constexpr int kSpb = F == Fmt::Nvfp4 ? 8 : 4;  // scale bytes per row and chunk (Mxfp4 / Nvfp4)
+  const int64_t srow = K / 128 * kSpb;            // scale bytes per weight row
+  const uint8_t* wnext = p.w + int64_t(e) * p.out * K / (F == Fmt::Fp8 ? 1 : 2) +
+                         (int64_t(ob0) * 8 + warp) * nC * kWBytes + lane * 16;
+  const uint8_t* snext =
+      F == Fmt::Fp8 ? reinterpret_cast<const uint8_t*>(p.w_tile_scales + (int64_t(e) * (p.out / 128) + ob0) * nC)
+                    : p.w_scales + (int64_t(e) * p.out + int64_t(ob0) * 128 + warp * 16 + (lane & 15)) * srow;
   int issued = 0, issue_c = 0;
   auto issue = [&]() {
     if (issued < total) {
-      const uint32_t slot = ring_s + uint32_t((issued % S) * kSlotBytes);
-      cp_async16(slot + lane * 16, wnext);
-      cp_async16(slot + 512 + lane * 16, wnext + 512);
-      if (lane < 16) cp_async4(slot + 1024 + lane * 4, snext);
-      ++issued;
-      if (++issue_c == nC) {
-        issue_c = 0;
-        wnext += int64_t(7 * nC + 1) * 1024;
-        snext += int64_t(128) * (K / 32) - (K / 32) + 4;
+      const uint32_t slot = ring_s + uint32_t((issued % S) * kSlot);
+#pragma unroll
+      for (int q = 0; q < kWBytes / 512; ++q) cp_async16(slot + q * 512 + lane * 16, wnext + q * 512);
+      if constexpr (F == Fmt::Fp8) {
+        if (lane == 0) cp_async4(slot + kWBytes, snext);
+      } else if constexpr (F == Fmt::Nvfp4) {
+        if (lane < 16) cp_async8(slot + kWBytes + lane * 8, snext);
       } else {
-        wnext += 1024;
-        snext += 4;
+        if (lane < 16) cp_async4(slot + kWBytes + lane * 4, snext);
       }
+      ++issued;
+      const bool next_block = ++issue_c == nC;
+      if (next_block) issue_c = 0;
+      wnext += next_block ? int64_t(7 * nC + 1) * kWBytes : kWBytes;
+      if constexpr (F == Fmt::Fp8) snext += 4;
+      else snext += next_block ? 128 * srow - srow + kSpb : kSpb;
     }
     cp_async_commit();  // an empty group past the end keeps the wait counts uniform
   };
@@ -184,15 +214,16 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_decode_kernel(Fp4GroupedD
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // B is read by the tensor cores
   __syncthreads();
 
-  float acc[kAcc], tmp[kBufs][4][kAcc];
-  uint32_t a[kBufs][4][4], sc[kBufs][2];
+  float acc[kAcc], tmp[kBufs][kMma][kAcc];
+  uint32_t a[kBufs][kMma][4], sc[kBufs][4];
 #pragma unroll
   for (int h = 0; h < kBufs; ++h)
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk)
+    for (int kk = 0; kk < kMma; ++kk)
 #pragma unroll
       for (int j = 0; j < kAcc; ++j) tmp[h][kk][j] = 0.0f;
   int consumed = 0;
+  float gl64 = 0.0f;  // Nvfp4: 2^6 x weight_scale_2 of the current output block
 
   // Loads chunk c's weights from its ring slot (refilling the slot read one chunk earlier), decodes
   // them and issues its 4 MMAs into tmp[h].
@@ -200,23 +231,57 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_decode_kernel(Fp4GroupedD
     constexpr int h = decltype(hc)::value;
     cp_async_wait<S - 2>();  // the chunk's group is complete for this thread
     __syncwarp();            // ... and for the whole warp (the scale words come from other lanes)
-    const uint8_t* slot = ring + (consumed % S) * kSlotBytes;
+    const uint8_t* slot = ring + (consumed % S) * kSlot;
     ++consumed;
-    const uint4 w0 = *reinterpret_cast<const uint4*>(slot + lane * 16);
-    const uint4 w1 = *reinterpret_cast<const uint4*>(slot + 512 + lane * 16);
-    sc[h][0] = *reinterpret_cast<const uint32_t*>(slot + 1024 + g * 4);
-    sc[h][1] = *reinterpret_cast<const uint32_t*>(slot + 1024 + (g + 8) * 4);
+    uint4 wq[kWBytes / 512];
+#pragma unroll
+    for (int q = 0; q < kWBytes / 512; ++q) wq[q] = *reinterpret_cast<const uint4*>(slot + q * 512 + lane * 16);
+    if constexpr (F == Fmt::Fp8) {
+      sc[h][0] = *reinterpret_cast<const uint32_t*>(slot + kWBytes);
+    } else if constexpr (F == Fmt::Nvfp4) {
+      const uint2 s0 = *reinterpret_cast<const uint2*>(slot + kWBytes + g * 8);
+      const uint2 s1 = *reinterpret_cast<const uint2*>(slot + kWBytes + (g + 8) * 8);
+      sc[h][0] = s0.x, sc[h][1] = s0.y, sc[h][2] = s1.x, sc[h][3] = s1.y;
+    } else {
+      sc[h][0] = *reinterpret_cast<const uint32_t*>(slot + kWBytes + g * 4);
+      sc[h][1] = *reinterpret_cast<const uint32_t*>(slot + kWBytes + (g + 8) * 4);
+    }
     issue();  // refills the slot every lane finished reading before the __syncwarp above
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
-      e2m1x8_to_e4m3(word_of(w0, kk), a[h][kk][0], a[h][kk][2]);  // row g
-      e2m1x8_to_e4m3(word_of(w1, kk), a[h][kk][1], a[h][kk][3]);  // row g + 8
+      uint32_t r[4];  // A of block kk: row g (logical k 4t.., 16+4t..) in r[0] / r[2], row g + 8 in r[1] / r[3]
+      if constexpr (F == Fmt::Fp8) {
+        // Quarters: row g blocks 0-1, row g blocks 2-3, row g + 8 blocks 0-1, 2-3; 8 bytes per block.
+        const uint32_t x0 = word_of(wq[kk / 2], 2 * (kk % 2)), x1 = word_of(wq[kk / 2], 2 * (kk % 2) + 1);
+        const uint32_t y0 = word_of(wq[2 + kk / 2], 2 * (kk % 2)), y1 = word_of(wq[2 + kk / 2], 2 * (kk % 2) + 1);
+        r[0] = __byte_perm(x0, x1, 0x6420), r[2] = __byte_perm(x0, x1, 0x7531);
+        r[1] = __byte_perm(y0, y1, 0x6420), r[3] = __byte_perm(y0, y1, 0x7531);
+      } else {
+        e2m1x8_to_e4m3(word_of(wq[0], kk), r[0], r[2]);  // row g
+        e2m1x8_to_e4m3(word_of(wq[1], kk), r[1], r[3]);  // row g + 8
+      }
+      if constexpr (F == Fmt::Nvfp4) {
+        // Lanes t < 2 hold k 0-15 of the block (16-k half 0), t >= 2 k 16-31: MMA 2kk sums half 0 only.
 #pragma unroll
-      for (int i = 0; i < 4; ++i) fence_u32(a[h][kk][i]);
+        for (int i = 0; i < 4; ++i) {
+          a[h][2 * kk][i] = t < 2 ? r[i] : 0u;
+          a[h][2 * kk + 1][i] = t < 2 ? 0u : r[i];
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) a[h][kk][i] = r[i];
+      }
     }
+#pragma unroll
+    for (int m = 0; m < kMma; ++m)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) fence_u32(a[h][m][i]);
     asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) wgmma_rs<N>(tmp[h][kk], a[h][kk], smem_desc(sB + (c * 4 + kk) * (N / 8) * 256, 128, 256));
+    for (int m = 0; m < kMma; ++m) {
+      const int kk = F == Fmt::Nvfp4 ? m / 2 : m;
+      wgmma_rs<N>(tmp[h][m], a[h][m], smem_desc(sB + (c * 4 + kk) * (N / 8) * 256, 128, 256));
+    }
     asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
   };
   // After the wait for chunk c's MMAs: x weight scale per 32-block (row g: j % 4 < 2, row g + 8:
@@ -224,20 +289,37 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_decode_kernel(Fp4GroupedD
   auto finish_chunk = [&](int c, auto hc) {
     constexpr int h = decltype(hc)::value;
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
+    for (int m = 0; m < kMma; ++m) {
 #pragma unroll
-      for (int j = 0; j < kAcc; ++j) fence_f32(tmp[h][kk][j]);
+      for (int j = 0; j < kAcc; ++j) fence_f32(tmp[h][m][j]);
 #pragma unroll
-      for (int i = 0; i < 4; ++i) fence_u32(a[h][kk][i]);  // the MMA's A registers live until here
+      for (int i = 0; i < 4; ++i) fence_u32(a[h][m][i]);  // the MMA's A registers live until here
     }
     float part[kAcc];
 #pragma unroll
     for (int j = 0; j < kAcc; ++j) part[j] = 0.0f;
+    if constexpr (F == Fmt::Fp8) {
+      const float sw = __uint_as_float(sc[h][0]);  // the chunk's 128 x 128 tile scale
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      const float sw0 = e8m0_x64(sc[h][0], kk), sw1 = e8m0_x64(sc[h][1], kk);
+      for (int kk = 0; kk < 4; ++kk)
 #pragma unroll
-      for (int j = 0; j < kAcc; ++j) part[j] = fmaf(tmp[h][kk][j], (j & 2) ? sw1 : sw0, part[j]);
+        for (int j = 0; j < kAcc; ++j) part[j] += tmp[h][kk][j];
+#pragma unroll
+      for (int j = 0; j < kAcc; ++j) part[j] *= sw;
+    } else if constexpr (F == Fmt::Nvfp4) {
+#pragma unroll
+      for (int m = 0; m < 8; ++m) {  // 16-k block m of the chunk
+        const float sw0 = e4m3_at(sc[h][0], sc[h][1], m) * gl64, sw1 = e4m3_at(sc[h][2], sc[h][3], m) * gl64;
+#pragma unroll
+        for (int j = 0; j < kAcc; ++j) part[j] = fmaf(tmp[h][m][j], (j & 2) ? sw1 : sw0, part[j]);
+      }
+    } else {
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        const float sw0 = e8m0_x64(sc[h][0], kk), sw1 = e8m0_x64(sc[h][1], kk);
+#pragma unroll
+        for (int j = 0; j < kAcc; ++j) part[j] = fmaf(tmp[h][kk][j], (j & 2) ? sw1 : sw0, part[j]);
+      }
     }
 #pragma unroll
     for (int j = 0; j < kAcc; ++j) {
@@ -251,6 +333,10 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_decode_kernel(Fp4GroupedD
   for (int b = 0; b < nblk; ++b) {
 #pragma unroll
     for (int j = 0; j < kAcc; ++j) acc[j] = 0.0f;
+    if constexpr (F == Fmt::Nvfp4) {
+      const int64_t parts = p.out / p.global_rows;
+      gl64 = 64.0f * __ldg(p.w_global + int64_t(e) * parts + int64_t(ob0 + b) * kFp4DecodeTileOut / p.global_rows);
+    }
     if constexpr (kPipe) {
       // Chunks in pairs (buffers 0, 1); the MMAs of one chunk are promoted after the next is issued.
       int c = 0;
@@ -291,21 +377,39 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_decode_kernel(Fp4GroupedD
   }
 }
 
-template <int N, int S, bool kPipe>
+template <int N, int S, bool kPipe, Fmt F>
 void launch(const DeviceContext& ctx, const Fp4GroupedDecodeParams& p, int nb) {
-  const auto kernel = grouped_decode_kernel<N, S, kPipe>;
+  const auto kernel = grouped_decode_kernel<N, S, kPipe, F>;
   allow_max_dynamic_smem(ctx, kernel);
   const int64_t tiles = fp4_grouped_max_tiles(p.n, p.E, N);
   const dim3 grid(unsigned(ceil_div(p.out / kFp4DecodeTileOut, nb)), unsigned(tiles));
-  kernel<<<grid, kThreads, size_t(smem_bytes(N, S, p.K)), ctx.stream()>>>(p, nb);
+  kernel<<<grid, kThreads, size_t(smem_bytes(N, S, p.K, F)), ctx.stream()>>>(p, nb);
   DSV4_CUDA_CHECK_LAUNCH();
+}
+
+// The configurations of one weight format (Nvfp4: no pipelined promotion).
+template <Fmt F>
+void launch_format(const DeviceContext& ctx, const Fp4GroupedDecodeParams& p, const Fp4DecodeConfig& cfg) {
+  const int nb = cfg.blocks_per_cta;
+  if (p.tile_rows == 8) {
+    if constexpr (F != Fmt::Nvfp4)
+      if (cfg.pipelined)
+        return cfg.stages == 8 ? launch<8, 8, true, F>(ctx, p, nb) : launch<8, 4, true, F>(ctx, p, nb);
+    return cfg.stages == 8 ? launch<8, 8, false, F>(ctx, p, nb) : launch<8, 4, false, F>(ctx, p, nb);
+  }
+  return cfg.stages == 8 ? launch<16, 8, false, F>(ctx, p, nb) : launch<16, 4, false, F>(ctx, p, nb);
 }
 
 }  // namespace
 
 void fp4_grouped_decode_check(const Fp4GroupedDecodeParams& p) {
-  if (!p.xq || !p.xs || !p.w || !p.w_scales || !p.counts || !p.offsets || !p.tiles || !p.y)
+  const bool fp8 = p.format == Fmt::Fp8, nv = p.format == Fmt::Nvfp4;
+  if (!p.xq || !p.xs || !p.w || (!fp8 && !p.w_scales) || !p.counts || !p.offsets || !p.tiles || !p.y)
     fail("fp4_grouped_decode: null pointer");
+  if (fp8 && !p.w_tile_scales) fail("fp4_grouped_decode: FP8 weights need w_tile_scales");
+  if (nv && (!p.w_global || p.global_rows <= 0 || p.global_rows % kFp4DecodeTileOut || p.out % p.global_rows))
+    fail("fp4_grouped_decode: NVFP4 weights need w_global and global_rows (a multiple of 128 dividing out = ",
+         p.out, "), got ", p.global_rows);
   if (p.tile_rows != 8 && p.tile_rows != 16) fail("fp4_grouped_decode: tile_rows = ", p.tile_rows, " (8 or 16)");
   if (p.out <= 0 || p.out % kFp4DecodeTileOut || p.K <= 0 || p.K % kChunk || p.K > 8192)
     fail("fp4_grouped_decode: out = ", p.out, ", K = ", p.K, " (multiples of 128, K <= 8192)");
@@ -313,8 +417,8 @@ void fp4_grouped_decode_check(const Fp4GroupedDecodeParams& p) {
   if (p.n < 0) fail("fp4_grouped_decode: n = ", p.n);
   if (p.rows && p.picks <= 0) fail("fp4_grouped_decode: picks = ", p.picks);
   if ((reinterpret_cast<uintptr_t>(p.xq) & 15u) || (reinterpret_cast<uintptr_t>(p.w) & 15u) ||
-      (reinterpret_cast<uintptr_t>(p.w_scales) & 3u))
-    fail("fp4_grouped_decode: activations and weights must be 16-byte aligned, scales 4-byte aligned");
+      (reinterpret_cast<uintptr_t>(p.w_scales) & (nv ? 7u : 3u)) || (reinterpret_cast<uintptr_t>(p.w_tile_scales) & 3u))
+    fail("fp4_grouped_decode: activations and weights must be 16-byte aligned, scales 4-byte (NVFP4: 8-byte) aligned");
   narrow_int(p.n + 16, "fp4_grouped_decode n");
   narrow_int(p.out / kFp4DecodeTileOut, "fp4_grouped_decode out blocks");
   if (fp4_grouped_max_tiles(p.n, p.E, p.tile_rows) > 65535)
@@ -326,16 +430,17 @@ void fp4_grouped_decode_config(const DeviceContext& ctx, const Fp4GroupedDecodeP
   if (cfg.blocks_per_cta < 1) fail("fp4_grouped_decode: blocks_per_cta = ", cfg.blocks_per_cta, " (>= 1)");
   if (cfg.stages != 4 && cfg.stages != 8) fail("fp4_grouped_decode: stages = ", cfg.stages, " (4 or 8)");
   if (cfg.pipelined && p.tile_rows != 8) fail("fp4_grouped_decode: the pipelined kernel takes 8-row tiles");
-  if (size_t(smem_bytes(p.tile_rows, cfg.stages, p.K)) > ctx.max_smem_per_block())
+  if (cfg.pipelined && p.format == Fmt::Nvfp4) fail("fp4_grouped_decode: no pipelined kernel for NVFP4 weights");
+  if (size_t(smem_bytes(p.tile_rows, cfg.stages, p.K, p.format)) > ctx.max_smem_per_block())
     fail("fp4_grouped_decode: K = ", p.K, " with ", p.tile_rows, "-row tiles and ", cfg.stages,
          " stages needs more shared memory than a block has");
   if (p.n == 0) return;
-  const int nb = cfg.blocks_per_cta;
-  if (p.tile_rows == 8) {
-    if (cfg.pipelined) return cfg.stages == 8 ? launch<8, 8, true>(ctx, p, nb) : launch<8, 4, true>(ctx, p, nb);
-    return cfg.stages == 8 ? launch<8, 8, false>(ctx, p, nb) : launch<8, 4, false>(ctx, p, nb);
+  switch (p.format) {
+    case Fmt::Mxfp4: return launch_format<Fmt::Mxfp4>(ctx, p, cfg);
+    case Fmt::Nvfp4: return launch_format<Fmt::Nvfp4>(ctx, p, cfg);
+    case Fmt::Fp8: return launch_format<Fmt::Fp8>(ctx, p, cfg);
   }
-  return cfg.stages == 8 ? launch<16, 8, false>(ctx, p, nb) : launch<16, 4, false>(ctx, p, nb);
+  fail("fp4_grouped_decode: unknown weight format");
 }
 
 Fp4DecodeConfig fp4_grouped_decode_default(const DeviceContext& ctx, const Fp4GroupedDecodeParams& p) {
@@ -344,16 +449,18 @@ Fp4DecodeConfig fp4_grouped_decode_default(const DeviceContext& ctx, const Fp4Gr
   // block, -8 to -12%) and the pipelined promotion; w1|w3 (K 4096) was fastest with 4-slot rings and 2
   // blocks per CTA at 16-128 tokens, w2 (K 2048) with 8 slots and 4 blocks. 16-row tiles: 8 slots where
   // two CTAs per SM fit, else 4 (K 4096).
+  // Nvfp4 (two MMAs per block) takes the unpipelined kernel; Fp8 (2 KiB slots) 4-slot rings, the bytes
+  // in flight of FP4's 8 (not tuned further: docs/perf-log.md, issue 19).
   Fp4DecodeConfig c;
   if (p.tile_rows == 8) {
-    c.pipelined = true;
-    c.stages = p.K >= 4096 ? 4 : 8;
+    c.pipelined = p.format != Fmt::Nvfp4;
+    c.stages = p.K >= 4096 || p.format == Fmt::Fp8 ? 4 : 8;
     c.blocks_per_cta = p.K >= 4096 ? 2 : 4;
   } else {
-    c.stages = 2 * (size_t(smem_bytes(16, 8, p.K)) + 1024) <= kSmemPerSm ? 8 : 4;
+    c.stages = 2 * (size_t(smem_bytes(16, 8, p.K, p.format)) + 1024) <= kSmemPerSm ? 8 : 4;
     c.blocks_per_cta = 2;
   }
-  if (size_t(smem_bytes(p.tile_rows, c.stages, p.K)) > ctx.max_smem_per_block()) c.stages = 4;
+  if (size_t(smem_bytes(p.tile_rows, c.stages, p.K, p.format)) > ctx.max_smem_per_block()) c.stages = 4;
   return c;
 }
 

@@ -27,6 +27,22 @@
 // fp4_grouped_mma), the rest fp32 in a free order; bf16 output. Not bit-identical to fp4_gemv.
 // CPU twin: tests/backend/cuda/test_fp4_grouped_decode.cpp (dequantized operands, double sums) -- the same
 // reference as fp4_grouped_mma's.
+//
+// Weight formats (issue 19; `format`, a template parameter of the kernel: one kernel, three scale rules):
+//   Mxfp4 -- the above: e2m1, E8M0 per 32 k.
+//   Nvfp4 -- ModelOpt: the same e2m1 codes in the same tiled layout, an e4m3 weight_scale per 16 k (scale
+//            layout [out, K/16]) times the f32 weight_scale_2 of the row's part (w_global[e * out /
+//            global_rows + o / global_rows]; w1 | w3 stacked carry one each). A 16-k block is half of an
+//            MMA's 32 k: each 32-k block is two MMAs, the lanes of the other half feeding zeros, each
+//            promoted with its own scale (e4m3 x 2^6 x weight_scale_2 in fp32: exact when both are powers
+//            of two, as in the lossless MXFP4 cast; one rounding otherwise). Products exact as above.
+//            Unpipelined (the pipelined form spills). A faster form awaits a GPU run: commit f58b04d,
+//            docs/perf-log.md 2026-12-02.
+//   Fp8   -- Base experts: e4m3 weights in the FP8 tiled layout (fp4_tiled.h) fed to the MMA as they are,
+//            one f32 scale per 128 x 128 tile (w_tile_scales [E, out/128, K/128]) applied once per chunk.
+// The NVFP4 sums are over 16 k per MMA where MXFP4's are over 32: a lossless MXFP4 -> NVFP4 cast gives
+// the same products, grouped differently in the tensor core's reduced-precision accumulation, so the
+// two fast-tier outputs are close, not bit-identical (the exact tier is bit-identical).
 #pragma once
 #include <cuda_bf16.h>
 
@@ -38,6 +54,8 @@ namespace dsv4::cuda {
 
 constexpr int kFp4DecodeTileOut = 128;  // output features per CTA (out % 128 == 0)
 
+enum class GroupedWeightFormat : uint8_t { Mxfp4, Nvfp4, Fp8 };
+
 struct Fp4GroupedDecodeParams {
   // A: FP8 activation rows. Scale of (source row s, 128-k block b) at xs[s * xs_row_stride + b * xs_block_stride]
   // (w1|w3: the layer's block-major xs, row stride 1, block stride P; w2: row-major hs, I/128 and 1).
@@ -48,8 +66,14 @@ struct Fp4GroupedDecodeParams {
   int picks = 1;                    // experts per token (indirect mode)
   // B: per expert e, FP4 weights [out, K] tiled (fp4_tiled.h) at w + e * out * K / 2, E8M0 scales
   // [out, K/32] (<= 248) at w_scales + e * out * K / 32.
+  // Nvfp4: w as Mxfp4, w_scales e4m3 [out, K/16] per expert, w_global / global_rows as above. Fp8: w the
+  // FP8 tiled layout [out, K] at w + e * out * K, w_scales unused, w_tile_scales the 128 x 128 scales.
+  GroupedWeightFormat format = GroupedWeightFormat::Mxfp4;
   const uint8_t* w = nullptr;
   const uint8_t* w_scales = nullptr;
+  const float* w_global = nullptr;       // Nvfp4: [E, out / global_rows]
+  int64_t global_rows = 0;               // Nvfp4: rows per weight_scale_2 (a multiple of 128 dividing out)
+  const float* w_tile_scales = nullptr;  // Fp8: [E, out / 128, K / 128]
   const int32_t* counts = nullptr;   // [E] plan rows per expert
   const int32_t* offsets = nullptr;  // [E + 1]
   const int32_t* tiles = nullptr;    // fp4_grouped_schedule's list for these counts with rows_per_tile = tile_rows
@@ -67,7 +91,7 @@ void fp4_grouped_decode_check(const Fp4GroupedDecodeParams& p);
 // the same bits. fp4_grouped_decode runs fp4_grouped_decode_default's.
 struct Fp4DecodeConfig {
   int stages = 8;          // 4 or 8 ring slots (1 KiB chunks) per warp
-  bool pipelined = false;  // promote chunk c after chunk c + 1's MMAs are issued (8-row tiles only)
+  bool pipelined = false;  // promote chunk c after chunk c + 1's MMAs are issued (8-row tiles, not Nvfp4)
   int blocks_per_cta = 1;  // consecutive 128-feature blocks per CTA, the weight ring running across them
 };
 Fp4DecodeConfig fp4_grouped_decode_default(const DeviceContext& ctx, const Fp4GroupedDecodeParams& p);

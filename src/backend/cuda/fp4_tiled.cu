@@ -33,4 +33,22 @@ void unpack_fp4_tiled(const uint8_t* src, int64_t rows, int64_t K, uint8_t* dst)
       for (int w = 0; w < 4; ++w) std::memcpy(dst + r * (K / 2) + b * 16 + w * 4, src + fp4_tiled_offset(r, b, w, K), 4);
 }
 
+int64_t fp8_tiled_offset(int64_t row, int64_t k, int64_t K) {
+  const int64_t b = k / 32, q = 2 * ((row % 16) / 8) + (b % 4) / 2;
+  return (((row / 16) * (K / 128) + k / 128) * 4 + q) * 512 + ((row % 8) * 4 + (k % 32) / 8) * 16 + (b % 2) * 8 + k % 8;
+}
+
+// Eight bytes at a time: k % 8 == 0 starts a run that stays contiguous in both layouts.
+void pack_fp8_tiled(const uint8_t* src, int64_t rows, int64_t K, uint8_t* dst) {
+  check_shape("pack_fp8_tiled", rows, K);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t k = 0; k < K; k += 8) std::memcpy(dst + fp8_tiled_offset(r, k, K), src + r * K + k, 8);
+}
+
+void unpack_fp8_tiled(const uint8_t* src, int64_t rows, int64_t K, uint8_t* dst) {
+  check_shape("unpack_fp8_tiled", rows, K);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t k = 0; k < K; k += 8) std::memcpy(dst + r * K + k, src + fp8_tiled_offset(r, k, K), 8);
+}
+
 }  // namespace dsv4::cuda

@@ -54,4 +54,8 @@ RoutedKernel routed_kernel(int64_t tokens, bool grouped_prefill, KernelTier tier
   return tier == KernelTier::Fast ? RoutedKernel::DecodeMma : RoutedKernel::Tiles;
 }
 
+RoutedKernel stacked_routed_kernel(KernelTier tier) {
+  return tier == KernelTier::Fast ? RoutedKernel::DecodeMma : RoutedKernel::PerSelection;
+}
+
 }  // namespace dsv4::cuda

@@ -19,8 +19,9 @@
 // Routed FP4 experts: PerSelection (one fp4_gemv selection per (token, pick)) below 16 tokens, Tiles
 // (one selection per (expert, up to 8 plan rows), the same bits) up to 512, Grouped (fp4_grouped_mma on
 // the tensor cores, bf16-level) above when the options allow it, else PerSelection at any size.
-// Routed FP8 / NVFP4 experts (moe_expert_stack.h): exact_linear's expert mode per (token, pick) at
-// every size, in both tiers (not tuned yet).
+// Routed FP8 / NVFP4 experts (moe_expert_stack.h): exact tier exact_linear's expert mode per (token,
+// pick) at every size; fast tier fp4_grouped_decode on the tensor cores at every size (its NVFP4 and
+// FP8 weight formats; 16-row tiles from kDecodeMma16RowsFrom tokens), issue 19.
 #pragma once
 #include <cstdint>
 
@@ -75,5 +76,7 @@ inline constexpr int64_t kDecodeMma16RowsFrom = 257;
 // `tiles_from`: the Tiles / DecodeMma threshold (kMoeExpertTileMinTokens; tests move it to compare paths).
 RoutedKernel routed_kernel(int64_t tokens, bool grouped_prefill, KernelTier tier,
                            int64_t tiles_from = kMoeExpertTileMinTokens);
+// Routed FP8 / NVFP4 experts: PerSelection (exact tier) or DecodeMma (fast tier), at any token count.
+RoutedKernel stacked_routed_kernel(KernelTier tier);
 
 }  // namespace dsv4::cuda

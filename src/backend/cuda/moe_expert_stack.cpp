@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "backend/cuda/fp4_tiled.h"
 #include "core/dtype.h"
 #include "core/error.h"
 
@@ -22,8 +23,9 @@ bool power_of_two(float v) {
 }  // namespace
 
 ExpertStack upload_expert_stack(const std::vector<std::vector<const LinearWeight*>>& parts, int64_t part_rows,
-                                int64_t K) {
+                                int64_t K, bool fast_layout) {
   ExpertStack s;
+  s.fast_layout = fast_layout;
   if (parts.empty() || parts[0].empty()) return s;
   const LinearWeight& first = *parts[0][0];
   if (first.format != WeightFormat::FP8 && first.format != WeightFormat::NVFP4)
@@ -52,7 +54,8 @@ ExpertStack upload_expert_stack(const std::vector<std::vector<const LinearWeight
       const int64_t r0 = e * s.rows + p * part_rows;  // first row of this part in the stack
       if (fp8) {
         if (w.weight.nbytes != size_t(part_rows * K)) fail(w.name, ": unexpected FP8 byte size");
-        std::memcpy(codes.data() + r0 * K, w.weight.data, size_t(part_rows * K));
+        if (fast_layout) pack_fp8_tiled(w.weight.data, part_rows, K, codes.data() + r0 * K);  // 16-row tiles: parts concatenate
+        else std::memcpy(codes.data() + r0 * K, w.weight.data, size_t(part_rows * K));
         const int64_t ob = part_rows / 128;
         if (w.scale.shape != Shape{ob, kb})
           fail(w.name, ": scale shape ", shape_str(w.scale.shape), ", expected ", shape_str(Shape{ob, kb}));
@@ -66,7 +69,8 @@ ExpertStack upload_expert_stack(const std::vector<std::vector<const LinearWeight
             w.scale.dtype != DType::F8_E4M3)
           fail(w.name, ": unexpected NVFP4 sizes (codes [", part_rows, ", ", K / 2, "] U8, weight_scale [", part_rows,
                ", ", K / 16, "] F8_E4M3)");
-        std::memcpy(codes.data() + r0 * K / 2, w.weight.data, size_t(part_rows * K / 2));
+        if (fast_layout) pack_fp4_tiled(w.weight.data, part_rows, K, codes.data() + r0 * K / 2);
+        else std::memcpy(codes.data() + r0 * K / 2, w.weight.data, size_t(part_rows * K / 2));
         std::memcpy(blocks.data() + r0 * K / 16, w.scale.data, size_t(part_rows * K / 16));
         globals.push_back(nvfp4_global_scale(w));
       }
@@ -85,6 +89,7 @@ ExpertStack upload_expert_stack(const std::vector<std::vector<const LinearWeight
 
 ExactLinearParams expert_stack_params(const ExpertStack& s, const int32_t* expert_ids) {
   if (!s.present()) fail("expert_stack_params: no stack uploaded");
+  if (s.fast_layout) fail("expert_stack_params: the stack is in the fast tier's tiled layout (exact_linear reads the checkpoint layout)");
   ExactLinearParams p;
   p.expert_ids = expert_ids;
   p.out = int(s.rows);
@@ -104,6 +109,24 @@ ExactLinearParams expert_stack_params(const ExpertStack& s, const int32_t* exper
     p.w4_global_rows = int(s.global_rows);
     p.w_expert_stride = s.rows * s.K / 2;
     p.ws_expert_stride = s.rows * s.K / 16;
+  }
+  return p;
+}
+
+Fp4GroupedDecodeParams fast_stack_params(const ExpertStack& s) {
+  if (!s.present() || !s.fast_layout) fail("fast_stack_params: no stack in the fast tier's layout uploaded");
+  Fp4GroupedDecodeParams p;
+  p.out = s.rows;
+  p.K = s.K;
+  p.w = s.codes.get();
+  if (s.format == WeightFormat::FP8) {
+    p.format = GroupedWeightFormat::Fp8;
+    p.w_tile_scales = s.tile_scales.get();
+  } else {
+    p.format = GroupedWeightFormat::Nvfp4;
+    p.w_scales = s.block_scales.get();
+    p.w_global = s.global.get();
+    p.global_rows = s.global_rows;
   }
   return p;
 }

@@ -94,8 +94,9 @@ DevMoeWeights upload_moe_weights(const DeviceContext& ctx, const MoeWeights& w, 
       p13.push_back({&x.w1, &x.w3});
       p2.push_back({&x.w2});
     }
-    d.w13_x = upload_expert_stack(p13, I, D);
-    d.w2_x = upload_expert_stack(p2, D, I);
+    const bool fast = stacked_routed_kernel(ctx.kernels()) == RoutedKernel::DecodeMma;  // the tier's layout
+    d.w13_x = upload_expert_stack(p13, I, D, fast);
+    d.w2_x = upload_expert_stack(p2, D, I, fast);
   } else if (d.dense_experts) {
     std::vector<uint16_t> w13, w2;
     w13.reserve(size_t(E * 2 * I * D));
@@ -241,9 +242,11 @@ void moe_experts(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace&
   const KernelTier tier = ctx.kernels();
   const LinearKernel shared_kernel = linear_kernel(LinearSite::SharedExpert, T, tier);
   const LinearKernel dense_kernel = linear_kernel(LinearSite::Dense, T, tier);
-  const bool stacked = w.w13_x.present();  // FP8 / NVFP4 routed experts: exact_linear per selection
+  const bool stacked = w.w13_x.present();  // FP8 / NVFP4 routed experts (moe_expert_stack.h)
   const RoutedKernel routed =
-      stacked ? RoutedKernel::PerSelection : routed_kernel(T, ws.grouped_prefill, tier, ws.expert_tiles_from);
+      stacked ? stacked_routed_kernel(tier) : routed_kernel(T, ws.grouped_prefill, tier, ws.expert_tiles_from);
+  if (stacked && (routed == RoutedKernel::DecodeMma) != w.w13_x.fast_layout)
+    fail("moe: routed experts uploaded for the other kernel tier (the layout follows the tier at load)");
   // The shared expert on cuBLASLt where the table says so.
   MoeWorkspace::SharedPlans* plans = shared_fp8 && shared_kernel == LinearKernel::Lt ? &ws.plans(ctx, T) : nullptr;
   const int64_t P = plans ? plans->up->padded_tokens() : T;
@@ -288,13 +291,26 @@ void moe_experts(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace&
   };
   // The fast tier's decode-batch grouped MMA (fp4_grouped_decode.h): w1|w3 reads the token rows of xq
   // through the plan (no gather), w2 the plan-ordered hq.
+  // `wt`: the weight fields (format, w, scales, out, K): FP4 experts' tiled stacks or fast_stack_params.
   auto decode_mma = [&](const uint8_t* xq, const float* xs, int64_t xs_row, int64_t xs_blk, const int32_t* rows,
-                        int picks, const DeviceBuffer<uint8_t>& wp, const DeviceBuffer<uint8_t>& wsc,
-                        const MoePlanRefs& plan, int tile_rows, int64_t out, int64_t K, bf16* yout) {
-    fp4_grouped_decode(ctx, {.xq = xq, .xs = xs, .xs_row_stride = xs_row, .xs_block_stride = xs_blk, .rows = rows,
-                             .picks = picks, .w = wp.get(), .w_scales = wsc.get(), .counts = plan.counts,
-                             .offsets = plan.offsets, .tiles = ws.tiles.get(), .y = yout, .n = Tk, .out = out,
-                             .K = K, .E = int(w.E), .tile_rows = tile_rows});
+                        int picks, Fp4GroupedDecodeParams wt, const MoePlanRefs& plan, int tile_rows, bf16* yout) {
+    wt.xq = xq;
+    wt.xs = xs;
+    wt.xs_row_stride = xs_row;
+    wt.xs_block_stride = xs_blk;
+    wt.rows = rows;
+    wt.picks = picks;
+    wt.counts = plan.counts;
+    wt.offsets = plan.offsets;
+    wt.tiles = ws.tiles.get();
+    wt.y = yout;
+    wt.n = Tk;
+    wt.E = int(w.E);
+    wt.tile_rows = tile_rows;
+    fp4_grouped_decode(ctx, wt);
+  };
+  auto fp4_weights = [](const DeviceBuffer<uint8_t>& wp, const DeviceBuffer<uint8_t>& wsc, int64_t out, int64_t K) {
+    return Fp4GroupedDecodeParams{.w = wp.get(), .w_scales = wsc.get(), .out = out, .K = K};
   };
   // FP8 / NVFP4 routed experts: selection t reads activation row t / row_div (codes [rows, K], scales of
   // (row r, block b) at r * xs_row + b * xs_blk), in launches of whole tokens up to 65535 selections.
@@ -317,16 +333,18 @@ void moe_experts(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace&
   };
   if (grouped.y2) {
     // done above
-  } else if (stacked) {
+  } else if (stacked && routed == RoutedKernel::PerSelection) {
     stack_linear(w.w13_x, ws.xq.get(), ws.xs.get(), 1, P, k, ws.y13.get());
   } else if (!w.dense_experts && routed == RoutedKernel::DecodeMma) {
     const int tile_rows = T >= kDecodeMma16RowsFrom ? 16 : 8;
     const MoePlanRefs plan = moe_plan_tiles(ctx, ws, ws.ids.get(), ws.weights.get(), Tk, int(w.E), tile_rows);
-    decode_mma(ws.xq.get(), ws.xs.get(), 1, P, plan.rows, int(k), w.w13, w.w13_scales, plan, tile_rows, 2 * I, D,
+    decode_mma(ws.xq.get(), ws.xs.get(), 1, P, plan.rows, int(k),
+               stacked ? fast_stack_params(w.w13_x) : fp4_weights(w.w13, w.w13_scales, 2 * I, D), plan, tile_rows,
                ws.y13.get());
     swiglu_gate_up(ctx, ws.y13.get(), ws.w_rows.get(), ws.h.get(), Tk, I, w.swiglu_limit);
     act_quant_rows(ctx, ws.h.get(), Tk, I, ws.hq.get(), ws.hs.get(), I / 128, 1);
-    decode_mma(ws.hq.get(), ws.hs.get(), I / 128, 1, nullptr, 1, w.w2, w.w2_scales, plan, tile_rows, D, I,
+    decode_mma(ws.hq.get(), ws.hs.get(), I / 128, 1, nullptr, 1,
+               stacked ? fast_stack_params(w.w2_x) : fp4_weights(w.w2, w.w2_scales, D, I), plan, tile_rows,
                ws.y2.get());
     grouped.y2 = ws.y2.get();
     grouped.entry_row = ws.entry_row.get();

@@ -44,9 +44,10 @@ struct DevMoeWeights {
   bool dense_experts = false;
   DeviceBuffer<bf16> w13_16;        // [E, 2I, D] w1 | w3 stacked per expert
   DeviceBuffer<bf16> w2_16;         // [E, D, I]
-  // FP8 (Base) or NVFP4 (ModelOpt) routed experts instead (moe_expert_stack.h): exact_linear's expert
-  // mode per (token, pick) at any token count, in both tiers (the fast tier runs the same exact kernels:
-  // correct, not tuned yet); w13_x stacks w1 | w3 per expert, w2_x may hold another format.
+  // FP8 (Base) or NVFP4 (ModelOpt) routed experts instead (moe_expert_stack.h): exact tier exact_linear's
+  // expert mode per (token, pick), fast tier fp4_grouped_decode's tensor-core kernel (the stacks uploaded
+  // in its layout), at any token count (linear_choice.h: stacked_routed_kernel); w13_x stacks w1 | w3 per
+  // expert, w2_x may hold another format.
   ExpertStack w13_x, w2_x;
   bool has_shared = false, shared_dense = false;
   Fp8Weight shared_w1, shared_w3, shared_w2;  // [I, D], [I, D], [D, I] FP8 (cuBLASLt layout)

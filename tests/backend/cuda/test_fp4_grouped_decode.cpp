@@ -15,8 +15,21 @@
 //   block (DeepSeek-V3 reports ~14 bits on Hopper), i.e. <= 32 * 2^-13 = 2^-8 of the block's sum of
 //   |products|; the fp32 promotions and sums add < 2^-16 A. Globally rel-L2 < 4e-3 and cosine distance
 //   < 1e-5 (bf16 rounding alone is ~2^-8 / sqrt(3) = 2.3e-3 RMS; fp4_grouped_mma's bounds).
+//
+// The other weight formats (issue 19) through the same cases and bounds:
+// * Nvfp4 -- e2m1 codes, e4m3 weight_scale per 16 k, a weight_scale_2 per (expert, part of global_rows
+//   rows). Exact cases: e4m3 scales 2^-1..2^1 and weight_scale_2 2^-2 / 2^1, so a 16-k sum is a multiple
+//   of 1/2 below 2^7 and every scaled partial sum a multiple of 2^-5 below 2^18 (K 2048): exact as above.
+//   Random cases: e4m3 scales 0.125..30 (the codes 0x20..0x5f), weight_scale_2 ~1e-3 (not powers of two):
+//   each MMA sums 16 products (<= 2^-9 A of accumulation error, inside the 2^-8 A above); the scale
+//   product e4m3 x 2^6 x weight_scale_2 rounds once in fp32 (2^-24 relative, inside the 2^-16 A slack).
+// * Fp8 -- e4m3 weights with one f32 scale per 128 x 128 tile. Exact cases: weights -4..4, tile scales
+//   2^-1..2^1: 32-k sums are integers below 2^10, scaled partial sums multiples of 2^-2 below 2^16.
+//   Random cases: every finite e4m3 code, tile scales uniform in [1e-4, 1e-3]: 32 products per MMA as
+//   for MXFP4 (the 2^-8 A bound), one fp32 rounding of the tile scale product per chunk.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -42,7 +55,9 @@ struct Case {
   bool exact = false;
   int tile_rows = 8;
   uint64_t seed = 1;
+  GroupedWeightFormat fmt = GroupedWeightFormat::Mxfp4;
 };
+using Fmt = GroupedWeightFormat;
 
 uint8_t small_e4m3(Rng& rng) {
   const int v = rng.uniform_int(-4, 4);
@@ -82,14 +97,49 @@ void run_case(const Case& cs) {
   if (cs.indirect)
     for (int64_t r = 0; r < n; ++r) rows.push_back(int32_t(rng.uniform_int(0, int(T * cs.picks) - 1)));
 
-  // Weights per expert, checkpoint layout, then tiled.
-  std::vector<uint8_t> packed = rng.bytes(size_t(E * out * K / 2)), tiled(packed.size());
-  if (cs.exact)
-    for (uint8_t& b : packed) b &= 0xBB;  // magnitudes 0, 0.5, 1, 1.5 with sign
-  for (int e = 0; e < E; ++e)
-    pack_fp4_tiled(packed.data() + size_t(e * out * K / 2), out, K, tiled.data() + size_t(e * out * K / 2));
-  const std::vector<uint8_t> wsc = cs.exact ? rng.bytes(size_t(E * out * K / 32), 126, 128)
-                                            : rng.bytes(size_t(E * out * K / 32), 118, 124);
+  // Weights per expert, checkpoint layout, then tiled; scales per format (the header's comment).
+  const bool fp8 = cs.fmt == Fmt::Fp8, nv = cs.fmt == Fmt::Nvfp4;
+  const int64_t wbytes = fp8 ? out * K : out * K / 2, sblock = nv ? 16 : 32;
+  std::vector<uint8_t> packed, tiled(size_t(E * wbytes));
+  if (fp8) {
+    packed.resize(size_t(E * wbytes));
+    for (uint8_t& b : packed) {
+      b = cs.exact ? small_e4m3(rng) : uint8_t(rng.uniform_int(0, 255));
+      if ((b & 0x7f) == 0x7f) b ^= 1;  // no NaN codes
+    }
+  } else {
+    packed = rng.bytes(size_t(E * wbytes));
+    if (cs.exact)
+      for (uint8_t& b : packed) b &= 0xBB;  // magnitudes 0, 0.5, 1, 1.5 with sign
+  }
+  for (int e = 0; e < E; ++e) {
+    if (fp8) pack_fp8_tiled(packed.data() + size_t(e * wbytes), out, K, tiled.data() + size_t(e * wbytes));
+    else pack_fp4_tiled(packed.data() + size_t(e * wbytes), out, K, tiled.data() + size_t(e * wbytes));
+  }
+  std::vector<uint8_t> wsc;  // Mxfp4: E8M0 [E, out, K/32]; Nvfp4: e4m3 [E, out, K/16]
+  if (nv) {
+    const uint8_t pow2[3] = {0x30, 0x38, 0x40};  // 0.5, 1, 2
+    wsc = rng.bytes(size_t(E * out * K / 16), 0x20, 0x5f);
+    if (cs.exact)
+      for (uint8_t& b : wsc) b = pow2[b % 3];
+  } else if (!fp8) {
+    wsc = cs.exact ? rng.bytes(size_t(E * out * K / 32), 126, 128) : rng.bytes(size_t(E * out * K / 32), 118, 124);
+  }
+  // Nvfp4: weight_scale_2 per (expert, part), two parts when out / 2 is a multiple of 128 (w1 | w3).
+  const int64_t global_rows = out % 256 == 0 ? out / 2 : out, parts = out / global_rows;
+  std::vector<float> globals(size_t(E * parts)), tile_scales(size_t(E * (out / 128) * KB));
+  for (size_t i = 0; i < globals.size(); ++i)
+    globals[i] = cs.exact ? (i % 2 ? 2.0f : 0.25f) : rng.uniform(1e-3f, 2e-3f);
+  for (float& t : tile_scales) t = cs.exact ? std::ldexp(1.0f, rng.uniform_int(-1, 1)) : rng.uniform(1e-4f, 1e-3f);
+  auto w_value = [&](int e, int64_t o, int64_t k) -> double {
+    const uint8_t* wp = packed.data() + size_t(e * wbytes);
+    if (fp8)
+      return double(e4m3_to_f32(wp[o * K + k])) * tile_scales[size_t((e * (out / 128) + o / 128) * KB + k / 128)];
+    const double code = e2m1_to_f32(e2m1_code_at(wp, size_t(o * K + k)));
+    const uint8_t sb = wsc[size_t((e * out + o) * (K / sblock) + k / sblock)];
+    if (nv) return code * e4m3_to_f32(sb) * globals[size_t(e * parts + o / global_rows)];
+    return code * e8m0_to_f32(sb);
+  };
 
   // CPU twin: double sums of the exact products, and the sums of their magnitudes (the bound's A).
   std::vector<float> ref(size_t(n * out)), abs_sum(size_t(n * out));
@@ -97,9 +147,7 @@ void run_case(const Case& cs) {
   for (int64_t i = 0; i < T * K; ++i) xd[size_t(i)] = double(e4m3_to_f32(xq[size_t(i)])) * xrow_scale[size_t(i / 128)];
   for (int e = 0; e < E; ++e)
     for (int64_t o = 0; o < out; ++o) {
-      const uint8_t* wp = packed.data() + size_t(e * out * K / 2);
-      const uint8_t* sp = wsc.data() + size_t((e * out + o) * (K / 32));
-      for (int64_t k = 0; k < K; ++k) wd[size_t(k)] = double(e2m1_to_f32(e2m1_code_at(wp, size_t(o * K + k)))) * e8m0_to_f32(sp[k / 32]);
+      for (int64_t k = 0; k < K; ++k) wd[size_t(k)] = w_value(e, o, k);
       for (int64_t r = offsets[size_t(e)]; r < offsets[size_t(e) + 1]; ++r) {
         const int64_t s = cs.indirect ? rows[size_t(r)] / cs.picks : r;
         double acc = 0, mag = 0;
@@ -113,8 +161,8 @@ void run_case(const Case& cs) {
       }
     }
 
-  DeviceBuffer<uint8_t> dxq(xq), dw(tiled), dws(wsc);
-  DeviceBuffer<float> dxs(xs);
+  DeviceBuffer<uint8_t> dxq(xq), dw(tiled), dws(wsc.empty() ? std::vector<uint8_t>(16) : wsc);
+  DeviceBuffer<float> dxs(xs), dglobal(globals), dtile(tile_scales);
   DeviceBuffer<int32_t> dcounts(cs.counts), doffsets(offsets);
   DeviceBuffer<int32_t> drows(rows.empty() ? std::vector<int32_t>{0} : rows);
   DeviceBuffer<int32_t> dtiles(size_t(fp4_grouped_tile_ints(n, E, cs.tile_rows)));
@@ -134,8 +182,14 @@ void run_case(const Case& cs) {
   p.xs_block_stride = cs.indirect ? T : 1;
   p.rows = cs.indirect ? drows.get() : nullptr;
   p.picks = cs.picks;
+  p.format = cs.fmt;
   p.w = dw.get();
-  p.w_scales = dws.get();
+  p.w_scales = fp8 ? nullptr : dws.get();
+  if (nv) {
+    p.w_global = dglobal.get();
+    p.global_rows = global_rows;
+  }
+  if (fp8) p.w_tile_scales = dtile.get();
   p.counts = dcounts.get();
   p.offsets = doffsets.get();
   p.tiles = dtiles.get();
@@ -148,16 +202,18 @@ void run_case(const Case& cs) {
   fp4_grouped_decode(ctx, p);
   ctx.synchronize();
   char what[200];
-  std::snprintf(what, sizeof what, "fp4_grouped_decode %s n=%lld out=%lld K=%lld E=%d tile=%d%s",
-                cs.indirect ? "indirect" : "plain", (long long)n, (long long)out, (long long)K, E, cs.tile_rows,
-                cs.exact ? " exact" : "");
+  std::snprintf(what, sizeof what, "fp4_grouped_decode %s %s n=%lld out=%lld K=%lld E=%d tile=%d%s",
+                fp8 ? "fp8" : nv ? "nvfp4" : "mxfp4", cs.indirect ? "indirect" : "plain", (long long)n,
+                (long long)out, (long long)K, E, cs.tile_rows, cs.exact ? " exact" : "");
   const std::vector<uint16_t> bits = y.download(what);
   const std::vector<float> got = from_bf16(bits);
 
   // Deterministic, and every kernel configuration (ring depth, pipelined promotion, several output
   // blocks per CTA, a partial last group of blocks) writes the same bits as the default.
   std::vector<Fp4DecodeConfig> configs = {{8, false, 1}, {4, false, 1}, {8, false, 2}, {4, false, 3}};
-  if (cs.tile_rows == 8)
+  if (cs.tile_rows == 8 && nv)
+    for (Fp4DecodeConfig c : {Fp4DecodeConfig{8, false, 4}, Fp4DecodeConfig{4, false, 2}}) configs.push_back(c);
+  else if (cs.tile_rows == 8)
     for (Fp4DecodeConfig c : {Fp4DecodeConfig{8, true, 1}, Fp4DecodeConfig{8, true, 2}, Fp4DecodeConfig{4, true, 3},
                               Fp4DecodeConfig{8, false, 4}, Fp4DecodeConfig{4, true, 2}, Fp4DecodeConfig{8, true, 4}})
       configs.push_back(c);
@@ -210,6 +266,37 @@ TEST(CudaFp4GroupedDecode, FlashW2Plain16) { run_case({{2, 11, 0, 16, 7}, 4096, 
 TEST(CudaFp4GroupedDecode, RandomIndirect16) { run_case({{0, 1, 20, 5}, 384, 1024, true, 2, false, 16, 27}); }
 TEST(CudaFp4GroupedDecode, RandomPlain8) { run_case({{9, 1, 0, 4}, 256, 512, false, 1, false, 8, 28}); }
 
+// NVFP4 (ModelOpt) and FP8 (Base) weights through the same kernel (issue 19): Case{counts, out, K,
+// indirect, picks, exact, tile_rows, seed, format}.
+TEST(CudaFp4GroupedDecode, Nvfp4ExactIndirect8) { run_case({{3, 0, 9, 1, 8, 17}, 256, 512, true, 2, true, 8, 31, Fmt::Nvfp4}); }
+TEST(CudaFp4GroupedDecode, Nvfp4ExactPlainLongK16) { run_case({{5, 0, 12}, 384, 2048, false, 1, true, 16, 32, Fmt::Nvfp4}); }
+TEST(CudaFp4GroupedDecode, Nvfp4FlashW13Indirect8) { run_case({{3, 1, 8, 5}, 4096, 4096, true, 6, false, 8, 33, Fmt::Nvfp4}); }
+TEST(CudaFp4GroupedDecode, Nvfp4FlashW2Plain16) { run_case({{2, 11, 0, 16, 7}, 4096, 2048, false, 1, false, 16, 34, Fmt::Nvfp4}); }
+TEST(CudaFp4GroupedDecode, Fp8ExactIndirect8) { run_case({{3, 0, 9, 1, 8, 17}, 256, 512, true, 2, true, 8, 41, Fmt::Fp8}); }
+TEST(CudaFp4GroupedDecode, Fp8ExactPlainLongK16) { run_case({{5, 0, 12}, 384, 2048, false, 1, true, 16, 42, Fmt::Fp8}); }
+TEST(CudaFp4GroupedDecode, Fp8FlashW13Indirect8) { run_case({{3, 1, 8, 5}, 4096, 4096, true, 6, false, 8, 43, Fmt::Fp8}); }
+TEST(CudaFp4GroupedDecode, Fp8FlashW2Plain16) { run_case({{2, 11, 0, 16, 7}, 4096, 2048, false, 1, false, 16, 44, Fmt::Fp8}); }
+
+// The FP8 tiled layout (fp4_tiled.h): a bijection onto [0, rows * K), the round trip restores the
+// input, and lane L of quarter q holds k 8t..8t+7 of its row's blocks as the header's formula says.
+TEST(CudaFp8Tiled, RoundTripAndOffsets) {
+  const int64_t rows = 32, K = 256;
+  std::vector<int> seen(size_t(rows * K), 0);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t k = 0; k < K; ++k) ++seen[size_t(fp8_tiled_offset(r, k, K))];
+  EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), rows * K);
+  // Row 9 (tile 0, rows 8-15: quarters 2, 3), k = 128 + 3 * 32 + 2 * 8 + 5 (chunk 1, block 3, t = 2):
+  // quarter 3 of piece 1, lane (9 % 8) * 4 + 2 = 6, second block of the pair, byte 5.
+  EXPECT_EQ(fp8_tiled_offset(9, 128 + 96 + 16 + 5, K), (1 * 4 + 3) * 512 + 6 * 16 + 8 + 5);
+  Rng rng(5);
+  const std::vector<uint8_t> src = rng.bytes(size_t(rows * K));
+  std::vector<uint8_t> t(src.size()), back(src.size());
+  pack_fp8_tiled(src.data(), rows, K, t.data());
+  unpack_fp8_tiled(t.data(), rows, K, back.data());
+  EXPECT_EQ(back, src);
+  EXPECT_THROW(pack_fp8_tiled(src.data(), 24, K, t.data()), Error);
+}
+
 TEST(CudaFp4GroupedDecode, RejectsBadShapes) {
   DSV4_REQUIRE_HOPPER();
   DeviceContext ctx;
@@ -239,6 +326,16 @@ TEST(CudaFp4GroupedDecode, RejectsBadShapes) {
   EXPECT_THROW(fp4_grouped_decode(ctx, p), Error);
   p.out = 128;
   p.K = 200;
+  EXPECT_THROW(fp4_grouped_decode(ctx, p), Error);
+  p.K = 256;
+  p.format = GroupedWeightFormat::Nvfp4;  // no weight_scale_2
+  EXPECT_THROW(fp4_grouped_decode(ctx, p), Error);
+  p.w_global = f.get();
+  p.global_rows = 96;  // not a multiple of 128
+  EXPECT_THROW(fp4_grouped_decode(ctx, p), Error);
+  p.global_rows = 128;
+  EXPECT_THROW(fp4_grouped_decode_config(ctx, p, {8, true, 1}), Error);  // no pipelined NVFP4 kernel
+  p.format = GroupedWeightFormat::Fp8;  // no tile scales
   EXPECT_THROW(fp4_grouped_decode(ctx, p), Error);
 }
 
