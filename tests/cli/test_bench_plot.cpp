@@ -131,6 +131,16 @@ Image plot_of(const TempDir& d, const std::string& json_path) {
   return read_png(png);
 }
 
+// A committed bench JSON of docs/bench and its plot.
+struct Plotted {
+  json j;
+  Image im;
+};
+Plotted plot_committed(const TempDir& d, const std::string& name) {
+  const std::string path = bench_json(name);
+  return {load(path), plot_of(d, path)};
+}
+
 // The vertical bars of colour c standing on the baseline most of its columns share (legend swatches
 // stand elsewhere): left to right, their heights in pixels.
 std::vector<int> bar_heights(const Image& im, PlotRgb c) {
@@ -216,9 +226,7 @@ void expect_fractions(const std::vector<OnTrack>& bars, const std::vector<double
 
 TEST(BenchPlot, OneTierDecodeAndHeadBarsFollowTheJson) {
   TempDir d;
-  const std::string path = bench_json("2026-12-01-flash20-fast-r2.json");
-  const json j = load(path);
-  const Image im = plot_of(d, path);
+  const auto [j, im] = plot_committed(d, "2026-12-01-flash20-fast-r2.json");
   ASSERT_GT(im.w, 0);
   const auto& p = kBenchPlotPalette;
   expect_proportional({{bar_heights(im, p.decode[0]), column(j["decode"], "layer_us")},
@@ -231,9 +239,7 @@ TEST(BenchPlot, OneTierDecodeAndHeadBarsFollowTheJson) {
 
 TEST(BenchPlot, BothTiersShareTheScaleAndPrefillIsAFractionOfThePeak) {
   TempDir d;
-  const std::string path = bench_json("2026-12-02-final-20layers-both.json");
-  const json j = load(path);
-  const Image im = plot_of(d, path);
+  const auto [j, im] = plot_committed(d, "2026-12-02-final-20layers-both.json");
   ASSERT_GT(im.w, 0);
   const auto& p = kBenchPlotPalette;
   const json &f = j["fast"], &e = j["exact"];
