@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cli/bench_cost.h"
+#include "cli/bench_plot.h"
 #include "cli/commands.h"
 #include "cli/device.h"
 #include "cli/gen_options.h"
@@ -37,6 +38,7 @@ struct BenchArgs {
   int64_t layers = 0, context = 0, chunk = 2048, iters = 30, warmup = 3;
   std::vector<int64_t> batches{1, 8, 32}, prefills{1024, 8192};
   uint64_t seed = 1234;
+  BenchPlotArgs plot;  // --plot, --from-json (cli/bench_plot.h)
 };
 
 void write_json(const std::string& path, const nlohmann::ordered_json& j) {
@@ -67,6 +69,7 @@ void run_bench(const BenchArgs& a) {
   if (a.kernels != "both") {
     const auto j = run_tier(a, parse_kernel_tier(a.kernels));
     if (!a.json.empty()) write_json(a.json, j);
+    plot_bench_results(a.plot, j);
     return;
   }
   nlohmann::ordered_json j;
@@ -81,6 +84,7 @@ void run_bench(const BenchArgs& a) {
     j["speedup"].push_back({{"batch", f[i]["batch"]}, {"step", step}, {"layer", layer}});
   }
   if (!a.json.empty()) write_json(a.json, j);
+  plot_bench_results(a.plot, j);
 }
 
 nlohmann::ordered_json run_tier(const BenchArgs& a, KernelTier tier) {
@@ -229,7 +233,9 @@ void register_bench(CLI::App& app) {
       ->check(CLI::IsMember({"fast", "exact", "both"}))
       ->capture_default_str();
   c->add_option("--json", a->json, "Also write the results as JSON to FILE");
+  add_bench_plot_options(*c, a->plot);
   c->callback([a] {
+    if (replot_bench_json(a->plot)) return;  // --from-json: no run, no GPU
     require_cuda("bench");
     if (a->preset.empty() && a->model.empty()) a->model = default_model_dir();
     run_bench(*a);
