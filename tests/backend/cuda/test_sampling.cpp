@@ -241,7 +241,7 @@ TEST(CudaSampling, MaskCostPrinted) {
   DeviceBuffer<uint32_t> dmask(mask);
   std::vector<int32_t> one(size_t(rows), 0);
   one[7] = 1;
-  DeviceBuffer<int32_t> dall(std::vector<int32_t>(size_t(rows), 1)), done(one), dout(size_t(rows));
+  DeviceBuffer<int32_t> dall(std::vector<int32_t>(size_t(rows), 1)), done(one), dout(static_cast<size_t>(rows));
   DeviceBuffer<uint64_t> ds(std::vector<uint64_t>(size_t(rows), 9)), dst(std::vector<uint64_t>(size_t(rows), 1));
   SampleParams p;
   p.logits = dz.get();
