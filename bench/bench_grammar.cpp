@@ -13,6 +13,7 @@
 #include <set>
 #include <sstream>
 
+#include "grammar/dsml_grammar.h"
 #include "grammar/json_schema.h"
 #include "grammar/matcher.h"
 #include "tokenizer/tokenizer.h"
@@ -110,11 +111,26 @@ void run_steps(benchmark::State& state, const std::shared_ptr<const CompiledGram
   state.counters["cached_entries"] = double(cg->cached_entries());
 }
 
+// Tools: a forced call of two tools (the DSML block under their schemas), and tool_choice "auto" with
+// a strict tool (free content, then the block).
+std::vector<ToolSchema> tools() {
+  const auto weather = nlohmann::ordered_json::parse(R"({"type":"object","properties":{
+    "city":{"type":"string"},"days":{"type":"integer"},"unit":{"enum":["c","f"]}},"required":["city","days"]})");
+  return {{"weather", weather, true}, {"add", schema()["properties"]["address"], true}};
+}
+
 void BM_MaskStep_JsonSchema(benchmark::State& state) {
   run_steps(state, std::make_shared<const CompiledGrammar>(json_schema_grammar(schema()), vocab()));
 }
 void BM_MaskStep_JsonObject(benchmark::State& state) {
   run_steps(state, std::make_shared<const CompiledGrammar>(json_object_grammar(), vocab()));
+}
+
+void BM_MaskStep_ForcedToolCall(benchmark::State& state) {
+  run_steps(state, std::make_shared<const CompiledGrammar>(dsml_tool_calls_grammar(tools(), true), vocab()));
+}
+void BM_MaskStep_AutoStrictTools(benchmark::State& state) {
+  run_steps(state, std::make_shared<const CompiledGrammar>(dsml_auto_tools_grammar(tools(), true), vocab()));
 }
 
 // First use of a grammar: compile, then the mask inside the first string value (the costliest cache
@@ -142,5 +158,7 @@ void BM_ColdFirstStringMask(benchmark::State& state) {
 
 BENCHMARK(BM_MaskStep_JsonSchema)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_MaskStep_JsonObject)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_MaskStep_ForcedToolCall)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_MaskStep_AutoStrictTools)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_ColdFirstStringMask)->Unit(benchmark::kMillisecond)->Iterations(3);
 BENCHMARK_MAIN();

@@ -105,12 +105,18 @@ struct MhcStep {
 enum class CompressorKind : uint8_t { Main, Indexer };
 
 // One row's parameters of the backend's sampler (Philox(seed, step) draw; temperature <= 0: greedy).
-// Penalties and grammars are the host Sampler's (runtime/sampler.h).
+// Penalties are the host Sampler's (runtime/sampler.h). A grammar's allowed-token bitmask (constrained
+// decoding, docs/structured-output.md) is applied here: only the ids it allows are candidates (as if
+// every other logit were absent), so greedy is the first maximum among them and top-k / top-p / min-p
+// cut the allowed ids' distribution. A row without a mask reads none and pays nothing for it.
 struct SampleRow {
   float temperature = 0;
   int32_t top_k = 0;  // 0 = off
   float top_p = 1, min_p = 0;
   uint64_t seed = 0, step = 0;
+  // Bit id%32 of word id/32: id allowed ((vocab + 31) / 32 words); null: every id. The caller keeps it
+  // alive until the call's sampled() ids are read. A mask allowing no id draws -1.
+  const uint32_t* mask = nullptr;
 };
 
 // The shape of a call's work: what execute() may capture once and replay.

@@ -279,6 +279,7 @@ uint64_t workspace_bytes(const ModelConfig& cfg, int gpus, int64_t seqs, int64_t
   // Residual streams, sub-layer in/out, head (CudaModel): logits in pieces of at most ~256 MiB.
   const uint64_t logit_rows = std::min(T, std::max(uint64_t(seqs), (uint64_t(256) << 20) / std::max<uint64_t>(V * 4, 1)));
   s += (P * n * D + 2 * P * D + logit_rows * D) * kBf16 + logit_rows * V * kF32 + (2 * T * n + T * n * n) * kF32;
+  s += logit_rows * ((V + 31) / 32) * 4;  // the sampler's grammar masks (one bit per id and row)
   s += uint64_t(64) << 20;  // the context's cuBLASLt workspace
   // MTP input (MtpWorkspace): streams S [T n, D], e [T, D], ep [P, D], hp [T n + 16, D] bf16, the sum's
   // post / comb constants fp32, and the pinned staging of S (host memory, not counted).

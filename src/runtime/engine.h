@@ -12,9 +12,9 @@
 // prompt's last chunk).
 //
 // Sampling: the runner draws each row where Runner::on_backend says: the backend's sampler for a
-// request that asks for temperature, top-k, top-p and min-p only (Philox(seed, step), step = tokens
-// the request generated before; only the ids come back), else the request's Sampler on the logits
-// (penalties, logprobs, a grammar: structured output; mt19937 seeded once).
+// request without penalties and logprobs (Philox(seed, step), step = tokens the request generated
+// before; a grammar's mask goes with the row; only the ids come back), else the request's Sampler on
+// the logits (penalties, logprobs; mt19937 seeded once).
 //
 // Prefix cache (EngineOptions::prefix_cache_bytes > 0; runtime/prefix_reuse.h, docs/server.md "Prefix
 // cache"): once a request has its slot, its prompt is looked up and a cached prefix is restored into the

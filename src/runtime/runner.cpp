@@ -146,12 +146,32 @@ Tensor Runner::prefill(int slot, int64_t pos, const std::vector<int32_t>& tokens
 
 namespace {
 
-// The backend sampler's row for `d` (host rows: greedy, cheap; their logits are read back).
-SampleRow backend_row(const Draw& d, bool host) {
+// The backend sampler's row for `d` (host rows: greedy, cheap; their logits are read back), with
+// the grammar's mask of this step when one constrains it. A mask that cannot be made (the grammar
+// allows nothing) leaves d.error set: the row is drawn unconstrained and its id dropped (take_backend).
+SampleRow backend_row(Draw& d, bool host, int64_t vocab) {
   if (host) return SampleRow{};
   const SamplingParams& p = d.sampler->params();
-  return SampleRow{.temperature = p.temperature, .top_k = p.top_k, .top_p = p.top_p, .min_p = p.min_p,
-                   .seed = p.seed, .step = d.step};
+  SampleRow r{.temperature = p.temperature, .top_k = p.top_k, .top_p = p.top_p, .min_p = p.min_p,
+              .seed = p.seed, .step = d.step};
+  try {
+    if (const grammar::TokenMask* m = d.sampler->step_mask(vocab)) r.mask = m->data();
+  } catch (const std::exception& e) {
+    d.error = e.what();
+  }
+  return r;
+}
+
+// The backend's id for `d`: advances its grammar (a refused id, or an earlier error: d.id = -1).
+void take_backend(Draw& d, int32_t id) {
+  d.id = -1;
+  if (!d.error.empty()) return;
+  try {
+    d.sampler->accept(id);
+    d.id = id;
+  } catch (const std::exception& e) {
+    d.error = e.what();
+  }
 }
 
 }  // namespace
@@ -173,13 +193,13 @@ bool Runner::prefill(int slot, int64_t pos, const std::vector<int32_t>& tokens, 
   if (!lead(slot, pos, tokens, between, t0)) return false;
   const int64_t T = int64_t(tokens.size());
   const Batch b = run(slot, pos, tokens, t0, T);
+  d.error.clear();
   const bool dev = on_backend(d);
-  if (dev) model_.backend().set_sampling({backend_row(d, false)});
+  if (dev) model_.backend().set_sampling({backend_row(d, false, config().vocab_size)});
   step(b, StepPlan{.head_first = b.size() - 1, .head_rows = 1, .sample = dev});
   pos_[size_t(slot)] = pos + T;
-  d.error.clear();
   if (dev)
-    d.id = model_.backend().sampled(1).at(0);
+    take_backend(d, model_.backend().sampled(1).at(0));
   else
     draw_host(d, model_.backend().logits(1).ptr());
   return true;
@@ -224,7 +244,10 @@ void Runner::decode_call(const std::vector<DecodeItem>& items, std::vector<Draw>
     b.ids.push_back(it.token);
     b.positions.push_back(int32_t(it.pos));
     b.slots.push_back(it.slot);
-    if (!draws.empty()) rows.push_back(backend_row(draws[i], rows.size() < host));
+    if (!draws.empty()) {
+      draws[i].error.clear();
+      rows.push_back(backend_row(draws[i], rows.size() < host, config().vocab_size));
+    }
   }
   const int64_t B = b.size();
   const bool sample = host < order.size();
@@ -234,17 +257,11 @@ void Runner::decode_call(const std::vector<DecodeItem>& items, std::vector<Draw>
   if (draws.empty()) return;
   if (host > 0) {
     const Tensor l = model_.backend().logits(int64_t(host));
-    for (size_t r = 0; r < host; ++r) {
-      draws[order[r]].error.clear();
-      draw_host(draws[order[r]], l.row(int64_t(r)));
-    }
+    for (size_t r = 0; r < host; ++r) draw_host(draws[order[r]], l.row(int64_t(r)));
   }
   if (sample) {
     const std::vector<int32_t> ids = model_.backend().sampled(B);
-    for (size_t r = host; r < order.size(); ++r) {
-      draws[order[r]].error.clear();
-      draws[order[r]].id = ids.at(r);
-    }
+    for (size_t r = host; r < order.size(); ++r) take_backend(draws[order[r]], ids.at(r));
   }
 }
 

@@ -3,8 +3,9 @@
 // checks every call's positions against each slot's, cuts chunks at the backend's tokens per call
 // (pieces(), the one place a chunk is split), and decides per row where the next token is drawn
 // (on_backend(), the one place): by the backend's sampler (Backend::sample: Philox(seed, step), on
-// both backends) when the request asks for temperature, top-k, top-p and min-p only, else by the
-// request's Sampler (runtime/sampler.h) on the logits: penalties, logprobs, grammars.
+// both backends; a grammar's mask of the step goes with the row and the drawn id advances it) when the
+// request asks for no penalties and no logprobs, else by the request's Sampler (runtime/sampler.h) on
+// the logits.
 //
 // Calls: a prefill chunk is one Model::step per piece (run_len = the piece; the head only on the last
 // piece's last row) or, when every position's logits are wanted, Model::forward per piece; a decode
@@ -48,7 +49,7 @@ struct Draw {
   int top_logprobs = -1;                          // -1: none; 0: the chosen token's; N: also the N best
   int32_t id = -1;                                // out: the drawn id (-1 when `error` is set)
   Logprobs logprobs{};                            // out: with top_logprobs >= 0
-  std::string error{};                            // out: why the host Sampler could not draw (a grammar)
+  std::string error{};                            // out: why no id could be drawn (a grammar)
 };
 
 // Called between the pieces of a long chunk with the tokens fed so far; false stops the chunk there.

@@ -38,6 +38,16 @@ std::optional<std::vector<int32_t>> Sampler::allowed(int64_t vocab) {
   return ids;
 }
 
+const grammar::TokenMask* Sampler::step_mask(int64_t vocab) {
+  if (!matcher_ || !armed_) return nullptr;
+  matcher_->fill_mask(mask_);
+  mask_.resize(size_t((vocab + 31) / 32), 0u);  // the backend's row: ids past the grammar's vocabulary never
+  if (vocab % 32) mask_.back() &= (1u << (vocab % 32)) - 1u;
+  if (std::all_of(mask_.begin(), mask_.end(), [](uint32_t w) { return w == 0; }))
+    fail("grammar: no token can continue the output");
+  return &mask_;
+}
+
 void Sampler::advance(int32_t chosen) {
   if (!matcher_) return;
   if (!armed_) {
@@ -61,7 +71,7 @@ void log_softmax(const float* x, int64_t n, std::vector<float>& out) {
 }  // namespace
 
 bool backend_samplable(const SamplingParams& p) {
-  return p.repetition_penalty == 1 && p.presence_penalty == 0 && p.frequency_penalty == 0 && !p.grammar.grammar;
+  return p.repetition_penalty == 1 && p.presence_penalty == 0 && p.frequency_penalty == 0;
 }
 
 int32_t Sampler::sample(const float* logits, int64_t vocab, const std::vector<int32_t>& history, Logprobs* lp,

@@ -1,12 +1,14 @@
 // Turns a logits row into the next token: penalties, temperature, top-k, top-p, min-p, then a draw
 // from a seeded generator (reproducible). Temperature <= 0 (or top-k 1) is greedy.
 //
-// Two draws exist. Sampler (the rows the backends' sampler cannot do: penalties, logprobs, grammars)
-// draws from mt19937_64 seeded once per request. The backends' sampler (Backend::sample: the GPU's
+// Two draws exist. Sampler (the rows the backends' sampler cannot do: penalties, logprobs) draws from
+// mt19937_64 seeded once per request. The backends' sampler (Backend::sample: the GPU's
 // backend/cuda/sampling.h, its CPU twin backend/cpu/sampling.h) draws u = Philox(seed, step) with
 // step = tokens the sequence sampled before; Runner::on_backend (runtime/runner.h) picks per row.
 // Same distribution, different streams: at temperature > 0 one seed gives another (equally
-// distributed) text with a penalty than without; greedy gives the same ids.
+// distributed) text with a penalty than without; greedy gives the same ids. A grammar works with
+// both: on the host the Sampler masks the logits itself; for a backend row the runner hands the
+// backend this step's mask (step_mask()) and advances the grammar on the drawn id (accept()).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -45,8 +47,8 @@ struct Logprobs {
 };
 
 // Whether the backends' sampler (Backend::sample, SampleRow) does these parameters: everything but the
-// penalties (repetition, presence, frequency) and a grammar (its mask is applied on the host). Logprobs
-// are not computed there either (Runner::on_backend checks top_logprobs).
+// penalties (repetition, presence, frequency); a grammar's mask goes with the row (SampleRow::mask).
+// Logprobs are not computed there (Runner::on_backend checks top_logprobs).
 bool backend_samplable(const SamplingParams& p);
 
 class Sampler {
@@ -62,6 +64,13 @@ class Sampler {
   // none (it cannot happen with a grammar from grammar/json_schema.h and a byte-level vocabulary).
   int32_t sample(const float* logits, int64_t vocab, const std::vector<int32_t>& history, Logprobs* lp = nullptr,
                  int top_n = 0);
+
+  // A draw made elsewhere (the backend's sampler). step_mask(vocab): the grammar's allowed ids < vocab
+  // of this step (valid until the next call on this Sampler), or null when no grammar constrains it (none, or
+  // still thinking); throws dsv4::Error when it allows none. accept(id): the drawn id advances the
+  // grammar; throws dsv4::Error when the grammar does not allow it.
+  const grammar::TokenMask* step_mask(int64_t vocab);  // (vocab + 31) / 32 words
+  void accept(int32_t id) { advance(id); }
 
  private:
   // The candidates of this step: the grammar's allowed ids, or nullopt for all.

@@ -28,6 +28,38 @@ std::optional<std::pair<std::vector<grammar::ToolSchema>, bool>> forced_tools(co
   return std::make_pair(std::move(tools), several);
 }
 
+// tool_choice "auto" (or absent) with a tool marked strict: every tool (each with its strict flag)
+// and whether several calls may come; nullopt otherwise.
+std::optional<std::pair<std::vector<grammar::ToolSchema>, bool>> strict_auto_tools(const Json& body) {
+  auto tools = body.find("tools");
+  if (tools == body.end() || !tools->is_array()) return std::nullopt;
+  auto choice = body.find("tool_choice");
+  if (choice != body.end() && !choice->is_null() && !(choice->is_string() && *choice == "auto")) return std::nullopt;
+  std::vector<grammar::ToolSchema> out;
+  bool any_strict = false;
+  for (const Json& t : *tools) {
+    const Json& fn = t["function"];
+    auto strict = fn.find("strict");
+    const bool is_strict = strict != fn.end() && strict->is_boolean() && strict->get<bool>();
+    any_strict |= is_strict;
+    out.push_back({fn["name"].get<std::string>(), fn.value("parameters", Json()), is_strict});
+  }
+  if (!any_strict) return std::nullopt;
+  auto parallel = body.find("parallel_tool_calls");
+  return std::make_pair(std::move(out), !(parallel != body.end() && parallel->is_boolean() && !parallel->get<bool>()));
+}
+
+bool has_response_format(const Json& body) {
+  auto rf = body.find("response_format");
+  return rf != body.end() && rf->is_object() && rf->value("type", "") != "text";
+}
+
+Json tools_key(const std::vector<grammar::ToolSchema>& tools) {
+  Json key = Json::array();
+  for (const auto& t : tools) key.push_back({t.name, t.strict, t.parameters});
+  return key;
+}
+
 }  // namespace
 
 GrammarConstraint output_grammar(const Json& body, const ParseContext& pc, chat::ThinkingMode mode) {
@@ -36,10 +68,13 @@ GrammarConstraint output_grammar(const Json& body, const ParseContext& pc, chat:
   try {
     if (auto forced = forced_tools(body)) {
       param = "tools";
-      Json key = Json::array();
-      for (const auto& t : forced->first) key.push_back({t.name, t.parameters});
       auto make = [&] { return grammar::dsml_tool_calls_grammar(forced->first, forced->second); };
-      if (pc.grammars) g.grammar = pc.grammars->get(cat("dsml:", forced->second, key.dump()), make);
+      if (pc.grammars) g.grammar = pc.grammars->get(cat("dsml:", forced->second, tools_key(forced->first).dump()), make);
+      else make();
+    } else if (auto strict = has_response_format(body) ? std::nullopt : strict_auto_tools(body)) {
+      param = "tools";
+      auto make = [&] { return grammar::dsml_auto_tools_grammar(strict->first, strict->second); };
+      if (pc.grammars) g.grammar = pc.grammars->get(cat("dsml-auto:", strict->second, tools_key(strict->first).dump()), make);
       else make();
     } else if (auto rf = body.find("response_format"); rf != body.end() && rf->is_object()) {
       const std::string type = rf->value("type", "");

@@ -67,7 +67,7 @@ TEST(Inspect, MemoryPlanOfFlashOnOneAndTwoGpus) {
   // One H200 has ~139.7 GiB free: Flash needs two (io/memory_plan.h; numbers in tests/io/test_memory_plan.cpp).
   auto one = run_command(bin() + " inspect --preset flash --gpus 1 --gpu-memory 139.7");
   EXPECT_EQ(one.exit_code, 1) << one.output;
-  EXPECT_NE(one.output.find("  - needs 150.38 GiB per GPU on 1 GPU(s) (weights 150.02, KV 0.05, workspace 0.31), "
+  EXPECT_NE(one.output.find("  - needs 150.39 GiB per GPU on 1 GPU(s) (weights 150.02, KV 0.05, workspace 0.32), "
                             "the GPU has 139.70 GiB; use --gpus 2 (--gpu-memory)\n"),
             std::string::npos)
       << one.output;

@@ -57,7 +57,9 @@ TEST(RunStructured, GrammarFile) {
     if (rest.rfind("yes", 0) == 0) i += 3;
     else if (rest.rfind("no", 0) == 0) i += 2;
     else if (rest.rfind(", ", 0) == 0) i += 2;
-    else if (std::string("yes").rfind(rest, 0) == 0 || std::string(", ").rfind(rest, 0) == 0) break;  // cut by -n
+    else if (std::string("yes").rfind(rest, 0) == 0 || std::string("no").rfind(rest, 0) == 0 ||
+             std::string(", ").rfind(rest, 0) == 0)
+      break;  // cut by -n
     else FAIL() << "not of the grammar: " << out;
   }
   std::ofstream(file) << "root ::= \"a\" missing\n";

@@ -72,11 +72,53 @@ TEST(SamplerGrammar, ThinkingIsFreeUntilTheEndTokenThenConstrained) {
   EXPECT_EQ(rest, "rue");  // then EOS, allowed once "true" is complete
 }
 
+// The backend's side of a grammar row (Runner: SampleRow::mask, then accept()): no mask while thinking,
+// then this step's allowed ids, advanced by the drawn id; a refused id throws.
+TEST(SamplerGrammar, StepMaskFollowsThinkingAndTheAcceptedIds) {
+  const Tokenizer& tok = tiny_tokenizer();
+  const int32_t eos = *tok.eos_id(), think_end = *tok.token_id("</think>");
+  auto cg = std::make_shared<const grammar::CompiledGrammar>(grammar::json_schema_grammar({{"type", "boolean"}}),
+                                                             tiny_vocab());
+  SamplingParams p;
+  p.grammar = {cg, think_end};
+  Sampler s(p, {eos});
+  const int64_t V = tok.vocab_size();
+  const int32_t x = tok.encode("x").at(0);
+  EXPECT_EQ(s.step_mask(V), nullptr);  // thinking: free
+  s.accept(x);
+  EXPECT_EQ(s.step_mask(V), nullptr);
+  s.accept(think_end);
+  // Constrained: the allowed ids are exactly those whose bytes begin a boolean (after optional
+  // whitespace), by a whole-text check of each id.
+  const grammar::TokenMask* m = s.step_mask(V);
+  ASSERT_NE(m, nullptr);
+  ASSERT_EQ(m->size(), size_t((V + 31) / 32));
+  int allowed = 0;
+  for (int32_t id = 0; id < V; ++id) {
+    const std::string b = cg->vocab().bytes(id);
+    bool want = false;
+    if (!b.empty()) {
+      grammar::State st = cg->grammar().initial();
+      want = cg->grammar().advance_bytes(st, b);
+    }
+    EXPECT_EQ(grammar::mask_test(*m, id), want) << id << " '" << b << "'";
+    allowed += want;
+  }
+  EXPECT_GT(allowed, 1);
+  EXPECT_THROW(s.accept(x), Error);  // "x" cannot begin a boolean
+  for (int32_t id : tok.encode("false")) s.accept(id);
+  m = s.step_mask(V);
+  ASSERT_NE(m, nullptr);
+  EXPECT_TRUE(grammar::mask_test(*m, eos));  // complete: EOS may come
+  EXPECT_FALSE(grammar::mask_test(*m, x));
+  s.accept(eos);
+}
+
 TEST(SamplerGrammar, NeedsAnEndToken) {
   SamplingParams p;
   p.grammar.grammar = std::make_shared<const grammar::CompiledGrammar>(grammar::json_object_grammar(), tiny_vocab());
   EXPECT_THROW(Sampler(p, {}), Error);
-  EXPECT_FALSE(backend_samplable(p));  // grammar rows are sampled on the host
+  EXPECT_TRUE(backend_samplable(p));  // a grammar row goes to the backend with its mask (SampleRow::mask)
 }
 
 }  // namespace

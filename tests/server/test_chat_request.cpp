@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "chat/chat_fixtures.h"
+#include "grammar/grammar_cache.h"
 #include "server/chat_request.h"
 #include "support/test_paths.h"
 
@@ -248,6 +249,45 @@ TEST_F(ChatRequestWithTokenizer, SamplingFields) {
   EXPECT_EQ(r.gen.req.stop.stop_ids, std::vector<int32_t>{*tok_->eos_id()});
   EXPECT_EQ(r.gen.req.top_logprobs, 3);
   EXPECT_EQ(r.gen.req.prompt, tok_->encode(r.prompt));
+}
+
+// Which grammar a chat request's output gets (server/structured_output.h): response_format's, starting
+// after </think> in thinking mode (the reasoning stays free) and at once in chat mode; strict tools under
+// "auto" (free content or the block); none for non-strict tools or tool_choice "none".
+TEST_F(ChatRequestWithTokenizer, OutputGrammarChoice) {
+  grammar::GrammarCache cache(*tok_, 0);
+  const ParseContext ctx{*tok_, "tiny-shakespeare", 65536, &cache};
+  const Json m = {{{"role", "user"}, {"content", "x"}}};
+  auto grammar_of = [&](Json body) {
+    body["messages"] = m;
+    return parse_chat_request(body, ctx).gen.req.sampling.grammar;
+  };
+  const Json jo = {{"type", "json_object"}};
+  GrammarConstraint g = grammar_of({{"response_format", jo}});
+  ASSERT_TRUE(g.grammar);
+  EXPECT_EQ(g.start_after, -1);
+  g = grammar_of({{"response_format", jo}, {"chat_template_kwargs", {{"thinking", true}}}});
+  ASSERT_TRUE(g.grammar);
+  EXPECT_EQ(g.start_after, *tok_->token_id("</think>"));
+  const Json tool = {{"type", "function"},
+                     {"function", {{"name", "f"}, {"strict", true}, {"parameters", {{"type", "object"},
+                       {"properties", {{"x", {{"type", "integer"}}}}}, {"required", {"x"}}}}}}};
+  g = grammar_of({{"tools", Json::array({tool})}});
+  ASSERT_TRUE(g.grammar);
+  auto accepts = [&](const std::string& text) {
+    grammar::State st = g.grammar->grammar().initial();
+    return g.grammar->grammar().advance_bytes(st, text) && grammar::Grammar::can_end(st);
+  };
+  EXPECT_TRUE(accepts("free text"));
+  EXPECT_TRUE(accepts("\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"f\">\n<｜DSML｜parameter name=\"x\" "
+                      "string=\"false\">7</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>"));
+  EXPECT_FALSE(accepts("\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"f\">\n<｜DSML｜parameter name=\"x\" "
+                       "string=\"false\">\"7\"</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>"));
+  EXPECT_TRUE(grammar_of({{"tools", Json::array({tool})}, {"tool_choice", "auto"}}).grammar);
+  EXPECT_FALSE(grammar_of({{"tools", Json::array({tool})}, {"tool_choice", "none"}}).grammar);
+  Json loose = tool;
+  loose["function"].erase("strict");
+  EXPECT_FALSE(grammar_of({{"tools", Json::array({loose})}}).grammar);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Structured output against a real `dsv4 serve` on the bundled model: response_format json_schema
-// output validates, json_object parses, forced tool calls always call with valid arguments, an
-// unsupported schema feature is a 400 naming it, and a grammar that cannot finish ends with "length".
+// output validates, json_object parses, forced tool calls always call with valid arguments, strict
+// tools under tool_choice "auto" are constrained, an unsupported schema feature is a 400 naming it, and
+// a grammar that cannot finish ends with "length".
 #include <gtest/gtest.h>
 
 #include "grammar/schema_validator.h"
@@ -111,6 +112,38 @@ TEST_F(StructuredOutput, ForcedToolCallsAlwaysCallWithValidArguments) {
         EXPECT_EQ(validate(args, schema, schema), "") << call.dump();
       }
     }
+}
+
+// tool_choice "auto" with a strict tool: the model may answer or call (the bundled model mostly
+// answers); whatever it does parses (the DSML markup never leaks into the content), and a call of the
+// strict tool validates. A strict tool's unsupported schema feature is a 400 naming it; a non-strict
+// tool's schema is not compiled.
+TEST_F(StructuredOutput, StrictToolsUnderAutoAnswerOrCallWithValidArguments) {
+  for (int seed = 0; seed < 3; ++seed) {
+    Json r = chat(port(), {{"max_tokens", 60}, {"seed", seed}, {"temperature", 1.0}, {"tools", kTools},
+                           {"tool_choice", "auto"}});
+    ASSERT_EQ(r["status"], 200) << r.dump();
+    const Json& msg = r["choices"][0]["message"];
+    if (msg.contains("content") && msg["content"].is_string()) {
+      EXPECT_EQ(msg["content"].get<std::string>().find("｜DSML｜"), std::string::npos) << r.dump();
+    }
+    if (!msg.contains("tool_calls")) continue;
+    for (const Json& call : msg["tool_calls"]) {
+      if (call["function"]["name"] != "add") continue;
+      Json args = Json::parse(call["function"]["arguments"].get<std::string>(), nullptr, false);
+      const Json schema = kTools[1]["function"]["parameters"];
+      EXPECT_EQ(validate(args, schema, schema), "") << call.dump();
+    }
+  }
+  Json bad = kTools;
+  bad[1]["function"]["parameters"]["properties"]["xs"]["uniqueItems"] = true;
+  Json r = chat(port(), {{"max_tokens", 3}, {"tools", bad}, {"tool_choice", "auto"}});
+  EXPECT_EQ(r["status"], 400) << r.dump();
+  EXPECT_NE(r["error"]["message"].get<std::string>().find("'uniqueItems'"), std::string::npos) << r.dump();
+  EXPECT_EQ(r["error"]["param"], "tools");
+  bad[1]["function"]["strict"] = false;  // not strict: no grammar, no refusal
+  r = chat(port(), {{"max_tokens", 3}, {"tools", bad}, {"tool_choice", "auto"}});
+  EXPECT_EQ(r["status"], 200) << r.dump();
 }
 
 TEST_F(StructuredOutput, UnsupportedFeatureIs400NamingIt) {

@@ -11,10 +11,25 @@
 namespace dsv4::cpu {
 
 int32_t sample_philox(const float* z, int64_t vocab, const SampleRow& p) {
-  if (p.temperature <= 0 || p.top_k == 1) return int32_t(std::max_element(z, z + vocab) - z);
-  std::vector<int32_t> ids(static_cast<size_t>(vocab));
-  std::iota(ids.begin(), ids.end(), 0);
-  const int64_t keep = p.top_k > 0 ? std::min<int64_t>(p.top_k, vocab) : vocab;
+  auto allowed = [&](int64_t i) { return !p.mask || ((p.mask[i >> 5] >> (i & 31)) & 1u); };
+  if (!p.mask && (p.temperature <= 0 || p.top_k == 1)) return int32_t(std::max_element(z, z + vocab) - z);
+  std::vector<int32_t> ids;
+  if (p.mask) {
+    for (int64_t i = 0; i < vocab; ++i)
+      if (allowed(i) && !std::isnan(z[i])) ids.push_back(int32_t(i));
+    if (ids.empty()) return -1;
+    if (p.temperature <= 0 || p.top_k == 1) {  // the first maximum among the allowed ids
+      int32_t best = ids[0];
+      for (int32_t i : ids)
+        if (z[i] > z[best]) best = i;
+      return best;
+    }
+  } else {
+    ids.resize(static_cast<size_t>(vocab));
+    std::iota(ids.begin(), ids.end(), 0);
+  }
+  const int64_t n_ids = int64_t(ids.size());
+  const int64_t keep = p.top_k > 0 ? std::min<int64_t>(p.top_k, n_ids) : n_ids;
   auto by_logit = [&](int32_t a, int32_t b) { return z[a] != z[b] ? z[a] > z[b] : a < b; };
   std::partial_sort(ids.begin(), ids.begin() + keep, ids.end(), by_logit);
   ids.resize(static_cast<size_t>(keep));

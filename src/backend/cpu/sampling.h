@@ -10,7 +10,8 @@ namespace dsv4::cpu {
 // Greedy (temperature <= 0 or top-k 1: the first maximum); else the candidates sorted by logit (ties:
 // lower id) cut by top-k, top-p (the shortest prefix with mass >= top_p, plus the candidates tied with
 // its last logit) and min-p, then u = philox_uniform(seed, step) x kept mass walked over the kept ids
-// in increasing id order (the kernel's walk).
+// in increasing id order (the kernel's walk). With r.mask the candidates are only the ids it allows
+// (-1 when it allows none); NaN logits are never candidates.
 int32_t sample_philox(const float* logits, int64_t vocab, const SampleRow& r);
 
 }  // namespace dsv4::cpu

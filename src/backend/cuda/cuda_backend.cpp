@@ -50,11 +50,15 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const Weights& w, uint64_t tota
   comb_ = DeviceBuffer<float>(size_t(T * n * n));
   partial_ = DeviceBuffer<float>(mhc_pre_partial_floats(T, int(n), int(D)));
   logits_ = DeviceBuffer<float>(size_t(logit_rows_ * V));
-  samp_params_ = DeviceBuffer<uint64_t>(size_t(4 * logit_rows_));
+  samp_params_ = DeviceBuffer<uint64_t>(size_t(5 * logit_rows_));
   samp_ids_ = DeviceBuffer<int32_t>(size_t(logit_rows_));
-  DSV4_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&samp_host_), size_t(4 * logit_rows_) * sizeof(uint64_t)));
+  DSV4_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&samp_host_), size_t(5 * logit_rows_) * sizeof(uint64_t)));
   DSV4_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&samp_ids_host_), size_t(logit_rows_) * sizeof(int32_t)));
   samp_params_.fill_bytes(0);
+  mask_words_ = (V + 31) / 32;
+  samp_mask_ = DeviceBuffer<uint32_t>(size_t(logit_rows_ * mask_words_));
+  DSV4_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&samp_mask_host_),
+                                 size_t(logit_rows_ * mask_words_) * sizeof(uint32_t)));
   for (auto* b : {&X_, &u_, &y_, &h_}) b->fill_bytes(0);  // padded GEMM rows stay finite
 }
 
@@ -63,6 +67,7 @@ CudaBackend::~CudaBackend() {
   if (host_in_) cudaFreeHost(host_in_);
   if (samp_host_) cudaFreeHost(samp_host_);
   if (samp_ids_host_) cudaFreeHost(samp_ids_host_);
+  if (samp_mask_host_) cudaFreeHost(samp_mask_host_);
 }
 
 std::string CudaBackend::name() const { return std::string("cuda (") + kernel_tier_name(opt_.kernels) + " kernels)"; }
@@ -167,6 +172,9 @@ void CudaBackend::stage_sampling() {
   float* top_p = temp + R;
   float* min_p = top_p + R;
   int32_t* top_k = reinterpret_cast<int32_t*>(min_p + R);
+  int32_t* masked = top_k + R;
+  const size_t W = size_t(mask_words_);
+  for (int64_t b = 0; b < R; ++b) masked[b] = 0;
   for (int64_t b = 0; b < n; ++b) {
     const SampleRow& r = samp_pending_[size_t(b)];
     seed[b] = r.seed;
@@ -175,9 +183,18 @@ void CudaBackend::stage_sampling() {
     top_p[b] = r.top_p;
     min_p[b] = r.min_p;
     top_k[b] = r.top_k;
+    masked[b] = r.mask != nullptr;
   }
-  DSV4_CUDA_CHECK(cudaMemcpyAsync(samp_params_.get(), samp_host_, size_t(4 * R) * sizeof(uint64_t),
+  DSV4_CUDA_CHECK(cudaMemcpyAsync(samp_params_.get(), samp_host_, size_t(5 * R) * sizeof(uint64_t),
                                   cudaMemcpyHostToDevice, ctx_->stream()));
+  // Only the grammar rows' masks travel (a row without one costs nothing here).
+  for (int64_t b = 0; b < n; ++b)
+    if (const uint32_t* m = samp_pending_[size_t(b)].mask) {
+      uint32_t* h = samp_mask_host_ + size_t(b) * W;
+      std::memcpy(h, m, W * sizeof(uint32_t));
+      DSV4_CUDA_CHECK(cudaMemcpyAsync(samp_mask_.get() + size_t(b) * W, h, W * sizeof(uint32_t),
+                                      cudaMemcpyHostToDevice, ctx_->stream()));
+    }
   samp_pending_.clear();
 }
 
@@ -274,8 +291,10 @@ void CudaBackend::sample(int64_t rows) {
   const float* min_p = top_p + R;
   sample_tokens(*ctx_, {.logits = logits_.get(), .out = samp_ids_.get(), .temperature = temperature,
                         .top_k = reinterpret_cast<const int32_t*>(min_p + R), .top_p = top_p, .min_p = min_p,
-                        .seed = base, .step = base + R, .rows = rows, .vocab = cfg_.vocab_size,
-                        .logits_stride = cfg_.vocab_size});
+                        .seed = base, .step = base + R,
+                        .masked = reinterpret_cast<const int32_t*>(min_p + R) + R, .mask = samp_mask_.get(),
+                        .rows = rows, .vocab = cfg_.vocab_size, .logits_stride = cfg_.vocab_size,
+                        .mask_stride = mask_words_});
 }
 
 // ---- slot state

@@ -112,9 +112,13 @@ class CudaBackend final : public Backend {
   DeviceBuffer<float> pre_, post_, comb_, partial_;
   DeviceBuffer<float> logits_;                     // [logit_rows, V]
   // Sampling parameters of up to logit_rows_ rows, one buffer: seed [R] u64, step [R] u64,
-  // temperature [R] f32, top_p [R] f32, min_p [R] f32, top_k [R] i32 (4R u64 in all).
+  // temperature [R] f32, top_p [R] f32, min_p [R] f32, top_k [R] i32, masked [R] i32 (5R u64 in all).
   DeviceBuffer<uint64_t> samp_params_;
-  uint64_t* samp_host_ = nullptr;     // pinned [4R], the staging copy
+  uint64_t* samp_host_ = nullptr;     // pinned [5R], the staging copy
+  // Grammar masks [R, mask_words_] (only the masked rows' words are copied, at stage_sampling).
+  int64_t mask_words_ = 0;
+  DeviceBuffer<uint32_t> samp_mask_;
+  uint32_t* samp_mask_host_ = nullptr;  // pinned [R, mask_words_]
   DeviceBuffer<int32_t> samp_ids_;    // [R] sampled ids
   int32_t* samp_ids_host_ = nullptr;  // pinned [R]
   std::vector<SampleRow> samp_pending_;  // set_sampling's rows, staged by execute()

@@ -38,17 +38,38 @@ __device__ int64_t block_count(int64_t v, float* red) {
   return int64_t(block_sum(float(v), red));
 }
 
-__global__ void sample_kernel(SampleParams p) {
-  __shared__ float red[kWarps];
-  __shared__ float part[kThreads];
-  __shared__ int arg_i[kWarps];
-  __shared__ float arg_v[kWarps];
-  __shared__ int pick_thread;
-  __shared__ float pick_u;
-  const int64_t row = blockIdx.x;
-  const float* z = p.logits + row * p.logits_stride;
+struct Shared {
+  float red[kWarps];
+  float part[kThreads];
+  int arg_i[kWarps];
+  float arg_v[kWarps];
+  int pick_thread;
+  float pick_u;
+};
+
+// One row. kMasked: the ids whose bit in `mask` is clear read as NaN (never candidates); the
+// unmasked instance reads no mask at all.
+template <bool kMasked>
+__device__ __forceinline__ void sample_row(const SampleParams& p, int64_t row, const uint32_t* mask, Shared& sh) {
+  float* red = sh.red;
+  float* part = sh.part;
+  int* arg_i = sh.arg_i;
+  float* arg_v = sh.arg_v;
+  int& pick_thread = sh.pick_thread;
+  float& pick_u = sh.pick_u;
+  const float* zrow = p.logits + row * p.logits_stride;
   const int64_t V = p.vocab;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  struct Logits {
+    const float* z;
+    const uint32_t* m;
+    __device__ float operator[](int64_t i) const {
+      if constexpr (kMasked) {
+        if (!((__ldg(m + (i >> 5)) >> (i & 31)) & 1u)) return __int_as_float(0x7fc00000);  // NaN
+      }
+      return z[i];
+    }
+  } const z{zrow, mask};
 
   // Argmax, ties to the lower id (NaN ignored).
   float bv = -INFINITY;
@@ -80,7 +101,13 @@ __global__ void sample_kernel(SampleParams p) {
       zmax = arg_v[w];
       amax = arg_i[w];
     }
-  if (amax >= V) amax = 0;
+  if (amax >= V) {
+    if constexpr (kMasked) {  // the mask allows no id (with a finite logit)
+      if (threadIdx.x == 0) p.out[row] = -1;
+      return;
+    }
+    amax = 0;
+  }
   const float temp = p.temperature[row];
   const int top_k = p.top_k ? p.top_k[row] : 0;
   if (temp <= 0.0f || top_k == 1) {
@@ -95,17 +122,26 @@ __global__ void sample_kernel(SampleParams p) {
     for (int bit = 31; bit >= 0; --bit) {
       const uint32_t cand = tk | (1u << bit);
       int64_t c = 0;
-      for (int64_t i = threadIdx.x; i < V; i += kThreads) c += !isnan(z[i]) && order_key(z[i]) >= cand;
+      for (int64_t i = threadIdx.x; i < V; i += kThreads) {
+        const float v = z[i];
+        c += !isnan(v) && order_key(v) >= cand;
+      }
       if (block_count(c, red) >= top_k) tk = cand;
     }
     int64_t gt = 0;
-    for (int64_t i = threadIdx.x; i < V; i += kThreads) gt += !isnan(z[i]) && order_key(z[i]) > tk;
+    for (int64_t i = threadIdx.x; i < V; i += kThreads) {
+      const float v = z[i];
+      gt += !isnan(v) && order_key(v) > tk;
+    }
     const int64_t need = top_k - block_count(gt, red);  // >= 1 ties at tk to keep, lowest ids first
     int64_t ans = 0;
     for (int bit = 63 - __clzll(V); bit >= 0; --bit) {
       const int64_t cand = ans | (int64_t(1) << bit);
       int64_t c = 0;
-      for (int64_t i = threadIdx.x; i < min(cand, V); i += kThreads) c += !isnan(z[i]) && order_key(z[i]) == tk;
+      for (int64_t i = threadIdx.x; i < min(cand, V); i += kThreads) {
+        const float v = z[i];
+        c += !isnan(v) && order_key(v) == tk;
+      }
       if (block_count(c, red) < need) ans = cand;
     }
     idcut = ans;  // the need-th tie has id ans
@@ -120,7 +156,7 @@ __global__ void sample_kernel(SampleParams p) {
 
   float sum = 0.0f;
   for (int64_t i = threadIdx.x; i < V; i += kThreads)
-    if (in_topk(i, z[i])) sum += prob(z[i]);
+    if (const float v = z[i]; in_topk(i, v)) sum += prob(v);
   sum = block_sum(sum, red);
 
   // Top-p: tp = the largest key whose candidates at or above it hold >= top_p of the mass.
@@ -132,7 +168,7 @@ __global__ void sample_kernel(SampleParams p) {
       const uint32_t cand = tp | (1u << bit);
       float m = 0.0f;
       for (int64_t i = threadIdx.x; i < V; i += kThreads)
-        if (in_topk(i, z[i]) && order_key(z[i]) >= cand) m += prob(z[i]);
+        if (const float v = z[i]; in_topk(i, v) && order_key(v) >= cand) m += prob(v);
       if (block_sum(m, red) >= target) tp = cand;
     }
   }
@@ -189,6 +225,15 @@ __global__ void sample_kernel(SampleParams p) {
   }
 }
 
+__global__ void sample_kernel(SampleParams p) {
+  __shared__ Shared sh;
+  const int64_t row = blockIdx.x;
+  if (p.masked && p.masked[row])
+    sample_row<true>(p, row, p.mask + row * p.mask_stride, sh);
+  else
+    sample_row<false>(p, row, nullptr, sh);
+}
+
 }  // namespace
 
 void sample_tokens(const DeviceContext& ctx, const SampleParams& p) {
@@ -196,6 +241,8 @@ void sample_tokens(const DeviceContext& ctx, const SampleParams& p) {
   if (!p.logits || !p.out || !p.temperature || !p.seed || !p.step) fail("sample_tokens: null pointer");
   if (p.vocab <= 0 || p.vocab >= (int64_t(1) << 24)) fail("sample_tokens: vocab ", p.vocab, " (1 .. 2^24)");
   if (p.logits_stride < p.vocab) fail("sample_tokens: logits_stride < vocab");
+  if (p.masked && (!p.mask || p.mask_stride < (p.vocab + 31) / 32))
+    fail("sample_tokens: masked rows need a mask of at least ", (p.vocab + 31) / 32, " words per row");
   sample_kernel<<<unsigned(narrow_int(p.rows, "sample rows")), kThreads, 0, ctx.stream()>>>(p);
   DSV4_CUDA_CHECK_LAUNCH();
 }

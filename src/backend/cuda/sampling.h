@@ -27,7 +27,12 @@ struct SampleParams {
   const float* min_p = nullptr;        // [rows] 0 = off; null = off
   const uint64_t* seed = nullptr;      // [rows]
   const uint64_t* step = nullptr;      // [rows] Philox counter of this draw (e.g. tokens generated so far)
-  int64_t rows = 0, vocab = 0, logits_stride = 0;
+  // Constrained decoding: row r with masked[r] != 0 keeps only the ids whose bit (id%32 of word id/32)
+  // is set in mask + r * mask_stride (every other id is treated as absent, like a NaN logit); a row
+  // whose mask allows nothing gets -1. Rows with masked[r] == 0 (or masked null) never read the mask.
+  const int32_t* masked = nullptr;     // [rows] nonzero: apply the row's mask; null: no row
+  const uint32_t* mask = nullptr;      // [rows, mask_stride] words
+  int64_t rows = 0, vocab = 0, logits_stride = 0, mask_stride = 0;
 };
 void sample_tokens(const DeviceContext& ctx, const SampleParams& p);
 
