@@ -222,7 +222,8 @@ TEST_F(EngineSpeculative, SampledTokensFollowTheTarget) {
     }
     return cell;
   };
-  for (const auto& [name, m, c] : {std::tuple{"x_1", &p1, &c1}, std::tuple{"x_2", &m2, &c2}}) {
+  using Cells = std::tuple<const char*, const std::vector<double>*, const std::vector<int64_t>*>;
+  for (const auto& [name, m, c] : {Cells{"x_1", &p1, &c1}, Cells{"x_2", &m2, &c2}}) {
     const std::vector<int> cell = by_rank(*m);
     const std::vector<double> mc = test::coarse(*m, cell, 8);
     const double tvc = test::total_variation(test::coarse(*c, cell, 8), mc, N), bc = test::tv_bound(mc, N);
@@ -254,6 +255,7 @@ TEST(EngineSpeculativeLight, TwoGreedyRequests) {
   for (int i = 0; i < 2; ++i) {
     reqs[size_t(i)].prompt = seq(9 + 14 * i, i + 3, V);
     reqs[size_t(i)].stop.max_tokens = 10 + i;
+    reqs[size_t(i)].sampling.temperature = 0;
   }
   auto run = [&](int64_t k) {
     Engine e(*model, tok, {.max_num_seqs = 2, .prefix_cache_bytes = 1 << 20, .speculative = k});
