@@ -221,13 +221,15 @@ std::vector<std::vector<int32_t>> speculative_round(Model& m, const std::vector<
         }
       });
   }
-  // The last rows (S_{N-1}, x_N) of every drafting lane in calls of run length 1 with the head: d_1.
-  in_calls(drafting, std::min(call_tokens, call_rows), [&](const std::vector<size_t>& part) {
+  // Draft depth j of the lanes `part` (j = 1: the catch-up's last row, S_{N-1} and x_N at N-1; j >= 2:
+  // the block on its own output streams H_{j-1} and d_{j-1} at N+j-2): one MTP call of run length 1
+  // with the head, q_j and d_j ~ q_j for each lane, its output streams H_j.
+  auto draft_depth = [&](int64_t j, const std::vector<size_t>& part) {
     Runs c;
     for (size_t i : part) {
       SpeculativeLane& l = *lanes[i];
-      c.add(l.slot, l.mtp_pos, &l.current, 1);
-      append_rows(c.S, l.pending);
+      c.add(l.slot, j == 1 ? l.mtp_pos : w[i].N + j - 2, j == 1 ? &l.current : &w[i].drafts.back().id, 1);
+      append_rows(c.S, j == 1 ? l.pending : w[i].H);
     }
     m.step_mtp(c.b, c.S, 0);
     be.head(1, 0, int64_t(part.size()));
@@ -237,43 +239,28 @@ std::vector<std::vector<int32_t>> speculative_round(Model& m, const std::vector<
       SpeculativeLane& l = *lanes[part[b]];
       Work& wk = w[part[b]];
       TokenDistribution q = sampling_distribution(lg.row(int64_t(b)), V, l.o.sampling);
-      const int32_t d = draw_token(q, l.uniform(wk.g0, kDraft));
+      const int32_t d = draw_token(q, l.uniform(wk.g0 + uint64_t(j) - 1, kDraft));
       wk.drafts.push_back({d, std::move(q)});
       wk.H = rows_of(X, int64_t(b), int64_t(b) + 1);
-      l.pending = Tensor();
-      l.fed_tail.clear();
-      l.mtp_pos = l.pos;
+      if (j == 1) {  // the MTP block is at N now
+        l.pending = Tensor();
+        l.fed_tail.clear();
+        l.mtp_pos = l.pos;
+      }
     }
-  });
+  };
+  in_calls(drafting, std::min(call_tokens, call_rows), [&](const std::vector<size_t>& part) { draft_depth(1, part); });
 
   // 2. Each drafting lane's slot as the round found it (main and MTP at N).
   for (size_t i : drafting) w[i].snap = be.snapshot(lanes[i]->slot, w[i].N, lanes[i]->mtp_pos);
 
-  // 3. Drafts 2..k: the MTP block on its own output streams, depth j for every lane drafting j, in
-  // its own slot; then the slots that drafted go back to the snapshot.
+  // 3. Drafts 2..k, depth j for every lane drafting j, in its own slot; then the slots that drafted go
+  // back to the snapshot.
   for (int64_t j = 2; j <= K; ++j) {
     std::vector<size_t> at_j;
     for (size_t i : drafting)
       if (w[i].k >= j) at_j.push_back(i);
-    in_calls(at_j, std::min(call_tokens, call_rows), [&](const std::vector<size_t>& part) {
-      Runs c;
-      for (size_t i : part) {
-        c.add(lanes[i]->slot, w[i].N + j - 2, &w[i].drafts.back().id, 1);
-        append_rows(c.S, w[i].H);
-      }
-      m.step_mtp(c.b, c.S, 0);
-      be.head(1, 0, int64_t(part.size()));
-      const Tensor lg = be.logits(int64_t(part.size()));
-      const Tensor X = be.streams();
-      for (size_t b = 0; b < part.size(); ++b) {
-        SpeculativeLane& l = *lanes[part[b]];
-        Work& wk = w[part[b]];
-        TokenDistribution q = sampling_distribution(lg.row(int64_t(b)), V, l.o.sampling);
-        const int32_t d = draw_token(q, l.uniform(wk.g0 + uint64_t(j) - 1, kDraft));
-        wk.drafts.push_back({d, std::move(q)});
-        wk.H = rows_of(X, int64_t(b), int64_t(b) + 1);
-      }
-    });
+    in_calls(at_j, std::min(call_tokens, call_rows), [&](const std::vector<size_t>& part) { draft_depth(j, part); });
   }
   for (size_t i : drafting)
     if (w[i].k >= 2) be.restore(lanes[i]->slot, *w[i].snap);

@@ -1,7 +1,9 @@
 // Sampling parameters of the speculative tests, spelled positionally, and the total-variation check of
 // sampled tokens against their exact distribution (test_speculative, test_engine_speculative).
 #pragma once
+#include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <cstdint>
 #include <vector>
 
@@ -45,6 +47,20 @@ inline std::vector<int64_t> coarse(const std::vector<int64_t>& c, const std::vec
   std::vector<int64_t> out(static_cast<size_t>(cells), 0);
   for (size_t i = 0; i < c.size(); ++i) out[size_t(cell[i])] += c[i];
   return out;
+}
+
+// The ids in `cells` cells of about equal mass under m, by rank (cell[id]; the most likely in cell 0).
+inline std::vector<int> rank_cells(const std::vector<double>& m, int cells) {
+  std::vector<int32_t> order(m.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return m[size_t(a)] > m[size_t(b)]; });
+  std::vector<int> cell(m.size());
+  double cum = 0;
+  for (int32_t id : order) {
+    cell[size_t(id)] = std::min(cells - 1, int(cum * cells));
+    cum += m[size_t(id)];
+  }
+  return cell;
 }
 
 }  // namespace dsv4::test

@@ -9,7 +9,6 @@
 
 #include <chrono>
 #include <cstdio>
-#include <numeric>
 
 #include "runtime/engine.h"
 #include "runtime/speculative.h"
@@ -21,12 +20,6 @@ namespace dsv4 {
 namespace {
 
 using test::collect_ids;
-
-std::vector<int32_t> seq(int64_t n, int32_t seed, int64_t vocab) {
-  std::vector<int32_t> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) v[size_t(i)] = int32_t((seed * 7919 + 31 * i + i * i) % vocab);
-  return v;
-}
 
 class EngineSpeculative : public ::testing::Test {
  protected:
@@ -84,7 +77,7 @@ TEST_F(EngineSpeculative, GreedyEqualsPlainGreedy) {
 #endif
   const std::vector<int64_t> lens{1, 7, 17, 33, 64, 130, 200, 45}, limits{40, 1, 2, 3, 23, 40, 17, 31};
   std::vector<GenerationRequest> reqs;
-  for (size_t i = 0; i < lens.size(); ++i) reqs.push_back(request(seq(lens[i], int32_t(i + 1), vocab()), limits[i]));
+  for (size_t i = 0; i < lens.size(); ++i) reqs.push_back(request(test::token_ids(lens[i], int32_t(i + 1), vocab()), limits[i]));
   std::vector<std::vector<int32_t>> want;
   {
     Engine plain(*model_, *tok_, options(0));
@@ -124,11 +117,11 @@ TEST_F(EngineSpeculative, MixedBatchEqualsTheDecoderAlone) {
   for (int i = 0; i < 7; ++i) {
     SamplingParams sp = test::sampling(i % 3 == 0 ? 0.0f : i % 3 == 1 ? 0.8f : 1.0f, i == 4 ? 20 : 0,
                                        i == 5 ? 0.9f : 1.0f, 0, 100 + uint64_t(i));
-    reqs.push_back(request(seq(5 + 23 * i, int32_t(i + 11), vocab()), 12 + 3 * i, sp));
+    reqs.push_back(request(test::token_ids(5 + 23 * i, int32_t(i + 11), vocab()), 12 + 3 * i, sp));
   }
   SamplingParams pen = test::sampling(0);
   pen.repetition_penalty = 1.3f;
-  reqs.push_back(request(seq(20, 99, vocab()), 16, pen));
+  reqs.push_back(request(test::token_ids(20, 99, vocab()), 16, pen));
   std::vector<int32_t> plain_penalized;
   {
     Engine plain(*model_, *tok_, options(0));
@@ -165,7 +158,7 @@ TEST_F(EngineSpeculative, SampledTokensFollowTheTarget) {
 #endif
   const int64_t N = 1200, V = vocab();
   const SamplingParams sp = test::sampling(0.8f);
-  const std::vector<int32_t> prompt = seq(37, 5, V);
+  const std::vector<int32_t> prompt = test::token_ids(37, 5, V);
   Backend& be = model_->backend();
   const int base = 40;  // slots beyond the engine's 8
   const TokenDistribution p1 = sampling_distribution(model_->forward(base, 0, prompt, {.all_logits = false}).ptr(), V, sp);
@@ -210,21 +203,9 @@ TEST_F(EngineSpeculative, SampledTokensFollowTheTarget) {
               st.spec_acceptance());
   EXPECT_LT(tv1, b1);
   EXPECT_LT(tv2, b2);
-  auto by_rank = [&](const std::vector<double>& m) {
-    std::vector<int32_t> order(static_cast<size_t>(V));
-    std::iota(order.begin(), order.end(), 0);
-    std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return m[size_t(a)] > m[size_t(b)]; });
-    std::vector<int> cell(static_cast<size_t>(V));
-    double cum = 0;
-    for (int32_t id : order) {
-      cell[size_t(id)] = std::min(7, int(cum * 8));
-      cum += m[size_t(id)];
-    }
-    return cell;
-  };
   using Cells = std::tuple<const char*, const std::vector<double>*, const std::vector<int64_t>*>;
   for (const auto& [name, m, c] : {Cells{"x_1", &p1, &c1}, Cells{"x_2", &m2, &c2}}) {
-    const std::vector<int> cell = by_rank(*m);
+    const std::vector<int> cell = test::rank_cells(*m, 8);
     const std::vector<double> mc = test::coarse(*m, cell, 8);
     const double tvc = test::total_variation(test::coarse(*c, cell, 8), mc, N), bc = test::tv_bound(mc, N);
     std::printf("%s by rank: TV %.4f (bound %.4f)\n", name, tvc, bc);
@@ -253,7 +234,7 @@ TEST(EngineSpeculativeLight, TwoGreedyRequests) {
   const int64_t V = model->config().vocab_size;
   std::vector<GenerationRequest> reqs(2);
   for (int i = 0; i < 2; ++i) {
-    reqs[size_t(i)].prompt = seq(9 + 14 * i, i + 3, V);
+    reqs[size_t(i)].prompt = test::token_ids(9 + 14 * i, i + 3, V);
     reqs[size_t(i)].stop.max_tokens = 10 + i;
     reqs[size_t(i)].sampling.temperature = 0;
   }

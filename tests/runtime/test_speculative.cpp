@@ -296,15 +296,7 @@ TEST_P(Speculative, SampledTokensFollowTheTarget) {
   EXPECT_GT(wrong_q, 2 * b1c) << "the test must tell the rule from always accepting";
 
   // x_{N+2} by rank under m_2: 8 cells of about equal mass.
-  std::vector<int32_t> order(static_cast<size_t>(V));
-  std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return m2[size_t(a)] > m2[size_t(b)]; });
-  std::vector<int> by_rank(static_cast<size_t>(V));
-  double cum = 0;
-  for (int32_t id : order) {
-    by_rank[size_t(id)] = std::min(7, int(cum * 8));
-    cum += m2[size_t(id)];
-  }
+  const std::vector<int> by_rank = test::rank_cells(m2, 8);
   const std::vector<double> m2c = coarse(m2, by_rank, 8);
   const double tv2c = total_variation(coarse(c2, by_rank, 8), m2c, N), b2c = tv_bound(m2c, N);
   std::printf("x_{N+2} by rank: TV %.4f (bound %.4f)\n", tv2c, b2c);
