@@ -146,7 +146,7 @@ TEST_F(EngineSpeculative, MixedBatchEqualsTheDecoderAlone) {
   }
 }
 
-// Temperature 0.8, k = 2, N requests of one prompt with seeds 1000 .. 1000 + N - 1, 8 at a time, 4
+// Temperature 0.8, k = 2, N requests of one 6-token prompt with seeds 1000 .. 1000 + N - 1, 8 at a time, 4
 // tokens each: the first generated token (x_1, the lane's draw from the prompt's logits) against
 // p_1, and the second (x_2, decided by the first verify: draft 1 accepted or a residual draw) against
 // m_2 = sum_x p_1(x) p(. | prompt, x) (one batched main call over every x). TV over the vocabulary
@@ -158,7 +158,7 @@ TEST_F(EngineSpeculative, SampledTokensFollowTheTarget) {
 #endif
   const int64_t N = 1200, V = vocab();
   const SamplingParams sp = test::sampling(0.8f);
-  const std::vector<int32_t> prompt = test::token_ids(37, 5, V);
+  const std::vector<int32_t> prompt = test::token_ids(6, 5, V);  // short: 1,200 prefills
   Backend& be = model_->backend();
   const int base = 40;  // slots beyond the engine's 8
   const TokenDistribution p1 = sampling_distribution(model_->forward(base, 0, prompt, {.all_logits = false}).ptr(), V, sp);
