@@ -5,7 +5,11 @@
 // bandwidth and FLOPs over the matrix peak) and its ratio to it; table and JSON. `--kernels both` runs
 // the fast and the exact tier one after the other (one model at a time) and prints the speedups. The
 // per-layer time is the step minus a step of no layers (StepPlan.layers = 0: embedding and head),
-// over the layer count. GPU only: a build without CUDA, or no Hopper GPU, is refused with one line.
+// over the layer count. `--speculative 1,2,3`: the verify step of speculative decoding (k + 1 tokens of
+// each of B sequences in one call, runs of k + 1; no CUDA graph, as the engine runs it) against the
+// decode step at the same batch, with its floor (a decode of B (k + 1) tokens' bytes and FLOPs).
+// --device cuda (default; a build without CUDA, or no Hopper GPU, is refused with one line) or cpu (the
+// bundled model or a small checkpoint; the floors are the H200's ceilings, the verify rows leave them out).
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -33,10 +37,10 @@ constexpr double kFp8TFlops = 1410;   // measured FP8 dense peak
 constexpr double kBf16TFlops = 790;   // measured bf16 dense matrix rate (the head)
 
 struct BenchArgs {
-  std::string preset, model, json, moe_prefill = "grouped", kernels = "fast";
+  std::string preset, model, json, moe_prefill = "grouped", kernels = "fast", device = "cuda";
   bool dummy = false;
   int64_t layers = 0, context = 0, chunk = 2048, iters = 30, warmup = 3;
-  std::vector<int64_t> batches{1, 8, 32}, prefills{1024, 8192};
+  std::vector<int64_t> batches{1, 8, 32}, prefills{1024, 8192}, speculative{};
   uint64_t seed = 1234;
   BenchPlotArgs plot;  // --plot, --from-json (cli/bench_plot.h)
 };
@@ -64,6 +68,58 @@ void prefill(Model& m, int slot, int64_t P, int64_t chunk, uint64_t seed, int64_
 }
 
 nlohmann::ordered_json run_tier(const BenchArgs& a, KernelTier tier);
+
+// The speculative verify step: k + 1 tokens of each of B sequences at the decode's context (runs of
+// k + 1, the logits of every row), against the decode step of B (decode_ms, per --batch entry). Floor:
+// a decode of B (k + 1) tokens (distinct experts and KV reads of that many tokens; bytes over HBM,
+// FLOPs over the FP8 peak). ratio: verify time / decode time, the tokens per verify a round must yield
+// to gain (the MTP drafts and a roll-back come on top).
+void verify_rows(const BenchArgs& a, Model& m, int64_t layers, const std::vector<double>& decode_ms,
+                 nlohmann::ordered_json& j) {
+  const ModelConfig& cfg = m.config();
+  const bool cuda = a.device == "cuda";
+  std::printf("\nspeculative verify at context %lld (k + 1 tokens per sequence, one call, median of %lld)\n"
+              "%6s %3s %7s %10s %10s %7s %10s %6s %10s\n",
+              (long long)a.context, (long long)a.iters, "batch", "k", "tokens", "verify ms", "decode ms", "ratio",
+              "floor ms", "x", "tok/s max");
+  for (size_t bi = 0; bi < a.batches.size(); ++bi) {
+    const int64_t B = a.batches[bi];
+    for (int64_t k : a.speculative) {
+      Batch v;
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t t = 0; t <= k; ++t) {
+          v.ids.push_back(int32_t((uint64_t(b * 4 + t) * 7919 + 17) % uint64_t(cfg.vocab_size)));
+          v.slots.push_back(int32_t(b));
+          v.positions.push_back(int32_t(a.context + t));
+        }
+      v.run_len = k + 1;
+      const StepPlan plan{.layers = layers, .head_first = 0, .head_rows = v.size()};
+      m.step(v, plan);
+      const double ms = m.backend().time_ms(a.warmup, a.iters, [&] { m.replay(v, plan); });
+      const StepCost c = decode_cost(cfg, B * (k + 1), a.context);
+      const double floor_ms = std::max(c.bytes / (kHbmGBs * 1e9), c.flops / (kFp8TFlops * 1e12)) * 1e3;
+      const double ratio = ms / decode_ms[bi];
+      // Tokens per second if every draft were accepted (k + 1 tokens per sequence per verify).
+      const double best = double(B * (k + 1)) / (ms * 1e-3);
+      if (cuda)
+        std::printf("%6lld %3lld %7lld %10.3f %10.3f %6.2fx %10.3f %5.1fx %10.0f\n", (long long)B, (long long)k,
+                    (long long)v.size(), ms, decode_ms[bi], ratio, floor_ms, ms / floor_ms, best);
+      else
+        std::printf("%6lld %3lld %7lld %10.3f %10.3f %6.2fx %10s %6s %10.0f\n", (long long)B, (long long)k,
+                    (long long)v.size(), ms, decode_ms[bi], ratio, "-", "-", best);
+      nlohmann::ordered_json row = {{"batch", B}, {"k", k}, {"tokens", v.size()}, {"context", a.context},
+                                    {"verify_ms", ms}, {"decode_ms", decode_ms[bi]}, {"ratio", ratio},
+                                    {"tok_s_all_accepted", best}};
+      if (cuda) {
+        row["floor_ms"] = floor_ms;
+        row["floor_ratio"] = ms / floor_ms;
+      }
+      j["verify"].push_back(row);
+    }
+  }
+  std::printf("(ratio: verify time / decode time at that batch: a round gains when it yields more tokens per "
+              "sequence than that)\n");
+}
 
 void run_bench(const BenchArgs& a) {
   if (a.kernels != "both") {
@@ -99,13 +155,15 @@ nlohmann::ordered_json run_tier(const BenchArgs& a, KernelTier tier) {
   if (a.layers > 0) truncate_layers(cfg, a.layers);
   const int64_t maxB = *std::max_element(a.batches.begin(), a.batches.end());
   const int64_t maxP = a.prefills.empty() ? 0 : *std::max_element(a.prefills.begin(), a.prefills.end());
+  const int64_t maxK = a.speculative.empty() ? 0 : *std::max_element(a.speculative.begin(), a.speculative.end());
+  const bool cuda = a.device == "cuda";
   // Prefill and the context fill run in calls of up to --chunk tokens; a decode batch is one call.
   const BackendOptions o{
-      .device = Device::Cuda,
+      .device = cuda ? Device::Cuda : Device::Cpu,
       .numerics = Numerics::Official,
       .kernels = tier,
       .capacity = {.max_seqs = maxB, .max_ctx = std::max(maxP, a.context + 1) + 16,
-                   .max_tokens = std::max(std::min(a.chunk, std::max<int64_t>({maxP, a.context, 1})), maxB)},
+                   .max_tokens = std::max(std::min(a.chunk, std::max<int64_t>({maxP, a.context, 1})), maxB * (maxK + 1))},
       .grouped_moe_prefill = a.moe_prefill == "grouped"};
   const int64_t chunk = o.capacity.max_tokens;
   const std::string what = a.preset.empty() ? a.model : "preset " + a.preset;
@@ -161,6 +219,7 @@ nlohmann::ordered_json run_tier(const BenchArgs& a, KernelTier tier) {
     j["context_fill"] = {{"slots", maxB}, {"tokens", a.context}, {"chunk", chunk}, {"ms", ms}};
   }
 
+  std::vector<double> decode_ms;  // per --batch entry: the decode step
   std::printf("\ndecode at context %lld (CUDA graph, median of %lld; floors: bytes / HBM, FLOPs / peak)\n"
               "%6s %10s %10s %9s %6s %10s %9s %6s %9s %8s %9s %10s\n",
               (long long)a.context, (long long)a.iters, "batch", "step ms", "layer us", "floor us", "x", "head us",
@@ -199,7 +258,9 @@ nlohmann::ordered_json run_tier(const BenchArgs& a, KernelTier tier) {
                            {"layer_floor_us", layer_floor}, {"layer_ratio", layer_us / layer_floor},
                            {"head_floor_us", head_floor}, {"head_ratio", head * 1e3 / head_floor}, {"tflops", tflops},
                            {"tok_s", double(B) / (step * 1e-3)}});
+    decode_ms.push_back(step);
   }
+  if (!a.speculative.empty()) verify_rows(a, m, layers, decode_ms, j);
   std::printf("(bytes: checkpoint-format weights the step must read, expected distinct experts, KV rows; "
               "ceilings %.0f GB/s, %.0f FP8 / %.0f bf16 TFLOP/s; head us: embedding + hc_head + norm + logits)\n",
               kHbmGBs, kFp8TFlops, kBf16TFlops);
@@ -210,7 +271,7 @@ nlohmann::ordered_json run_tier(const BenchArgs& a, KernelTier tier) {
 
 void register_bench(CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
-  CLI::App* c = app.add_subcommand("bench", "Time the model on the GPU: decode per step / per layer, prefill (GPU only)");
+  CLI::App* c = app.add_subcommand("bench", "Time the model: decode per step / per layer, prefill, speculative verify (GPU; --device cpu for small models)");
   auto* preset = c->add_option("--preset", a->preset, "Published shapes without a checkpoint: flash | pro")
                      ->check(CLI::IsMember({"flash", "pro"}));
   c->add_option("-m,--model", a->model, "Model directory (instead of --preset)")->excludes(preset);
@@ -232,11 +293,19 @@ void register_bench(CLI::App& app) {
   c->add_option("--kernels", a->kernels, "fast | exact | both (one after the other, with the speedups)")
       ->check(CLI::IsMember({"fast", "exact", "both"}))
       ->capture_default_str();
+  c->add_option("--speculative", a->speculative,
+                "Also time the speculative verify step of K+1 tokens per sequence for these K (1-3), e.g. 1,2,3")
+      ->delimiter(',')
+      ->check(CLI::Range(int64_t(1), int64_t(3)));
+  c->add_option("--device", a->device, "cuda | cpu (cpu: a small checkpoint such as the bundled model)")
+      ->check(CLI::IsMember({"cuda", "cpu"}))
+      ->capture_default_str();
   c->add_option("--json", a->json, "Also write the results as JSON to FILE");
   add_bench_plot_options(*c, a->plot);
   c->callback([a] {
     if (replot_bench_json(a->plot)) return;  // --from-json: no run, no GPU
-    require_cuda("bench");
+    if (a->device == "cuda") require_cuda("bench");
+    if (a->device == "cpu" && a->kernels == "both") fail("dsv4 bench --device cpu: --kernels both is for cuda (the CPU has one tier)");
     if (a->preset.empty() && a->model.empty()) a->model = default_model_dir();
     run_bench(*a);
   });

@@ -62,9 +62,7 @@ void run_logits(const LogitsArgs& a) {
   std::vector<int32_t> ids = read_tokens(a.tokens);
   const int64_t n = int64_t(ids.size());
   const bool cuda = use_cuda(a.device, "logits");
-  const char* world = std::getenv("WORLD_SIZE");  // a TCP rank group (cli/device.h)
-  if (a.mtp && (a.ranks > 1 || (world && *world && std::string(world) != "1")))
-    fail("dsv4 logits --mtp: not yet over ranks (the MTP block's calls are not announced to the other ranks)");
+  if (a.mtp) refuse_rank_group(a.ranks, "dsv4 logits --mtp");
   // One slot of n positions; the CPU runs a schedule's chunk in one Model call, the GPU in calls of
   // 256 tokens (its exact tier is bit-identical to the CPU up to 512 tokens per call).
   const RunnerRequest r{.cuda = cuda, .numerics = a.numerics, .kernels = a.kernels, .max_ctx = n,

@@ -43,8 +43,7 @@ void run(RunArgs& a) {
   const int64_t max_ctx = a.gen.ctx_size > 0 ? a.gen.ctx_size
                           : chat_mode        ? 0
                                              : int64_t(raw_prompt.size()) + a.gen.max_tokens + 1;
-  const Loaded l{a.gen.speculative > 0 ? load_speculative_model(a.gen, "run", max_ctx) : load_model(a.gen, "run", max_ctx),
-                 std::move(tok)};
+  const Loaded l{load_model(a.gen, "run", max_ctx), std::move(tok)};
   if (!l.runner) return;  // a rank other than 0 of a TCP group: it made rank 0's calls
   check_speculative_model(l, a.gen, "run");
   print_verbose_header(l, a.gen);

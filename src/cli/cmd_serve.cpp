@@ -33,6 +33,7 @@ struct ServeArgs {
   double shutdown_timeout = 10;
   bool no_webui = false;
   bool no_prefix_cache = false;
+  bool stats = false;
   int64_t prefix_cache_mib = 0;  // 0: the device's default (prefix_cache_budget)
 };
 
@@ -45,6 +46,20 @@ uint64_t prefix_cache_budget(const ServeArgs& a, Runner& runner) {
   if (a.prefix_cache_mib > 0) return uint64_t(a.prefix_cache_mib) * kMiB;
   const uint64_t free = runner.model().backend().info().free_bytes;
   return free > 0 ? free / 4 : 1024 * kMiB;
+}
+
+// --stats: what the engine did, on stderr at shutdown (and the speculative counters with --speculative).
+void print_engine_stats(const EngineStats& s) {
+  std::fprintf(stderr, "dsv4 serve: %llu requests, %llu prompt tokens, %llu generated tokens, %llu steps\n",
+               (unsigned long long)s.requests_submitted, (unsigned long long)s.prompt_tokens,
+               (unsigned long long)s.generated_tokens, (unsigned long long)s.steps);
+  if (s.speculative > 0)
+    std::fprintf(stderr,
+                 "speculative k %lld | %llu verify steps, %llu plain | acceptance %.3f (%llu / %llu drafts) | %.2f tokens "
+                 "per verify\n",
+                 (long long)s.speculative, (unsigned long long)s.spec_verify_steps, (unsigned long long)s.spec_plain_steps,
+                 s.spec_acceptance(), (unsigned long long)s.spec_accepted_tokens, (unsigned long long)s.spec_draft_tokens,
+                 s.spec_verify_steps ? double(s.spec_tokens) / double(s.spec_verify_steps) : 0.0);
 }
 
 std::string model_name_of(const std::string& dir) {
@@ -69,6 +84,7 @@ void serve(ServeArgs& a) {
   }
 
   const bool cuda = use_cuda(a.device, "serve");
+  if (a.engine.speculative != 0) refuse_rank_group(1, "dsv4 serve --speculative");
   const Tokenizer tok = Tokenizer::load(a.model);
   // A slot per sequence, each of the engine's context (cuda: default the model's, capped), and Model
   // calls of the engine's prefill chunk (a decode batch of every sequence fits one).
@@ -76,6 +92,8 @@ void serve(ServeArgs& a) {
                         .max_ctx = a.engine.max_context,
                         .chunk = std::min(a.engine.prefill_chunk, a.engine.max_step_tokens)};
   const std::unique_ptr<Runner> runner = load_runner(a.model, r, terminal_load_progress(a.model));
+  if (a.engine.speculative != 0 && runner->model().num_mtp() < 1)
+    fail("dsv4 serve: --speculative needs an MTP block; ", a.model, " has none on the ", runner->backend_name(), " backend");
   a.engine.prefix_cache_bytes = prefix_cache_budget(a, *runner);
   Engine engine(*runner, tok, a.engine);
   server::ServerContext ctx(engine, tok, a.served_name.empty() ? model_name_of(a.model) : a.served_name);
@@ -83,9 +101,9 @@ void serve(ServeArgs& a) {
   server::HttpServer http(ctx, a.http);
   const int port = http.bind();
   std::thread accept_thread([&] { http.run(); });
-  const std::string prefix = a.engine.prefix_cache_bytes > 0
-                                 ? cat("prefix cache ", a.engine.prefix_cache_bytes >> 20, " MiB")
-                                 : std::string("no prefix cache");
+  std::string prefix = a.engine.prefix_cache_bytes > 0 ? cat("prefix cache ", a.engine.prefix_cache_bytes >> 20, " MiB")
+                                                       : std::string("no prefix cache");
+  if (a.engine.speculative > 0) prefix += cat(", speculative k ", a.engine.speculative);
   std::printf("dsv4 serve: %s (%s numerics, %s, context %lld, max %d sequences, %s) on http://%s:%d\n",
               ctx.model_name.c_str(), numerics_name(parse_numerics(a.numerics)), cuda ? "cuda" : "cpu",
               (long long)engine.max_context(), a.engine.max_num_seqs, prefix.c_str(), a.http.host.c_str(), port);
@@ -111,6 +129,7 @@ void serve(ServeArgs& a) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   http.stop();
   accept_thread.join();
+  if (a.stats) print_engine_stats(engine.stats());
   std::fprintf(stderr, "dsv4 serve: stopped\n");
 }
 
@@ -188,6 +207,12 @@ void register_serve(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   c->add_flag("--no-webui", a->no_webui, "Do not serve the chat page at /");
+  c->add_option("--speculative", a->engine.speculative,
+                "Speculative decoding: MTP block 0 drafts K tokens per verify step, 1-3 (0 = off), for requests "
+                "without penalties, grammars or logprobs")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 3));
+  c->add_flag("--stats", a->stats, "Print the engine's counters (speculative acceptance too) on stderr at shutdown");
   add_device_option(*c, a->device, a->kernels);
   c->callback([a] { serve(*a); });
 }

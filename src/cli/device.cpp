@@ -83,4 +83,10 @@ std::unique_ptr<Runner> load_runner(const std::string& dir, const RunnerRequest&
   return Runner::load(dir, o, progress);
 }
 
+void refuse_rank_group(int ranks, const std::string& what) {
+  const char* world = std::getenv("WORLD_SIZE");  // a TCP rank group (load_runner)
+  if (ranks > 1 || (world && *world && std::string(world) != "1"))
+    fail(what, ": not yet over ranks (the MTP block's calls are not announced to the other ranks)");
+}
+
 }  // namespace dsv4::cli

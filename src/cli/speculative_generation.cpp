@@ -1,7 +1,6 @@
 #include "cli/speculative_generation.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstdio>
 #include <deque>
 
@@ -20,6 +19,7 @@ void check_speculative_options(const GenOptions& o, const char* command) {
   if (!o.json_schema.empty() || o.json_object || !o.grammar_file.empty())
     fail("dsv4 ", command, ": --speculative takes no --json-schema, --json-object or --grammar");
   if (o.thinking) fail("dsv4 ", command, ": --speculative takes no --thinking (its reply is constrained after </think>)");
+  refuse_rank_group(o.ranks, cat("dsv4 ", command, " --speculative"));
 }
 
 void check_speculative_model(const Loaded& l, const GenOptions& o, const char* command) {
@@ -32,19 +32,6 @@ void check_speculative_model(const Loaded& l, const GenOptions& o, const char* c
            " backend has no MTP block (use --device cpu)");
     fail("dsv4 ", command, ": --speculative needs an MTP block; ", o.model, " has none");
   }
-  if (l.runner->max_sequences() < kSpeculativeSlots)
-    fail("dsv4 ", command, ": --speculative needs ", kSpeculativeSlots, " slots; the runner holds ",
-         l.runner->max_sequences());
-}
-
-std::unique_ptr<Runner> load_speculative_model(const GenOptions& o, const char* command, int64_t max_ctx) {
-  const char* world = std::getenv("WORLD_SIZE");  // a TCP rank group (cli/device.h)
-  if (o.ranks > 1 || (world && *world && std::string(world) != "1"))
-    fail("--speculative: not yet over ranks (the decoder's MTP calls are not announced to the other ranks)");
-  apply_threads(o.threads);
-  const RunnerRequest r{.cuda = use_cuda(o.device, command), .numerics = o.numerics, .kernels = o.kernels,
-                        .max_seqs = kSpeculativeSlots, .max_ctx = max_ctx, .chunk = 256};
-  return load_runner(o.model, r, o.quiet ? LoadProgress{} : terminal_load_progress(o.model));
 }
 
 CliGeneration generate_text_speculative(const Loaded& l, const std::vector<int32_t>& prompt, const GenOptions& o,
@@ -59,12 +46,12 @@ CliGeneration generate_text_speculative(const Loaded& l, const std::vector<int32
   cfg.max_position_embeddings = g.context;  // generate_steps stops at the end of the context
   StopConditions stop = o.stops(l.tok);
 
-  // The two slots are held (and released) through the runner; the decoder drives the model in them.
-  RunnerSequence seq(*l.runner), scratch(*l.runner);
+  // The slot is held (and released) through the runner; the decoder drives the model in it.
+  RunnerSequence seq(*l.runner);
   SamplingParams sp = o.sampling();
   sp.grammar = {};
   SpeculativeDecoder dec(l.runner->model(), seq.slot(),
-                         {.drafts = o.speculative, .scratch_slot = scratch.slot(), .sampling = sp, .stop_ids = stop.stop_ids});
+                         {.drafts = o.speculative, .sampling = sp, .stop_ids = stop.stop_ids});
   stop.stop_ids.push_back(kInterruptId);
 
   // generate_steps asks for one id at a time: the prompt first (start()), then after each id it was

@@ -13,17 +13,11 @@
 
 namespace dsv4::cli {
 
-// Slots a speculative run takes: the sequence and the decoder's scratch (drafts 2..k run there).
-constexpr int kSpeculativeSlots = 2;
-
-// The one-line refusals that need no model: a k outside 1..3, penalties, grammars. `command` names the
-// command in the error.
+// The one-line refusals that need no model: a k outside 1..3, penalties, grammars, ranks. `command`
+// names the command in the error. A speculative run takes one slot, as a plain one (load_model).
 void check_speculative_options(const GenOptions& o, const char* command);
 // The ones that need the loaded model: no MTP block (or none on this backend), verify calls too small.
 void check_speculative_model(const Loaded& l, const GenOptions& o, const char* command);
-
-// load_model (cli/gen_options.h) with kSpeculativeSlots slots.
-std::unique_ptr<Runner> load_speculative_model(const GenOptions& o, const char* command, int64_t max_ctx);
 
 // generate_text (cli/generation.h) with o.speculative drafts per verify step; g.speculative holds the
 // decoder's counters. The prompt is fed in one piece (no prefill progress line).

@@ -20,7 +20,7 @@ struct Engine::Pending {
 // A running request: its model state, sampler and the text pipeline of the single-sequence loop
 // (generate.cpp): ids -> StreamDecoder -> StopStringFilter.
 struct Engine::Sequence {
-  Sequence(Pending p, Runner& runner, const Tokenizer& tok)
+  Sequence(Pending p, Runner& runner, const Tokenizer& tok, int64_t drafts)
       : ch(std::move(p.ch)),
         req(std::move(p.req)),
         runner(runner),
@@ -31,7 +31,12 @@ struct Engine::Sequence {
         history(req.prompt),
         max_new(p.max_new),
         pages(p.pages),
-        arrived(p.arrived) {}
+        arrived(p.arrived) {
+    if (drafts > 0) {
+      lane.emplace(slot, SpeculativeOptions{.drafts = drafts, .sampling = req.sampling, .stop_ids = req.stop.stop_ids});
+      speculative = speculative_sampling_ok(req.sampling) && req.top_logprobs < 0;
+    }
+  }
   ~Sequence() { runner.release(slot); }
   Sequence(const Sequence&) = delete;
   Sequence& operator=(const Sequence&) = delete;
@@ -51,11 +56,24 @@ struct Engine::Sequence {
   int32_t next_token = -1;  // sampled, to be fed by the next decode
   bool done = false;
   std::optional<PromptPrefix> prefix;  // with the prefix cache: the hit and the snapshot points
+  // A speculative engine: the MTP block's side of the slot (fed with every prefill chunk), and whether
+  // this request decodes in rounds (its sampling allows it) or one token per step.
+  std::optional<SpeculativeLane> lane;
+  bool speculative = false;
   // With the prefix cache: looks the prompt up, restores a hit into the slot; prefill starts after it.
+  // A speculative engine's entries carry the streams the MTP block has not fed yet.
   void restore_prefix(PrefixCache& cache) {
     prefix.emplace(cache, runner.model().backend(), slot, req.prompt);
-    if (prefix->start() > 0) runner.resume_at(slot, prefix->start());
-    prefilled = pos = prefix->start();
+    const int64_t at = prefix->start();
+    if (at > 0) {
+      runner.resume_at(slot, at);
+      if (lane) {
+        const PrefixHit& h = prefix->hit();
+        if (!h.carry) fail("prefix cache: an entry without the MTP block's streams in a speculative engine");
+        lane->resume_prefill({req.prompt.begin(), req.prompt.begin() + at}, h.snapshot->mtp_pos, *h.carry);
+      }
+    }
+    prefilled = pos = at;
   }
   // How the next token is drawn (the runner picks the backend's sampler or this Sampler).
   Draw draw() { return Draw{.sampler = &sampler, .history = &history, .step = uint64_t(generated), .top_logprobs = req.top_logprobs}; }
@@ -107,7 +125,13 @@ Engine::Engine(std::unique_ptr<Runner> owned, Runner* runner, const Tokenizer& t
   if (runner_.max_sequences() < opt_.max_num_seqs)
     fail("max_num_seqs is ", opt_.max_num_seqs, " but the model holds ", runner_.max_sequences(), " sequences");
   opt_.prefill_chunk = std::clamp<int64_t>(opt_.prefill_chunk, 1, opt_.max_step_tokens);
+  if (opt_.speculative != 0) {
+    check_speculative(runner_.model(), {.drafts = opt_.speculative});
+    if (runner_.has_peers())
+      fail("speculative decoding: not yet over ranks (the MTP block's calls are not announced to the other ranks)");
+  }
   stats_.max_num_seqs = opt_.max_num_seqs;
+  stats_.speculative = opt_.speculative;
   update_gauges(0);
   thread_ = std::thread([this] { loop(); });
 }
@@ -218,7 +242,7 @@ void Engine::loop() {
     for (Pending& p : admitted) {
       auto ch = p.ch;
       try {
-        auto s = std::make_unique<Sequence>(std::move(p), runner_, tok_);
+        auto s = std::make_unique<Sequence>(std::move(p), runner_, tok_, opt_.speculative);
         if (prefix_) s->restore_prefix(*prefix_);
         running_.push_back(std::move(s));
       } catch (const std::exception& e) {  // no slot (a runner smaller than max_num_seqs), a failed restore
@@ -302,7 +326,7 @@ void Engine::run_step(uint64_t step) {
   int64_t step_tokens = 0, step_seqs = 0;
   size_t prev_seq = SIZE_MAX;
   std::vector<DecodeItem> batch;
-  std::vector<Sequence*> batch_seqs;
+  std::vector<Sequence*> batch_seqs, spec_seqs;
   std::vector<const StepItem*> prefills;
   for (const StepItem& item : plan) {
     Sequence& s = *running_[item.seq];
@@ -310,7 +334,9 @@ void Engine::run_step(uint64_t step) {
     step_tokens += item.tokens();
     if (item.seq != prev_seq) ++step_seqs;
     prev_seq = item.seq;
-    if (item.decode) {
+    if (item.decode && s.speculative) {
+      spec_seqs.push_back(&s);
+    } else if (item.decode) {
       batch.push_back({s.slot, s.next_token, s.pos});
       batch_seqs.push_back(&s);
     } else {
@@ -336,6 +362,7 @@ void Engine::run_step(uint64_t step) {
       }
     }
   }
+  if (!spec_seqs.empty()) speculative_step(spec_seqs);
   for (const StepItem* item : prefills) {
     Sequence& s = *running_[item->seq];
     if (s.done) continue;
@@ -344,7 +371,9 @@ void Engine::run_step(uint64_t step) {
       std::vector<int32_t> chunk(p.begin() + item->begin, p.begin() + item->end);
       const bool last = item->end == int64_t(p.size());
       Draw d = s.draw();
-      if (last)
+      if (s.lane && (!last || s.speculative))
+        prefill_lane(s, chunk, last, d);
+      else if (last)
         runner_.prefill(s.slot, s.pos, chunk, d);
       else
         runner_.feed(s.slot, s.pos, chunk);
@@ -371,10 +400,88 @@ void Engine::run_step(uint64_t step) {
 // prefix cache. A snapshot that fails (device memory) leaves the request running, uncached.
 void Engine::snapshot_prefix(Sequence& s) {
   try {
-    s.prefix->reached(s.req.prompt, s.prefilled);
+    if (s.lane)
+      s.prefix->reached(s.req.prompt, s.prefilled, s.lane->mtp_pos,
+                        [&] { return std::make_shared<const Tensor>(s.lane->pending); });
+    else
+      s.prefix->reached(s.req.prompt, s.prefilled);
   } catch (const std::exception&) {
     std::lock_guard<std::mutex> ls(stats_mu_);
     ++stats_.prefix_snapshot_errors;
+  }
+}
+
+// The chunk through the runner (its pieces); after each piece the lane keeps its streams and feeds the
+// MTP block. The prompt's last chunk of a speculative request: its last token alone, whose logits give
+// the first token by the lane's draw (as SpeculativeDecoder::start).
+void Engine::prefill_lane(Sequence& s, const std::vector<int32_t>& chunk, bool last, Draw& d) {
+  Model& m = runner_.model();
+  SpeculativeLane& lane = *s.lane;
+  if (lane.pos != s.pos) fail("speculative: the lane is at ", lane.pos, ", the sequence at ", s.pos);
+  const int64_t T = int64_t(chunk.size()), lead = last ? T - 1 : T;
+  int64_t kept = 0;
+  auto keep = [&](int64_t upto) {
+    lane.fed(m, m.backend().streams(), std::vector<int32_t>(chunk.begin() + kept, chunk.begin() + upto));
+    kept = upto;
+  };
+  if (lead > 0) {
+    runner_.feed(s.slot, s.pos, std::vector<int32_t>(chunk.begin(), chunk.begin() + lead), [&](int64_t done, int64_t) {
+      keep(done);
+      return true;
+    });
+    keep(lead);
+  }
+  if (!last) return;
+  const Tensor logits = runner_.prefill(s.slot, s.pos + lead, {chunk.back()});
+  keep(T);
+  d.error.clear();
+  d.id = lane.first(logits.ptr(), runner_.config().vocab_size);
+}
+
+// One round of every speculative sequence's lane (runtime/speculative.h), each allowed the tokens it
+// may still generate; the emitted tokens go to the requests one by one (a stop or the limit ends one).
+void Engine::speculative_step(const std::vector<Sequence*>& seqs) {
+  std::vector<SpeculativeLane*> lanes;
+  std::vector<int64_t> limits;
+  std::vector<SpeculativeStats> before;
+  for (Sequence* s : seqs) {
+    lanes.push_back(&*s->lane);
+    limits.push_back(s->max_new - s->generated);
+    before.push_back(s->lane->stats);
+  }
+  std::vector<std::vector<int32_t>> out;
+  try {
+    out = speculative_round(runner_.model(), lanes, limits);
+  } catch (const std::exception& e) {
+    for (Sequence* s : seqs) conclude(*s, failed(e.what()));
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> ls(stats_mu_);
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      const SpeculativeStats& a = before[i];
+      const SpeculativeStats& b = lanes[i]->stats;
+      stats_.spec_verify_steps += uint64_t(b.rounds - a.rounds);
+      stats_.spec_draft_tokens += uint64_t(b.proposed - a.proposed);
+      stats_.spec_accepted_tokens += uint64_t(b.accepted - a.accepted);
+      stats_.spec_tokens += uint64_t(b.emitted - a.emitted);
+      stats_.spec_plain_steps += uint64_t(b.plain_steps - a.plain_steps);
+    }
+  }
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    Sequence& s = *seqs[i];
+    try {
+      s.pos = s.lane->pos;
+      runner_.resume_at(s.slot, s.pos);
+      for (int32_t id : out[i]) {
+        if (s.done) break;
+        Draw d;
+        d.id = id;
+        take(s, d);
+      }
+    } catch (const std::exception& e) {
+      if (!s.done) conclude(s, failed(e.what()));
+    }
   }
 }
 

@@ -22,6 +22,15 @@
 // snapshot points, and after a chunk that ends at one the slot is snapshotted into the cache. The ids
 // are those of a run without the cache (the state restored is the state computed).
 //
+// Speculative decoding (EngineOptions::speculative = k > 0; runtime/speculative.h, docs/speculative.md
+// "In the engine"): every prefill also feeds the MTP block (the prefix cache's entries then carry it);
+// a request whose sampling it can take (no penalties, no grammar, no logprobs) decodes in rounds: its
+// lane drafts up to k tokens (fewer near its max_tokens or the context end) and one verify checks them;
+// the step's speculative lanes run ONE round together (runtime/speculative.h speculative_round: a call
+// per draft depth over the lanes, a verify call per draft length), the other requests decode as above.
+// Greedy output is plain greedy output token for token; sampled output follows the same distribution
+// (other draws: the decoder's Philox counters, 4 g + purpose).
+//
 // The engine knows nothing of HTTP or chat: it takes token ids and returns token ids and text.
 #pragma once
 #include <atomic>
@@ -42,6 +51,7 @@
 #include "runtime/prefix_cache.h"
 #include "runtime/sampler.h"
 #include "runtime/runner.h"
+#include "runtime/speculative.h"
 #include "tokenizer/tokenizer.h"
 
 namespace dsv4 {
@@ -61,6 +71,9 @@ struct EngineOptions {
   // Bytes of slot snapshots the prefix cache holds (its budget, evicting least recently used); 0: no
   // prefix cache. `dsv4 serve` turns it on (--prefix-cache-mib, --no-prefix-cache).
   uint64_t prefix_cache_bytes = 0;
+  // Drafts per verify step of speculative decoding, 1 to 3 (0: off); the model needs an MTP block.
+  // `dsv4 serve --speculative k`.
+  int64_t speculative = 0;
 };
 
 struct GenerationRequest {
@@ -112,6 +125,10 @@ class Engine {
   void admit(std::vector<Pending>& admitted);
   void run_step(uint64_t step);
   void snapshot_prefix(Sequence& s);  // after a prefill chunk (prefix cache)
+  // A prefill chunk of a sequence of a speculative engine (its lane keeps the streams, the MTP block
+  // follows); `last`: the prompt's last chunk (the first token is drawn).
+  void prefill_lane(Sequence& s, const std::vector<int32_t>& chunk, bool last, Draw& d);
+  void speculative_step(const std::vector<Sequence*>& seqs);  // one round of these sequences' lanes
   void take(Sequence& s, Draw& d);  // the drawn id (or the Sampler's failure) to the request
   void finish(Sequence& s, FinishReason why, int32_t stop_id);
   // A running sequence's last event (finished or failed). Its pages and its place in the running gauge

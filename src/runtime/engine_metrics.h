@@ -44,6 +44,14 @@ struct EngineStats {
   bool prefix_cache = false;
   PrefixCacheStats prefix;
   uint64_t prefix_snapshot_errors = 0;  // snapshots that failed (the request went on, uncached)
+  // Speculative decoding (EngineOptions::speculative; all zero when off), counters since start over the
+  // speculative sequences: verify steps (rounds with drafts), drafts proposed and accepted, tokens the
+  // rounds emitted (accepted drafts and one target token per round, fewer where a stop id cut it:
+  // spec_tokens <= spec_accepted + spec_verify_steps), steps without a draft (the limit or the context).
+  int64_t speculative = 0;  // k (drafts per verify step), 0: off
+  uint64_t spec_verify_steps = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0, spec_tokens = 0;
+  uint64_t spec_plain_steps = 0;
+  double spec_acceptance() const { return spec_draft_tokens ? double(spec_accepted_tokens) / double(spec_draft_tokens) : 0; }
   // Histograms (seconds; sequences per step).
   Histogram ttft{{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}};
   Histogram inter_token{{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}};

@@ -112,6 +112,7 @@ PrefixHit PrefixCache::lookup(std::span<const int32_t> tokens) {
     lru_.splice(lru_.begin(), lru_, it);
     hit.tokens = i * kPrefixBlock;
     hit.snapshot = it->snap;
+    hit.carry = it->carry;
   }
   for (int64_t i = n; i >= 1; --i)
     if (seen_.count(h[size_t(i - 1)])) {
@@ -126,7 +127,8 @@ PrefixHit PrefixCache::lookup(std::span<const int32_t> tokens) {
   return hit;
 }
 
-bool PrefixCache::insert(std::span<const int32_t> prefix, std::shared_ptr<const SlotSnapshot> snap) {
+bool PrefixCache::insert(std::span<const int32_t> prefix, std::shared_ptr<const SlotSnapshot> snap,
+                         std::shared_ptr<const Tensor> carry) {
   const int64_t len = int64_t(prefix.size());
   if (len == 0 || len % kPrefixBlock != 0)
     fail("prefix cache: a prefix of ", len, " tokens, expected a nonzero multiple of ", kPrefixBlock);
@@ -138,10 +140,10 @@ bool PrefixCache::insert(std::span<const int32_t> prefix, std::shared_ptr<const 
     lru_.splice(lru_.begin(), lru_, it);
     return false;
   }
-  const uint64_t bytes = entry_bytes(*snap, len);
+  const uint64_t bytes = entry_bytes(*snap, len, carry.get());
   if (bytes > opt_.budget_bytes) return false;
   evict_to(opt_.budget_bytes - bytes);
-  lru_.push_front(Entry{.hash = h, .tokens = {prefix.begin(), prefix.end()}, .snap = std::move(snap), .bytes = bytes});
+  lru_.push_front(Entry{.hash = h, .tokens = {prefix.begin(), prefix.end()}, .snap = std::move(snap), .carry = std::move(carry), .bytes = bytes});
   index_.emplace(h, lru_.begin());
   st_.bytes += bytes;
   st_.entries = lru_.size();

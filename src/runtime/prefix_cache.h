@@ -59,6 +59,9 @@ struct PrefixCacheOptions {
 struct PrefixHit {
   int64_t tokens = 0;  // length of the cached prefix found (a multiple of 128; 0: none)
   std::shared_ptr<const SlotSnapshot> snapshot = {};  // the slot's state after those tokens (null: none)
+  // What the inserter kept beside the snapshot (null: nothing): with speculative decoding the main
+  // model's last-layer streams of the positions the MTP block has not fed yet (runtime/speculative.h).
+  std::shared_ptr<const Tensor> carry = {};
   // The longest multiple of 128 (<= tokens.size() - 1) up to which this prompt agrees with an earlier
   // lookup's (by hash only: a hint for where to snapshot, never used for state). >= tokens.
   int64_t shared_tokens = 0;
@@ -87,21 +90,26 @@ class PrefixCache {
 
   // Keeps `snap`, the state after `prefix` (a nonzero multiple of 128 tokens; snap->pos must equal its
   // length). False, and nothing changes but recency, when that prefix is cached already; false when the
-  // entry alone exceeds the budget. Otherwise evicts the least recent entries until it fits.
-  bool insert(std::span<const int32_t> prefix, std::shared_ptr<const SlotSnapshot> snap);
+  // entry alone exceeds the budget. Otherwise evicts the least recent entries until it fits. `carry`
+  // comes back with the hit (its floats count in the entry's bytes).
+  bool insert(std::span<const int32_t> prefix, std::shared_ptr<const SlotSnapshot> snap,
+              std::shared_ptr<const Tensor> carry = {});
 
   bool contains(std::span<const int32_t> prefix) const;  // an entry for exactly this prefix (no recency)
   PrefixCacheStats stats() const;
   void clear();  // drops every entry and the remembered hashes (counters stay)
 
   // Entry bytes of a snapshot for a prefix of `tokens` tokens (what insert charges to the budget).
-  static uint64_t entry_bytes(const SlotSnapshot& s, int64_t tokens) { return s.bytes() + uint64_t(tokens) * 4; }
+  static uint64_t entry_bytes(const SlotSnapshot& s, int64_t tokens, const Tensor* carry = nullptr) {
+    return s.bytes() + uint64_t(tokens) * 4 + (carry ? uint64_t(carry->numel()) * sizeof(float) : 0);
+  }
 
  private:
   struct Entry {
     uint64_t hash = 0;
     std::vector<int32_t> tokens;
     std::shared_ptr<const SlotSnapshot> snap;
+    std::shared_ptr<const Tensor> carry;
     uint64_t bytes = 0;
   };
   using Lru = std::list<Entry>;  // most recent first

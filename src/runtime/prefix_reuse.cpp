@@ -13,10 +13,11 @@ PromptPrefix::PromptPrefix(PrefixCache& cache, Backend& be, int slot, std::span<
   points_ = snapshot_points(int64_t(prompt.size()), hit_, policy);
 }
 
-bool PromptPrefix::reached(std::span<const int32_t> prompt, int64_t pos, int64_t mtp_pos) {
+bool PromptPrefix::reached(std::span<const int32_t> prompt, int64_t pos, int64_t mtp_pos,
+                           const std::function<std::shared_ptr<const Tensor>()>& carry) {
   if (!std::binary_search(points_.begin(), points_.end(), pos)) return false;
   if (pos > int64_t(prompt.size())) fail("prefix cache: position ", pos, " past a prompt of ", prompt.size(), " tokens");
-  return cache_.insert(prompt.first(size_t(pos)), be_.snapshot(slot_, pos, mtp_pos));
+  return cache_.insert(prompt.first(size_t(pos)), be_.snapshot(slot_, pos, mtp_pos), carry ? carry() : nullptr);
 }
 
 }  // namespace dsv4

@@ -11,6 +11,7 @@
 //   }
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -35,8 +36,10 @@ class PromptPrefix {
     return prefill_chunk_end(from, prompt_len, chunk, points_);
   }
   // The prefill of `prompt` in the slot reached `pos` (the MTP blocks at `mtp_pos`): when pos is a
-  // snapshot point, the slot's state goes into the cache. True when an entry was added.
-  bool reached(std::span<const int32_t> prompt, int64_t pos, int64_t mtp_pos = 0);
+  // snapshot point, the slot's state goes into the cache (with `carry`, PrefixHit::carry). True when an
+  // entry was added. `carry` is called only then.
+  bool reached(std::span<const int32_t> prompt, int64_t pos, int64_t mtp_pos = 0,
+               const std::function<std::shared_ptr<const Tensor>()>& carry = {});
 
  private:
   PrefixCache& cache_;

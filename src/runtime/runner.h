@@ -81,6 +81,7 @@ class Runner {
   int64_t max_context() const;  // positions one sequence may reach (the backend's, within the model's)
   int max_sequences() const;    // slots held at once
   int64_t call_tokens() const;  // tokens one Model call takes (a longer chunk or batch is split)
+  bool has_peers() const { return peers_ != nullptr; }  // rank 0 of a group (calls are announced)
 
   // A free slot, its sequence at position 0. Throws dsv4::Error when every slot is taken.
   int new_sequence();

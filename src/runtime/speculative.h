@@ -10,9 +10,10 @@
 //      (kept from the main calls that fed them) and ids x_{M+1} .. x_N: one call. Its last row's
 //      logits give q_1 and draft d_1 ~ q_1 (the token after x_N); its last row's output streams H_1.
 //   2. snapshot of the slot (main at N, MTP block at N).
-//   3. Drafts 2..k (k >= 2) in the scratch slot, restored from that snapshot: MTP block 0 at position
-//      N+i-2 on (H_{i-1}, d_{i-1}) gives q_i, d_i ~ q_i and H_i: the block applied recurrently on its
-//      own output streams, as DeepSeek does with one MTP module. The real slot's MTP ring is untouched.
+//   3. Drafts 2..k (k >= 2) in the sequence's own slot: MTP block 0 at position N+i-2 on (H_{i-1},
+//      d_{i-1}) gives q_i, d_i ~ q_i and H_i: the block applied recurrently on its own output streams,
+//      as DeepSeek does with one MTP module. They write the slot's MTP ring, so the slot is restored
+//      from the snapshot before the verify (no scratch slot is needed).
 //   4. Verify: ONE main call over x_N, d_1 .. d_k at positions N .. N+k, logits of all k+1 rows; row
 //      j-1 gives p_j, the target distribution of the token d_j stands for.
 //   5. Accept: for j = 1..k, d_j is judged by the rejection rule (runtime/speculative_sampling.h)
@@ -26,6 +27,13 @@
 //      is restored from the snapshot and x_N, d_1 .. d_a are fed again in one main call (no head):
 //      every piece of state (window rings, compressor partial windows with the CSA overlap,
 //      compressed entries, indexer keys, the MTP ring) is then the snapshot's plus those tokens.
+//
+// Batched (speculative_round over several lanes, the engine's continuous batching): each of the steps
+// above is one Model call for all lanes where their calls have one shape: the MTP catch-up's last rows
+// (one row per lane) and each draft depth j are calls of run length 1 over the lanes; the catch-up's
+// earlier rows, the verify and the re-feed are calls of runs of one length, so lanes are grouped by
+// that length (a Batch holds runs of one run_len; the verify of lanes drafting k and k' < k is two
+// calls). A lane with no room for a draft is in the verify group of length 1 (a plain decode step).
 //
 // Exactness rests on the backend's results not depending on how a sequence's tokens are split into
 // calls (the CPU backend and the CUDA exact tier: tests/model/test_slot_snapshot feeds a continuation
@@ -52,11 +60,15 @@ namespace dsv4 {
 
 struct SpeculativeOptions {
   int64_t drafts = 2;        // k: drafts per verify step, 1 .. 3
-  int scratch_slot = -1;     // a slot the decoder overwrites (drafts 2..k run there); needed when k >= 2
   // temperature, top-k, top-p, min-p, seed; greedy by default. No penalties, no grammar.
   SamplingParams sampling = {.temperature = 0, .grammar = {}};
   std::vector<int32_t> stop_ids = {};  // a round ends after the first of these it emits
 };
+
+// Whether a request's sampling can be decoded speculatively (no penalties, no grammar).
+bool speculative_sampling_ok(const SamplingParams& p);
+// One-line errors for options the decoder cannot take (k, sampling) or a model / backend that cannot.
+void check_speculative(const Model& m, const SpeculativeOptions& o);
 
 // Counters over a decoder's rounds (the first token, drawn from the prompt's logits, is not a round).
 struct SpeculativeStats {
@@ -69,6 +81,7 @@ struct SpeculativeStats {
   std::vector<int64_t> proposed_at, accepted_at;  // per draft depth j = 1..k (index j-1)
   double acceptance() const { return proposed ? double(accepted) / double(proposed) : 0; }
   double tokens_per_verify() const { return rounds ? double(emitted) / double(rounds) : 0; }
+  void add(const SpeculativeStats& o);  // sums (the depth vectors grow to the longer)
 };
 
 // What a decoder carries between rounds, to resume another decoder from it (tests, a prefix cache).
@@ -81,6 +94,35 @@ struct SpeculativeState {
   Tensor pending;                            // S_M .. S_{N-1} [N - M, n, D]
   std::vector<int32_t> fed_tail;             // x_M .. x_{N-1}
 };
+
+// One sequence's speculative state in a slot: a lane of a (batched) round.
+struct SpeculativeLane {
+  SpeculativeLane(int slot, SpeculativeOptions o);
+  int slot;
+  SpeculativeOptions o;
+  int64_t pos = 0, mtp_pos = 0;    // N, M
+  int32_t current = -1;            // x_N, the last emitted token (not fed); -1 before the first
+  uint64_t generated = 0;          // tokens emitted (x_N included)
+  Tensor pending;                  // S_M .. S_{N-1}
+  std::vector<int32_t> fed_tail;   // x_M .. x_{N-1}
+  SpeculativeStats stats;
+
+  // The main model was fed `ids` at pos.. (a prompt chunk) and returned streams S [T, n, D]: they are
+  // kept, and the MTP block is fed every kept position but the last (whose next id is not known yet).
+  void fed(Model& m, const Tensor& S, const std::vector<int32_t>& ids);
+  // The first generated token, drawn from the prompt's last logits row (greedy or g = 0's draw).
+  int32_t first(const float* logits, int64_t vocab);
+  // The slot was restored to a state of `tokens` (main at tokens.size(), MTP at mtp_pos) whose kept
+  // streams are `pending` (S_{mtp_pos} ..): the lane continues its prompt's prefill from there.
+  void resume_prefill(const std::vector<int32_t>& tokens, int64_t mtp_pos, const Tensor& pending);
+  double uniform(uint64_t g, uint64_t purpose) const;
+};
+
+// One round for every lane (distinct slots, each started: current >= 0), lane i allowed at most
+// max_new[i] >= 1 tokens: its drafts are cut to fit that and the context (none: a plain step).
+// Returns each lane's emitted tokens (1 .. k + 1); the lanes' positions and stats advance.
+std::vector<std::vector<int32_t>> speculative_round(Model& m, const std::vector<SpeculativeLane*>& lanes,
+                                                    const std::vector<int64_t>& max_new);
 
 class SpeculativeDecoder {
  public:
@@ -100,38 +142,16 @@ class SpeculativeDecoder {
   SpeculativeState save();                  // a copy of where the decoder stands (snapshots the slot)
   void resume(const SpeculativeState& s);   // continue from a save() of any decoder of this model
 
-  int64_t pos() const { return pos_; }      // N: main positions fed
-  int64_t mtp_pos() const { return mtp_pos_; }
-  int32_t current() const { return current_; }  // x_N, the last emitted token (not fed)
-  uint64_t generated() const { return generated_; }
-  const SpeculativeStats& stats() const { return stats_; }
-  const SpeculativeOptions& options() const { return o_; }
+  int64_t pos() const { return lane_.pos; }      // N: main positions fed
+  int64_t mtp_pos() const { return lane_.mtp_pos; }
+  int32_t current() const { return lane_.current; }  // x_N, the last emitted token (not fed)
+  uint64_t generated() const { return lane_.generated; }
+  const SpeculativeStats& stats() const { return lane_.stats; }
+  const SpeculativeOptions& options() const { return lane_.o; }
 
  private:
-  struct Draft {
-    int32_t id;
-    TokenDistribution q;
-  };
-  double uniform(uint64_t g, uint64_t purpose) const;
-  int32_t draw_target(const TokenDistribution& p, uint64_t g) const;
-  // Main call over `ids` at pos_.. (no head unless head_rows); returns the streams [T, n, D].
-  Tensor feed_main(int slot, int64_t pos, const std::vector<int32_t>& ids, int64_t head_rows);
-  // MTP block 0 over rows [r0, r1) of the pending streams with their next ids, at mtp_pos_ + r0 ...
-  // (one call per backend chunk); logits of the last row when `head`.
-  void feed_mtp(int64_t rows, bool head);
-  void append_pending(const Tensor& S, int64_t r0, int64_t r1, const std::vector<int32_t>& ids);
-  std::vector<int32_t> plain_step();
-
   Model& m_;
-  Backend& be_;
-  int slot_;
-  SpeculativeOptions o_;
-  int64_t pos_ = 0, mtp_pos_ = 0;
-  int32_t current_ = -1;
-  uint64_t generated_ = 0;
-  Tensor pending_;                 // S_M .. S_{N-1}
-  std::vector<int32_t> fed_tail_;  // x_M .. x_{N-1}
-  SpeculativeStats stats_;
+  SpeculativeLane lane_;
 };
 
 }  // namespace dsv4

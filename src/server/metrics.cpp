@@ -134,6 +134,16 @@ std::string render_metrics(const EngineStats& s, const HttpCounters::Counts& htt
   w.gauge("dsv4_prefix_cache_bytes", "Bytes the prefix cache holds.", double(pc.bytes));
   w.gauge("dsv4_prefix_cache_entries", "Entries the prefix cache holds.", double(pc.entries));
   w.gauge("dsv4_prefix_cache_budget_bytes", "The prefix cache's budget in bytes.", double(pc.budget_bytes));
+  // Speculative decoding (docs/speculative.md "In the engine"); all zero without --speculative.
+  w.gauge("dsv4_spec_drafts_per_step", "Drafts per verify step (serve --speculative k; 0: off).", double(s.speculative));
+  w.counter("dsv4_spec_verify_steps_total", "Speculative verify steps (rounds with drafts).", double(s.spec_verify_steps));
+  w.counter("dsv4_spec_draft_tokens_total", "Draft tokens proposed by the MTP block.", double(s.spec_draft_tokens));
+  w.counter("dsv4_spec_accepted_tokens_total", "Draft tokens accepted by the verify.", double(s.spec_accepted_tokens));
+  w.counter("dsv4_spec_tokens_total", "Tokens emitted by verify steps (accepted drafts and one more each).",
+            double(s.spec_tokens));
+  w.counter("dsv4_spec_plain_steps_total", "Steps of speculative sequences without a draft (limit, context).",
+            double(s.spec_plain_steps));
+  w.gauge("dsv4_spec_acceptance_rate", "Accepted / proposed draft tokens since start.", s.spec_acceptance());
 
   w.histogram("dsv4_time_to_first_token_seconds", "Time from arrival to the first generated token.", s.ttft);
   w.histogram("dsv4_inter_token_latency_seconds", "Time between consecutive tokens of a request.", s.inter_token);

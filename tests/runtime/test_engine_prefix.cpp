@@ -7,6 +7,7 @@
 #include <chrono>
 
 #include "runtime/engine.h"
+#include "support/engine_events.h"
 #include "support/test_paths.h"
 
 namespace dsv4 {
@@ -36,12 +37,6 @@ std::vector<int32_t> ids_of(RequestChannel& ch, int64_t* cached = nullptr) {
   return ids;
 }
 
-// n ids of the vocabulary, distinct per seed.
-std::vector<int32_t> seq(int64_t n, int32_t seed, int64_t vocab) {
-  std::vector<int32_t> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) v[size_t(i)] = int32_t((seed * 7919 + 31 * i + i * i) % vocab);
-  return v;
-}
 std::vector<int32_t> concat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
   a.insert(a.end(), b.begin(), b.end());
   return a;
@@ -58,7 +53,7 @@ class EnginePrefix : public ::testing::Test {
     delete model_;
     delete tok_;
   }
-  static std::vector<int32_t> ids(int64_t n, int32_t seed) { return seq(n, seed, model_->config().vocab_size); }
+  static std::vector<int32_t> ids(int64_t n, int32_t seed) { return test::token_ids(n, seed, model_->config().vocab_size); }
   // Greedy, `n` tokens exactly (no stop id), so that every turn's length is known.
   static GenerationRequest greedy(std::vector<int32_t> prompt, int n) {
     GenerationRequest r;

@@ -101,6 +101,23 @@ TEST(PrefixCache, LongestCachedPrefixLeavingOneToken) {
   EXPECT_EQ(s.entries, 3u);
 }
 
+// What an inserter keeps beside the snapshot (speculative decoding: the MTP block's pending streams)
+// comes back with the hit, its floats counted in the entry's bytes; an entry without one has none.
+TEST(PrefixCache, CarryComesBackWithTheHit) {
+  PrefixCache c({.budget_bytes = 1 << 20});
+  const auto a = seq(300, 1), b = seq(300, 2);
+  Tensor S({1, 4, 8});
+  for (size_t i = 0; i < S.data.size(); ++i) S.data[i] = float(i) * 0.5f;
+  ASSERT_TRUE(c.insert(first(a, 128), fake(128, 1000, 1), std::make_shared<const Tensor>(S)));
+  ASSERT_TRUE(c.insert(first(b, 128), fake(128, 1000, 2)));
+  const PrefixHit ha = c.lookup(a), hb = c.lookup(b);
+  ASSERT_TRUE(ha.carry);
+  EXPECT_EQ(ha.carry->data, S.data);
+  EXPECT_EQ(ha.carry->shape, S.shape);
+  EXPECT_FALSE(hb.carry);
+  EXPECT_EQ(c.stats().bytes, (1000 + 128 * 4 + 32 * 4) + (1000 + 128 * 4));
+}
+
 TEST(PrefixCache, CollisionsNeverGiveAnotherPrefix) {
   // Every prefix hashes to 42: only the token check tells them apart.
   PrefixCache c({.budget_bytes = 1 << 20, .hash = [](uint64_t, std::span<const int32_t>) { return uint64_t(42); }});

@@ -27,7 +27,10 @@
 namespace dsv4 {
 namespace {
 
+using test::coarse;
 using test::sampling;
+using test::total_variation;
+using test::tv_bound;
 
 // "tiny_q": shared/fixtures/tiny-q (random weights, mtp.0); "bundled": models/tiny-shakespeare (skipped
 // until it carries an MTP block); "env": $DSV4_SPEC_MODEL (skipped when unset), e.g. a trained MTP.
@@ -94,7 +97,7 @@ class Speculative : public ::testing::TestWithParam<std::string> {
 };
 
 SpeculativeOptions options(int64_t k, const SamplingParams& sp = sampling(0)) {
-  return {.drafts = k, .scratch_slot = 1, .sampling = sp};
+  return {.drafts = k, .sampling = sp};
 }
 
 void print_stats(const char* what, const SpeculativeStats& s) {
@@ -197,34 +200,6 @@ TEST_P(Speculative, LimitsAndStopIds) {
   }
 }
 
-// Total variation between the empirical distribution of N draws (counts per cell) and m.
-double total_variation(const std::vector<int64_t>& counts, const std::vector<double>& m, int64_t N) {
-  double tv = 0;
-  for (size_t i = 0; i < m.size(); ++i) tv += std::fabs(double(counts[i]) / double(N) - m[i]);
-  return tv / 2;
-}
-// A bound the TV of N independent draws from m stays under with probability >= 1 - 1e-4:
-// E[TV] <= 1/2 sum_i sqrt(m_i (1 - m_i) / N) (Jensen on each |m^_i - m_i|, whose variance is
-// m_i (1 - m_i) / N), and one draw moves the TV by at most 1/N, so P(TV >= E[TV] + t) <= exp(-2 N t^2)
-// (McDiarmid): t = sqrt(ln(1e4) / (2 N)). The runs' seeds are fixed, so the test is deterministic: it
-// would fail a correct decoder for at most 1 in 10^4 choices of the seed set.
-double tv_bound(const std::vector<double>& m, int64_t N) {
-  double e = 0;
-  for (double x : m) e += std::sqrt(x * (1 - x) / double(N));
-  return e / 2 + std::sqrt(std::log(1e4) / (2 * double(N)));
-}
-// m pushed through a partition of the ids (cell[id]).
-std::vector<double> coarse(const std::vector<double>& m, const std::vector<int>& cell, int cells) {
-  std::vector<double> out(static_cast<size_t>(cells), 0.0);
-  for (size_t i = 0; i < m.size(); ++i) out[size_t(cell[i])] += m[i];
-  return out;
-}
-std::vector<int64_t> coarse(const std::vector<int64_t>& c, const std::vector<int>& cell, int cells) {
-  std::vector<int64_t> out(static_cast<size_t>(cells), 0);
-  for (size_t i = 0; i < c.size(); ++i) out[size_t(cell[i])] += c[i];
-  return out;
-}
-
 // Sampling at temperature 0.8, k = 2, N seeded runs from one state (after a prompt and its first
 // token): the first token a round decides (x_{N+1}: draft 1 accepted or a residual draw) and the one
 // after it (x_{N+2}: drafts 2 or a bonus, or the next round's after a roll-back) against their exact
@@ -321,15 +296,7 @@ TEST_P(Speculative, SampledTokensFollowTheTarget) {
   EXPECT_GT(wrong_q, 2 * b1c) << "the test must tell the rule from always accepting";
 
   // x_{N+2} by rank under m_2: 8 cells of about equal mass.
-  std::vector<int32_t> order(static_cast<size_t>(V));
-  std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return m2[size_t(a)] > m2[size_t(b)]; });
-  std::vector<int> by_rank(static_cast<size_t>(V));
-  double cum = 0;
-  for (int32_t id : order) {
-    by_rank[size_t(id)] = std::min(7, int(cum * 8));
-    cum += m2[size_t(id)];
-  }
+  const std::vector<int> by_rank = test::rank_cells(m2, 8);
   const std::vector<double> m2c = coarse(m2, by_rank, 8);
   const double tv2c = total_variation(coarse(c2, by_rank, 8), m2c, N), b2c = tv_bound(m2c, N);
   std::printf("x_{N+2} by rank: TV %.4f (bound %.4f)\n", tv2c, b2c);
@@ -444,7 +411,7 @@ TEST(SpeculativeContext, SplitPromptAndTheEndOfTheContext) {
     EXPECT_EQ(m->forward_mtp(0, P - 1, last, {first}).data, m->forward_mtp(3, P - 1, last, {first}).data);
   }
   for (int64_t k = 1; k <= 3; ++k) {
-    SpeculativeDecoder d(*m, 0, {.drafts = k, .scratch_slot = 1});
+    SpeculativeDecoder d(*m, 0, {.drafts = k});
     EXPECT_EQ(d.generate(p, 50), want) << "k " << k;
     EXPECT_EQ(d.pos(), 40);
     EXPECT_THROW(d.round(), Error);  // the context is full
@@ -465,9 +432,7 @@ TEST(SpeculativeErrors, OptionsAreCheckedInOneLine) {
     }
   };
   expect_error(*m, {.drafts = 0}, "drafts per step must be 1 to 3, got 0");
-  expect_error(*m, {.drafts = 4, .scratch_slot = 1}, "drafts per step must be 1 to 3, got 4");
-  expect_error(*m, {.drafts = 2}, "need a scratch slot");
-  expect_error(*m, {.drafts = 2, .scratch_slot = 0}, "need a scratch slot");
+  expect_error(*m, {.drafts = 4}, "drafts per step must be 1 to 3, got 4");
   SamplingParams pen = sampling(0.8f);
   pen.repetition_penalty = 1.1f;
   expect_error(*m, {.drafts = 1, .sampling = pen}, "penalty");

@@ -1,4 +1,5 @@
-// Reads a request's events from the engine until it finishes: the generated ids (test helper).
+// Reads a request's events from the engine until it finishes: the generated ids; prompts of token ids
+// (test helpers).
 #pragma once
 #include <gtest/gtest.h>
 
@@ -9,6 +10,13 @@
 #include "runtime/engine_channel.h"
 
 namespace dsv4::test {
+
+// n ids of the vocabulary, distinct per seed.
+inline std::vector<int32_t> token_ids(int64_t n, int32_t seed, int64_t vocab) {
+  std::vector<int32_t> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[size_t(i)] = int32_t((seed * 7919 + 31 * i + i * i) % vocab);
+  return v;
+}
 
 inline std::vector<int32_t> collect_ids(RequestChannel& ch) {
   using namespace std::chrono_literals;
