@@ -109,9 +109,9 @@ struct ModelT {
 // to S's), and may hook in:
 //   c.expert(x, e)          a routed expert e (e.g. to skip another rank's)
 //   c.moe(m, layer)         the whole MoE node of layer `layer` (a backend with packed expert stacks)
-//   c.finish(node, src, layer)  after a block (layer: its forward index; MTP k is num_layers + k) or
-//                           an attention node, to fill the backend's additions
-// Every map returns the plain tree; hooks see the nodes the policy names.
+//   c.finish(node, src, layer)  after an attention node, a block or an MTP block (layer: the forward
+//                           index; MTP block k is layers + k), to fill the backend's additions
+// The maps build the node types S names (S::Attention ...), so hooks see the backend's own nodes.
 template <class S, class Src, class C>
 HcT<S> map_hc(const HcT<Src>& w, C& c) {
   HcT<S> h;
