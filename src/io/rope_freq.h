@@ -1,7 +1,5 @@
 // The frequencies of a RoPE table from the config (MODEL.md §5): theta^(-2i/dim) in fp32, optionally
-// blended by YaRN (no mscale). Both backends rotate with these values; cpu::rope_inv_freq
-// (backend/cpu/ops.h) computes the same floats by the same double-precision steps (tests/model_cuda
-// compares the two bit for bit).
+// blended by YaRN (no mscale). Both backends rotate with these values (tests/io/test_rope_freq.cpp).
 #pragma once
 #include <cstdint>
 #include <vector>

@@ -10,6 +10,7 @@
 #include "core/tensor.h"
 #include "io/config.h"
 #include "io/safetensors.h"
+#include "io/weight_tree.h"
 
 namespace dsv4 {
 
@@ -43,59 +44,27 @@ Tensor dequantize(const LinearWeight& w);
 // The NVFP4 global scale (weight_scale_2) of w; 0 for other formats.
 float nvfp4_global_scale(const LinearWeight& w);
 
-struct HcWeights {         // mHC mixing parameters of one sub-layer (or the head)
-  TensorView fn;           // [(2+n)n, nD] f32 (head: [n, nD])
-  TensorView base;         // [(2+n)n] f32 (head: [n])
-  TensorView scale;        // [3] f32 (head: [1])
+// io's leaves: views into the checkpoint's mmap. The tree's shape is io/weight_tree.h.
+struct IoLeaves : PlainNodes<IoLeaves> {
+  using Linear = LinearWeight;
+  using Matrix = LinearWeight;
+  using Vec = TensorView;
+  using Ids = TensorView;  // int32 / int64
+  using Embed = TensorView;
+  using Head = LinearWeight;
 };
+using HcWeights = HcT<IoLeaves>;
+using CompressorWeights = CompressorT<IoLeaves>;
+using IndexerWeights = IndexerT<IoLeaves>;
+using AttentionWeights = AttentionT<IoLeaves>;
+using ExpertWeights = ExpertT<IoLeaves>;
+using MoeWeights = MoeT<IoLeaves>;
+using BlockWeights = BlockT<IoLeaves>;
+using MtpWeights = MtpT<IoLeaves>;
 
-struct CompressorWeights {
-  LinearWeight wkv, wgate;  // [c*d_c, D] (c = 2 with overlap), computed in fp32
-  TensorView ape;           // [ratio, c*d_c] f32, added to the gate
-  TensorView norm;          // [d_c]
-};
-
-struct IndexerWeights {
-  LinearWeight wq_b;          // [H_I*d_I, q_lora]
-  LinearWeight weights_proj;  // [H_I, D]
-  CompressorWeights compressor;
-};
-
-struct AttentionWeights {
-  LinearWeight wq_a, wq_b, wkv, wo_a, wo_b;
-  TensorView q_norm, kv_norm, attn_sink;
-  std::optional<CompressorWeights> compressor;  // CSA / HCA
-  std::optional<IndexerWeights> indexer;        // CSA
-};
-
-struct ExpertWeights {
-  LinearWeight w1, w2, w3;  // gate [I, D], down [D, I], up [I, D]
-};
 // True when w1 and w3 are NVFP4 with one weight_scale_2 value, as ModelOpt writes them (the max of the
 // two amaxes), so a kernel may run them as one fused GEMM.
 bool w13_share_global_scale(const ExpertWeights& e);
-
-struct MoeWeights {
-  LinearWeight gate;    // router [E, D]
-  TensorView bias;      // [E] f32, top-k layers only
-  TensorView tid2eid;   // [V, k] int32/int64, hash layers only
-  std::vector<ExpertWeights> experts;
-  ExpertWeights shared;
-};
-
-struct BlockWeights {
-  HcWeights hc_attn, hc_ffn;
-  TensorView attn_norm, ffn_norm;
-  AttentionWeights attn;
-  MoeWeights ffn;
-};
-
-struct MtpWeights {
-  BlockWeights block;
-  LinearWeight e_proj, h_proj;
-  TensorView enorm, hnorm, norm;
-  HcWeights hc_head;
-};
 
 // A DSpark drafter stage (FORMATS.md 8.2): a ratio-0 block plus, on stage 0, the projection of the
 // target layers' hidden states and, on the last stage, the head-side tensors. Bound and checked; the
@@ -110,13 +79,8 @@ struct DSparkWeights {
   TensorView confidence;           // last stage: [1, D + rank]
 };
 
-struct Weights {
-  TensorView embed;  // [V, D]
-  LinearWeight head; // [V, D]
-  TensorView norm;   // [D]
-  HcWeights hc_head;
-  std::vector<BlockWeights> layers;
-  std::vector<MtpWeights> mtp;           // the mtp.K blocks present in the checkpoint (original V4 MTP)
+// The checkpoint's tree plus what only io holds.
+struct Weights : ModelT<IoLeaves> {
   std::vector<DSparkWeights> dspark;     // or the DSpark stages mtp.0.. (config dspark_* fields)
   std::vector<std::string> unused;       // checkpoint tensors no field claimed
 };

@@ -27,8 +27,8 @@ TEST(MemoryPlan, PublishedFlashAndProStoredBytesMatchTheOfficialIndex) {
 
 TEST(MemoryPlan, FlashDeviceBytesMatchTheMeasuredUpload) {
   // docs/bench/2026-12-01-flash20-*.json: `dsv4 bench --preset flash --dummy-weights --layers 20` on an
-  // H200 reported weights_device_bytes 74345458912; upload_weights' count leaves out the head's
-  // hc_base [4] and hc_scale [1] fp32 (20 bytes), which the GPU holds too.
+  // H200 reported weights_device_bytes 74345458912; that binary's count left out the head's hc_base [4]
+  // and hc_scale [1] fp32 (20 bytes), which the GPU holds too (upload_weights counts them since 2026-12-02).
   ModelConfig c = preset_config("flash");
   truncate_layers(c, 20);
   EXPECT_EQ(published_weight_inventory(c).total(), 74345458912u + 20u);

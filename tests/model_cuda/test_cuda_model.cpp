@@ -10,13 +10,11 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "backend/cpu/ops.h"
 #include "backend/cuda/context.h"
 #include "core/error.h"
 #include "backend/cuda/harness.h"
 #include "io/dummy_weights.h"
 #include "io/presets.h"
-#include "io/rope_freq.h"
 #include "model/golden.h"
 #include "model/logits_steps.h"
 #include "model_steps.h"
@@ -195,24 +193,6 @@ TEST(CudaModel, BeginChecksTheBatch) {
             "cuda backend: 17 tokens in one call, at most 16");
   EXPECT_EQ(message({.ids = {1, 2, 3}, .positions = {0, 1, 2}, .slots = {0, 0, 0}, .run_len = 2}),
             "cuda backend: 3 tokens do not split into runs of 2");
-}
-
-// The CUDA backend's RoPE tables (io/rope_freq.h) are the CPU twin's floats (cpu::rope_inv_freq), plain
-// and YaRN (the Flash preset's compressed layers), for every table of the test models (no GPU).
-TEST(RopeFreq, EqualsTheCpuTwin) {
-  std::vector<ModelConfig> cfgs = {preset_config("flash")};
-  for (const std::string& dir : shakespeare_dirs()) cfgs.push_back(load_config(dir));
-  if (std::filesystem::exists(test::fixture_dir("tiny-q"))) cfgs.push_back(load_config(test::fixture_dir("tiny-q") + "/model"));
-  int yarn = 0;
-  for (const ModelConfig& cfg : cfgs)
-    for (const RopeConfig& r : {cfg.rope_main, cfg.rope_compress}) {
-      yarn += r.yarn;
-      const cpu::RopeParams p{.theta = r.theta, .yarn = r.yarn, .factor = r.factor,
-                              .original_max_position = double(r.original_max_position), .beta_fast = r.beta_fast,
-                              .beta_slow = r.beta_slow};
-      EXPECT_EQ(rope_inv_freq(cfg.rope_dim, r), cpu::rope_inv_freq(cfg.rope_dim, p)) << cfg.source;
-    }
-  EXPECT_GT(yarn, 0) << "no YaRN table was compared";
 }
 
 // Dummy weights: every tensor a checkpoint of the preset would hold, with its format (no GPU).

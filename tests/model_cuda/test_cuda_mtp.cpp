@@ -179,8 +179,8 @@ TEST(CudaMtpFastTier, CloseToTheExactTier) {
 }
 
 // The device holds what the memory plan counts (io/memory_plan.h), the MTP block included: its block,
-// e_proj / h_proj, norms and hc_head, the head weight once. (upload_weights leaves the main head's
-// hc_base [n] and hc_scale [1] fp32 out of its count, test_memory_plan.cpp.)
+// e_proj / h_proj, norms and hc_head, the head weight once (upload_weights counts every buffer it
+// uploads, the main head's hc_base and hc_scale included since 2026-12-02).
 TEST(CudaMtpMemory, DeviceBytesMatchTheMemoryPlan) {
   DSV4_REQUIRE_HOPPER();
   for (const char* name : {"bundled", "tiny-q"}) {
@@ -191,7 +191,7 @@ TEST(CudaMtpMemory, DeviceBytesMatchTheMemoryPlan) {
     const WeightInventory inv = weight_inventory(cfg, bind_weights(cfg, *ckpt));
     ASSERT_EQ(inv.mtp_blocks, 1) << name;
     auto gpu = test::load_cuda(dir, KernelTier::Exact, 64, 16);
-    EXPECT_EQ(gpu->backend().info().weight_bytes + uint64_t(cfg.hc_mult + 1) * 4, inv.total()) << name;
+    EXPECT_EQ(gpu->backend().info().weight_bytes, inv.total()) << name;
   }
 }
 

@@ -53,21 +53,21 @@ void CpuBackend::compress(int64_t layer, CompressorKind c) {
   const AttentionF& w = block_w(layer).attn;
   const QuantSim q(numerics_);
   const bool indexer = c == CompressorKind::Indexer;
-  if (indexer ? !w.idx : !w.comp) fail("layer ", layer, " has no ", indexer ? "indexer " : "", "compressor");
+  if (indexer ? !w.indexer : !w.compressor) fail("layer ", layer, " has no ", indexer ? "indexer " : "", "compressor");
   for (const Run& r : runs_) {
     LayerState& st = state(r, layer);
-    compress_chunk(indexer ? w.idx->comp : *w.comp, indexer ? *st.idx_comp : *st.comp, rows_of(u_, r), r.p0,
+    compress_chunk(indexer ? w.indexer->compressor : *w.compressor, indexer ? *st.idx_comp : *st.comp, rows_of(u_, r), r.p0,
                    inv_freq(layer), cfg_, q, indexer);
   }
 }
 
 void CpuBackend::index_topk(int64_t layer) {
   const AttentionF& w = block_w(layer).attn;
-  if (!w.idx) fail("layer ", layer, " has no indexer");
+  if (!w.indexer) fail("layer ", layer, " has no indexer");
   const QuantSim q(numerics_);
   topk_.assign(size_t(batch_.size()), {});
   for (const Run& r : runs_) {
-    auto picks = dsv4::index_topk(*w.idx, *state(r, layer).idx_comp, rows_of(u_, r), rows_of(cq_, r), r.p0,
+    auto picks = dsv4::index_topk(*w.indexer, *state(r, layer).idx_comp, rows_of(u_, r), rows_of(cq_, r), r.p0,
                                   inv_freq(layer), cfg_, q);
     for (int64_t t = 0; t < r.n; ++t) topk_[size_t(r.t0 + t)] = std::move(picks[size_t(t)]);
   }
@@ -96,7 +96,7 @@ void CpuBackend::attend(int64_t layer) {
         for (int64_t j : topk_[size_t(t)]) keys.push_back(st.comp->entry(j));
       }
       for (int64_t h = 0; h < H; ++h)
-        attend_with_sink(q_.row(t) + h * d, keys.data(), int64_t(keys.size()), d, scale, w.sink.ptr()[h],
+        attend_with_sink(q_.row(t) + h * d, keys.data(), int64_t(keys.size()), d, scale, w.attn_sink.ptr()[h],
                          q.official(), o_.row(t) + h * d);
       q.bf16(o_.row(t), H * d);
       rope_heads(o_.row(t), H, d, freq, pos, true);

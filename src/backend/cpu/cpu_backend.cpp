@@ -33,7 +33,7 @@ CpuBackend::CpuBackend(const ModelConfig& cfg, const Weights& w, uint64_t total_
       comm_(o.comm && o.comm->size() > 1 ? o.comm : nullptr), experts_(experts_of(cfg, o.comm)),
       w_(to_cpu_weights(w, total_bytes, progress, experts_)) {
   for (int64_t i = 0; i < cfg_.num_layers + num_mtp(); ++i)
-    inv_freq_.push_back(rope_inv_freq(cfg_.rope_dim, rope_params(cfg_.rope_for(cfg_.layer_at(i)))));
+    inv_freq_.push_back(rope_inv_freq(cfg_.rope_dim, cfg_.rope_for(cfg_.layer_at(i))));
 }
 
 const BlockF& CpuBackend::block_w(int64_t layer) const {

@@ -100,8 +100,8 @@ void CpuBackend::moe_experts(int64_t layer) {
     for (size_t r = 0; r < rows.size(); ++r)
       for (int64_t c = 0; c < D; ++c) y.row(rows[r])[c] += ye.row(int64_t(r))[c];
   }
-  if (w.shared) {
-    Tensor ys = expert_forward(*w.shared, x, std::vector<float>(size_t(T), 1.0f), limit, q);
+  if (w.shared.w1.present()) {
+    Tensor ys = expert_forward(w.shared, x, std::vector<float>(size_t(T), 1.0f), limit, q);
     for (int64_t i = 0; i < y.numel(); ++i) y.data[size_t(i)] += ys.data[size_t(i)];
   }
   q.bf16(y.ptr(), y.numel());
@@ -187,8 +187,8 @@ void CpuBackend::moe_experts_ranked(int64_t layer) {
     for (const auto& [key, r] : m)
       for (int64_t c = 0; c < D; ++c) y.row(t)[c] += r[c];
   }
-  if (w.shared) {
-    Tensor ys = expert_forward(*w.shared, x, std::vector<float>(size_t(T), 1.0f), limit, q);
+  if (w.shared.w1.present()) {
+    Tensor ys = expert_forward(w.shared, x, std::vector<float>(size_t(T), 1.0f), limit, q);
     for (int64_t n = 0; n < y.numel(); ++n) y.data[size_t(n)] += ys.data[size_t(n)];
   }
   q.bf16(y.ptr(), y.numel());

@@ -4,7 +4,6 @@
 #include <cstdint>
 #include <climits>
 #include <functional>
-#include <optional>
 #include <vector>
 
 #include "core/tensor.h"
@@ -16,44 +15,27 @@ namespace dsv4 {
 // official numerics quantize to FP8 (the reference's linear() dispatches on the weight dtype).
 struct LinearF : Tensor {
   bool quant_act = false;
+  bool present() const { return !data.empty(); }
 };
 
-struct HcF { Tensor fn, base, scale; };
-struct CompressorF { LinearF wkv, wgate; Tensor ape, norm; };            // [c*dc, D] x2, [ratio, c*dc], [dc]
-struct IndexerF { LinearF wq_b, weights_proj; CompressorF comp; };  // [HI*dI, qr], [HI, D]
-struct AttentionF {
-  LinearF wq_a, wq_b, wkv, wo_a, wo_b;
-  Tensor q_norm, kv_norm, sink;
-  std::optional<CompressorF> comp;
-  std::optional<IndexerF> idx;
+// The CPU backend's leaves of the one tree (io/weight_tree.h).
+struct CpuLeaves : PlainNodes<CpuLeaves> {
+  using Linear = LinearF;
+  using Matrix = LinearF;
+  using Vec = Tensor;
+  using Ids = std::vector<int32_t>;  // [V * k] (hash layers)
+  using Embed = Tensor;
+  using Head = LinearF;
 };
-struct ExpertF { LinearF w1, w2, w3; };
-struct MoeF {
-  LinearF gate;                  // [E, D]
-  Tensor bias;                   // [E] (top-k layers)
-  std::vector<int32_t> tid2eid;  // [V * k] (hash layers)
-  std::vector<ExpertF> experts;
-  std::optional<ExpertF> shared;
-};
-struct BlockF {
-  HcF hc_attn, hc_ffn;
-  Tensor attn_norm, ffn_norm;
-  AttentionF attn;
-  MoeF ffn;
-};
-struct MtpF {
-  BlockF block;
-  LinearF e_proj, h_proj;
-  Tensor enorm, hnorm, norm;
-  HcF hc_head;
-};
-struct CpuWeights {
-  Tensor embed, norm;
-  LinearF head;
-  HcF hc_head;
-  std::vector<BlockF> layers;
-  std::vector<MtpF> mtp;
-};
+using HcF = HcT<CpuLeaves>;
+using CompressorF = CompressorT<CpuLeaves>;
+using IndexerF = IndexerT<CpuLeaves>;
+using AttentionF = AttentionT<CpuLeaves>;
+using ExpertF = ExpertT<CpuLeaves>;
+using MoeF = MoeT<CpuLeaves>;
+using BlockF = BlockT<CpuLeaves>;
+using MtpF = MtpT<CpuLeaves>;
+using CpuWeights = ModelT<CpuLeaves>;
 
 // Routed experts a backend holds: [first, last) of every MoE layer (expert parallelism); the others stay
 // empty (their bytes are still counted as done).

@@ -38,28 +38,6 @@ void rms_norm(const float* x, int64_t T, int64_t dim, const float* w, float eps,
   }
 }
 
-std::vector<float> rope_inv_freq(int64_t rope_dim, const RopeParams& p) {
-  const int64_t half = rope_dim / 2;
-  std::vector<float> f(static_cast<size_t>(half));
-  for (int64_t i = 0; i < half; ++i)
-    f[size_t(i)] = float(1.0 / std::pow(p.theta, double(2 * i) / double(rope_dim)));
-  if (!p.yarn) return f;
-  // YaRN: dims below `lo` keep their frequency, above `hi` are divided by `factor`, linear blend between.
-  auto corr = [&](double rotations) {
-    return double(rope_dim) * std::log(p.original_max_position / (rotations * 2 * M_PI)) / (2 * std::log(p.theta));
-  };
-  double lo = std::max(std::floor(corr(p.beta_fast)), 0.0);
-  double hi = std::min(std::ceil(corr(p.beta_slow)), double(rope_dim - 1));
-  if (lo == hi) hi += 0.001;
-  for (int64_t i = 0; i < half; ++i) {
-    float ramp = std::clamp(float((double(i) - lo) / (hi - lo)), 0.0f, 1.0f);
-    float extrap = f[size_t(i)];
-    float interp = float(1.0 / (p.factor * std::pow(p.theta, double(2 * i) / double(rope_dim))));
-    f[size_t(i)] = interp * ramp + extrap * (1.0f - ramp);
-  }
-  return f;
-}
-
 void rope(float* x, const std::vector<float>& inv_freq, int64_t pos, bool inverse) {
   for (size_t i = 0; i < inv_freq.size(); ++i) {
     const float ang = float(pos) * inv_freq[i];

@@ -14,17 +14,8 @@ void rms_norm(const float* x, int64_t T, int64_t dim, const float* w, float eps,
 
 // Rotary embedding on one vector's rope slice x[0 : 2*inv_freq.size()], interleaved pairs
 // (x[2i], x[2i+1]) rotated by angle fl32(pos * inv_freq[i]); inverse rotates by the negative angle.
+// The tables: rope_inv_freq (io/rope_freq.h), shared with the CUDA backend.
 void rope(float* x, const std::vector<float>& inv_freq, int64_t pos, bool inverse);
-
-// Frequencies of a rope table: theta^(-2i/dim) in fp32, optionally blended by YaRN (no mscale).
-struct RopeParams {
-  double theta = 10000.0;
-  bool yarn = false;
-  double factor = 1.0;
-  double original_max_position = 0;
-  double beta_fast = 32.0, beta_slow = 1.0;
-};
-std::vector<float> rope_inv_freq(int64_t rope_dim, const RopeParams& p);
 
 // mHC pre: for one token with streams X[n, D]: mixes = rsqrt(mean(x^2)+eps) * (fn . vec(X)) -> 
 // pre[n] = sigmoid(s0*mix+b)+hc_eps, post[n] = 2 sigmoid(s1*mix+b), comb[n, n] Sinkhorn (rows j,

@@ -5,12 +5,9 @@
 
 #include "backend/cpu/ops.h"
 #include "io/config.h"
+#include "io/rope_freq.h"  // the tables: rope_inv_freq
 
 namespace dsv4 {
-
-inline cpu::RopeParams rope_params(const RopeConfig& r) {
-  return {r.theta, r.yarn, r.factor, double(r.original_max_position), r.beta_fast, r.beta_slow};
-}
 
 // Rotates the last 2*inv_freq.size() dims of each of `heads` vectors of width `dim`.
 inline void rope_heads(float* x, int64_t heads, int64_t dim, const std::vector<float>& inv_freq, int64_t pos,

@@ -245,15 +245,16 @@ void AttentionWorkspace::prepare(const DeviceContext& ctx, const ModelConfig& cf
     lin(w.wq_b);
     lin(w.wkv);
     lin(w.wo_b);
-    if (w.idx) lin(w.idx->wq_b);
+    if (w.indexer) lin(w.indexer->wq_b);
   }
   if (lt(LinearSite::GroupedWoA))
     plan(ctx, GemmKind::Bf16, cfg.o_lora_rank, cfg.num_heads * cfg.head_dim / cfg.o_groups, tokens);
   if (lt(LinearSite::CompressorF32)) {
-    if (w.comp) plan(ctx, GemmKind::Bf16F32Out, (w.comp->overlap ? 2 : 1) * w.comp->dc, cfg.hidden_size, tokens);
-    if (w.idx) plan(ctx, GemmKind::Bf16F32Out, 2 * w.idx->comp.dc, cfg.hidden_size, tokens);
+    if (w.compressor)
+      plan(ctx, GemmKind::Bf16F32Out, (w.compressor->overlap ? 2 : 1) * w.compressor->dc, cfg.hidden_size, tokens);
+    if (w.indexer) plan(ctx, GemmKind::Bf16F32Out, 2 * w.indexer->compressor.dc, cfg.hidden_size, tokens);
   }
-  if (lt(LinearSite::WeightsProj) && w.idx) plan(ctx, GemmKind::Bf16, cfg.index_n_heads, cfg.hidden_size, tokens);
+  if (lt(LinearSite::WeightsProj) && w.indexer) plan(ctx, GemmKind::Bf16, cfg.index_n_heads, cfg.hidden_size, tokens);
 }
 
 void attn_qkv(const DeviceContext& ctx, const AttentionCall& a, const bf16* x) {
@@ -287,14 +288,14 @@ void attn_compress(const DeviceContext& ctx, const AttentionCall& a, const bf16*
   AttentionLayerState& st = a.st;
   const DevAttentionWeights& w = a.w;
   if (kind == CompressorKind::Main) {
-    if (!w.comp) fail("attention: a sliding layer has no compressor");
-    run_compressor(ctx, a.cfg, a.ws, *w.comp, a.b, x, st.cur_a.get(), st.cur_g.get(), st.prev_a.get(),
+    if (!w.compressor) fail("attention: a sliding layer has no compressor");
+    run_compressor(ctx, a.cfg, a.ws, *w.compressor, a.b, x, st.cur_a.get(), st.cur_g.get(), st.prev_a.get(),
                    st.prev_g.get(), st.kv.get() + st.pool_base() * a.cfg.head_dim, st.max_entries, w.inv_freq.get(),
                    false);
     return;
   }
-  if (!w.idx) fail("attention: only CSA layers have an indexer");
-  run_compressor(ctx, a.cfg, a.ws, w.idx->comp, a.b, x, st.icur_a.get(), st.icur_g.get(), st.iprev_a.get(),
+  if (!w.indexer) fail("attention: only CSA layers have an indexer");
+  run_compressor(ctx, a.cfg, a.ws, w.indexer->compressor, a.b, x, st.icur_a.get(), st.icur_g.get(), st.iprev_a.get(),
                  st.iprev_g.get(), st.index_keys.get(), st.max_entries, w.inv_freq.get(), true);
 }
 
@@ -304,8 +305,8 @@ void attn_index_topk(const DeviceContext& ctx, const AttentionCall& a, const bf1
   const ModelConfig& cfg = a.cfg;
   AttentionWorkspace& ws = a.ws;
   const AttentionBatch& b = a.b;
-  if (!a.w.idx) fail("attention: only CSA layers have an indexer");
-  const DevIndexerWeights& w = *a.w.idx;
+  if (!a.w.indexer) fail("attention: only CSA layers have an indexer");
+  const DevIndexerWeights& w = *a.w.indexer;
   const int64_t HI = cfg.index_n_heads, dI = cfg.index_head_dim;
   run_linear(ctx, ws, w.wq_b, ws.cq.get(), b.tokens, ws.qi.get());
   run_rope(ctx, ws.qi.get(), b, a.w.inv_freq.get(), HI, dI, cfg.rope_dim, false);
@@ -314,11 +315,11 @@ void attn_index_topk(const DeviceContext& ctx, const AttentionCall& a, const bf1
                  int(cfg.hidden_size), int(HI), nullptr, ws.wi.get());
   indexer_scores(ctx, {.q = ws.qi.get(), .w = ws.wi.get(), .keys = a.st.index_keys.get(), .scores = ws.scores.get(),
                        .positions = b.positions, .slots = b.slots, .tokens = b.tokens,
-                       .max_entries = a.st.max_entries, .heads = int(HI), .dim = int(dI), .ratio = w.comp.ratio,
+                       .max_entries = a.st.max_entries, .heads = int(HI), .dim = int(dI), .ratio = w.compressor.ratio,
                        .wscale = float(1.0 / std::sqrt(double(dI)) / std::sqrt(double(HI)))});
   indexer_topk(ctx, {.scores = ws.scores.get(), .selected = ws.selected.get(), .positions = b.positions,
                      .tokens = b.tokens, .max_entries = a.st.max_entries, .k = int(cfg.index_topk),
-                     .ratio = w.comp.ratio});
+                     .ratio = w.compressor.ratio});
 }
 
 void attn_attend(const DeviceContext& ctx, const AttentionCall& a) {
@@ -337,7 +338,7 @@ void attn_attend(const DeviceContext& ctx, const AttentionCall& a) {
                        .topk = int(cfg.index_topk), .ratio = kind == AttnKind::Sliding ? 0 : w.spec.ratio,
                        .ring_base = st.ring_base(), .chunk_base = st.chunk_base(), .pool_base = st.pool_base(),
                        .max_entries = st.max_entries});
-  sparse_attention(ctx, {.q = ws.q.get(), .kv = st.kv.get(), .indices = ws.indices.get(), .sinks = w.sink.get(),
+  sparse_attention(ctx, {.q = ws.q.get(), .kv = st.kv.get(), .indices = ws.indices.get(), .sinks = w.attn_sink.get(),
                          .out = ws.o.get(), .tokens = T, .entries = st.pool_base() + st.max_seqs * st.max_entries,
                          .heads = int(H), .dim = int(d), .max_keys = int(max_keys),
                          .scale = float(1.0 / std::sqrt(double(d)))});

@@ -31,6 +31,7 @@
 #include "backend/cuda/gemm.h"
 #include "backend/backend.h"
 #include "io/config.h"
+#include "io/weight_tree.h"
 #include "io/weights.h"
 
 namespace dsv4::cuda {
@@ -46,38 +47,47 @@ struct DevLinear {
   int64_t out = 0, in = 0;
 };
 
-struct DevCompressorWeights {
-  DeviceBuffer<bf16> wkv, wgate;  // [c*dc, D] bf16 (run as fp32 products with fp32 accumulation)
-  DeviceBuffer<float> ape;        // [ratio, c*dc] added to the gate
-  DeviceBuffer<float> norm;       // [dc]
+struct DevCompressorWeights;
+struct DevAttentionWeights;
+struct DevMoeWeights;  // moe_sublayer.h
+
+// The CUDA backend's leaves of the one tree (io/weight_tree.h): FP8 projections kept as stored, the
+// plain-matmul weights as bf16 (FP8 checkpoints dequantized, exact), vectors as fp32. The nodes below
+// add what the kernels read besides the weights; the MoE node is the backend's own (moe_sublayer.h:
+// routed experts stacked and re-laid out per format, not the tree's per-expert leaves).
+struct DevLeaves {
+  using Linear = DevLinear;
+  using Matrix = DeviceBuffer<bf16>;  // wo_a, compressor wkv / wgate (fp32 products), weights_proj
+  using Vec = DeviceBuffer<float>;
+  using Embed = DeviceBuffer<bf16>;   // [V, D]
+  using Head = DeviceBuffer<bf16>;    // [V, D] (dense checkpoints only)
+  using Compressor = DevCompressorWeights;
+  using Attention = DevAttentionWeights;
+  using Moe = DevMoeWeights;
+};
+
+struct DevCompressorWeights : CompressorT<DevLeaves> {
   int ratio = 0, dc = 0;
-  bool overlap = false;           // CSA: c = 2 (A and B halves)
+  bool overlap = false;  // CSA: c = 2 (A and B halves)
 };
+using DevIndexerWeights = IndexerT<DevLeaves>;  // compressor: dc = dI, overlap
 
-struct DevIndexerWeights {
-  DevLinear wq_b;                   // [HI*dI, q_lora] (FP8 in the checkpoints)
-  DeviceBuffer<bf16> weights_proj;  // [HI, D] bf16 (the reference runs it as a plain matmul)
-  DevCompressorWeights comp;        // dc = dI, overlap
-};
-
-struct DevAttentionWeights {
+struct DevAttentionWeights : AttentionT<DevLeaves> {
   LayerSpec spec;
-  DevLinear wq_a, wq_b, wkv, wo_b;   // [qr, D], [H*d, qr], [d, D], [D, G*ro]
-  DeviceBuffer<bf16> wo_a;           // [G*ro, H*d/G] bf16 (FP8 checkpoints dequantized: a plain matmul)
-  DeviceBuffer<float> q_norm;        // [qr]
-  DeviceBuffer<float> kv_norm;       // [d]
-  DeviceBuffer<float> sink;          // [H]
-  DeviceBuffer<float> inv_freq;      // [rope_dim / 2] of this layer's rope table
-  std::optional<DevCompressorWeights> comp;  // CSA / HCA
-  std::optional<DevIndexerWeights> idx;      // CSA
+  DeviceBuffer<float> inv_freq;  // [rope_dim / 2] of this layer's rope table
 };
 
 // One FP8 or dense linear weight as run_linear reads it (also the MTP blocks' e_proj / h_proj).
 DevLinear upload_linear(const LinearWeight& w);
+// A weight's logical values as bf16 (exact for bf16 and FP8 checkpoints; throws where bf16 cannot hold them).
+DeviceBuffer<bf16> upload_dense_bf16(const LinearWeight& w);
+// Any float tensor (bf16 / f16 / f32) as fp32 on the device.
+DeviceBuffer<float> upload_f32(const TensorView& v);
 
-// Uploads one layer's attention weights (the CPU-side views point into the checkpoint mmap).
-DevAttentionWeights upload_attention_weights(const DeviceContext& ctx, const AttentionWeights& w,
-                                             const ModelConfig& cfg, const LayerSpec& spec);
+// The additions of a layer's attention node once its leaves are uploaded (spec, RoPE table, compressor
+// geometry); checks that the layer's kind has its compressor / indexer.
+void finish_attention_weights(DevAttentionWeights& d, const AttentionWeights& w, const ModelConfig& cfg,
+                              const LayerSpec& spec);
 
 // Device state of one layer for up to `max_seqs` sequences (slots) of up to `max_ctx` positions.
 // kv rows: [ring: max_seqs * W][chunk: max_tokens_padded][pool: max_seqs * max_entries], all [.., d] bf16;

@@ -1,5 +1,5 @@
-// upload_attention_weights (attention_sublayer.h): one layer's attention weights from the checkpoint views
-// to the device, in the form each GEMM / kernel reads.
+// The CUDA backend's leaf uploads (attention_sublayer.h) and the additions of its attention nodes: from
+// the checkpoint views to the device, in the form each GEMM / kernel reads.
 #include <cstring>
 #include <vector>
 
@@ -11,13 +11,6 @@
 namespace dsv4::cuda {
 namespace {
 
-DeviceBuffer<float> upload_f32(const TensorView& v, const char* what) {
-  if (!v.data) fail("upload_attention_weights: ", what, " is missing");
-  std::vector<float> h(size_t(v.numel()));
-  to_f32(v.dtype, v.data, 0, h.size(), h.data());
-  return DeviceBuffer<float>(h);
-}
-
 DeviceBuffer<bf16> upload_bf16_values(const std::vector<float>& v) {
   std::vector<uint16_t> bits(v.size());
   for (size_t i = 0; i < v.size(); ++i) bits[i] = f32_to_bf16(v[i]);
@@ -27,7 +20,27 @@ DeviceBuffer<bf16> upload_bf16_values(const std::vector<float>& v) {
   return d;
 }
 
-// The weight's logical values as bf16: exact for bf16 and FP8 (e4m3 x power of two) checkpoints.
+void require(const TensorView& v, const char* what) {
+  if (!v.data) fail("upload_attention_weights: ", what, " is missing");
+}
+
+void finish_compressor(DevCompressorWeights& d, const CompressorWeights& w, int ratio, int dc, bool overlap) {
+  require(w.ape, "compressor ape");
+  require(w.norm, "compressor norm");
+  d.ratio = ratio;
+  d.dc = dc;
+  d.overlap = overlap;
+}
+
+}  // namespace
+
+DeviceBuffer<float> upload_f32(const TensorView& v) {
+  if (!v.data) return {};  // absent (finish_attention_weights names the attention's own)
+  std::vector<float> h(size_t(v.numel()));
+  to_f32(v.dtype, v.data, 0, h.size(), h.data());
+  return DeviceBuffer<float>(h);
+}
+
 DeviceBuffer<bf16> upload_dense_bf16(const LinearWeight& w) {
   if (!w.present()) fail("upload_attention_weights: ", w.name, " is missing");
   const Tensor t = dequantize(w);
@@ -35,20 +48,6 @@ DeviceBuffer<bf16> upload_dense_bf16(const LinearWeight& w) {
     if (round_bf16(v) != v) fail("upload_attention_weights: ", w.name, " has values bf16 cannot hold exactly");
   return upload_bf16_values(t.data);
 }
-
-DevCompressorWeights upload_compressor(const CompressorWeights& w, int ratio, int dc, bool overlap) {
-  DevCompressorWeights d;
-  d.wkv = upload_dense_bf16(w.wkv);
-  d.wgate = upload_dense_bf16(w.wgate);
-  d.ape = upload_f32(w.ape, "compressor ape");
-  d.norm = upload_f32(w.norm, "compressor norm");
-  d.ratio = ratio;
-  d.dc = dc;
-  d.overlap = overlap;
-  return d;
-}
-
-}  // namespace
 
 DevLinear upload_linear(const LinearWeight& w) {
   DevLinear d;
@@ -69,33 +68,25 @@ DevLinear upload_linear(const LinearWeight& w) {
   return d;
 }
 
-DevAttentionWeights upload_attention_weights(const DeviceContext& ctx, const AttentionWeights& w,
-                                             const ModelConfig& cfg, const LayerSpec& spec) {
-  (void)ctx;  // uploads are synchronous copies; the context selects the device already
-  DevAttentionWeights d;
+void finish_attention_weights(DevAttentionWeights& d, const AttentionWeights& w, const ModelConfig& cfg,
+                              const LayerSpec& spec) {
+  require(w.q_norm, "q_norm");
+  require(w.kv_norm, "kv_norm");
+  require(w.attn_sink, "attn_sink");
   d.spec = spec;
-  d.wq_a = upload_linear(w.wq_a);
-  d.wq_b = upload_linear(w.wq_b);
-  d.wkv = upload_linear(w.wkv);
-  d.wo_b = upload_linear(w.wo_b);
-  d.wo_a = upload_dense_bf16(w.wo_a);
-  d.q_norm = upload_f32(w.q_norm, "q_norm");
-  d.kv_norm = upload_f32(w.kv_norm, "kv_norm");
-  d.sink = upload_f32(w.attn_sink, "attn_sink");
   d.inv_freq = DeviceBuffer<float>(rope_inv_freq(cfg.rope_dim, cfg.rope_for(spec)));
   if (spec.attn != AttnKind::Sliding) {
-    if (!w.compressor) fail("upload_attention_weights: a compressed layer without compressor weights");
-    d.comp = upload_compressor(*w.compressor, spec.ratio, int(cfg.head_dim), spec.attn == AttnKind::CSA);
+    if (!d.compressor) fail("upload_attention_weights: a compressed layer without compressor weights");
+    finish_compressor(*d.compressor, *w.compressor, spec.ratio, int(cfg.head_dim), spec.attn == AttnKind::CSA);
+  } else {
+    d.compressor.reset();
   }
   if (spec.attn == AttnKind::CSA) {
-    if (!w.indexer) fail("upload_attention_weights: a CSA layer without indexer weights");
-    DevIndexerWeights ix;
-    ix.wq_b = upload_linear(w.indexer->wq_b);
-    ix.weights_proj = upload_dense_bf16(w.indexer->weights_proj);
-    ix.comp = upload_compressor(w.indexer->compressor, spec.ratio, int(cfg.index_head_dim), true);
-    d.idx = std::move(ix);
+    if (!d.indexer) fail("upload_attention_weights: a CSA layer without indexer weights");
+    finish_compressor(d.indexer->compressor, w.indexer->compressor, spec.ratio, int(cfg.index_head_dim), true);
+  } else {
+    d.indexer.reset();
   }
-  return d;
 }
 
 }  // namespace dsv4::cuda

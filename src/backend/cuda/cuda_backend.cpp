@@ -207,9 +207,11 @@ const DevBlockWeights& CudaBackend::block(int64_t layer, const char* op) const {
   return layer < L ? w_.layers[size_t(layer)] : w_.mtp[size_t(layer - L)].block;
 }
 
-const DevHeadWeights& CudaBackend::head_weights(int64_t head) const {
+DevHeadWeights CudaBackend::head_weights(int64_t head) const {
   if (head < 0 || head > num_mtp()) fail("head ", head, " does not exist (", num_mtp(), " MTP block(s))");
-  return head == 0 ? w_.head : w_.mtp[size_t(head - 1)].head;
+  if (head == 0) return head_view(w_.hc_head, w_.norm, w_.head, cfg_);
+  const DevMtpWeights& m = w_.mtp[size_t(head - 1)];
+  return head_view(m.hc_head, m.norm, w_.head, cfg_);  // the main head's weight (MODEL.md §8)
 }
 
 AttentionCall CudaBackend::attention(int64_t layer, const char* op) {
@@ -218,7 +220,9 @@ AttentionCall CudaBackend::attention(int64_t layer, const char* op) {
           .b = {.tokens = T_, .run_len = run_len_, .positions = positions_.get(), .slots = slots_.get()}};
 }
 
-void CudaBackend::embed() { embed_forward(*ctx_, w_.embed, ids_.get(), T_, int(cfg_.hc_mult), X_.get()); }
+void CudaBackend::embed() {
+  embed_forward(*ctx_, embed_view(w_.embed, cfg_), ids_.get(), T_, int(cfg_.hc_mult), X_.get());
+}
 
 void CudaBackend::mhc(const MhcStep& s) {
   const int n = int(cfg_.hc_mult), D = int(cfg_.hidden_size);
@@ -257,7 +261,7 @@ void CudaBackend::moe_experts(int64_t layer) {
 
 void CudaBackend::mtp_input(int64_t k) {
   if (k < 0 || k >= num_mtp()) fail("the checkpoint has ", num_mtp(), " MTP block(s), block ", k, " requested");
-  mtp_input_forward(*ctx_, w_.mtp[size_t(k)], w_.embed, *mtp_ws_, *attn_ws_, ids_.get(), T_,
+  mtp_input_forward(*ctx_, w_.mtp[size_t(k)], embed_view(w_.embed, cfg_), *mtp_ws_, *attn_ws_, ids_.get(), T_,
                     float(cfg_.rms_norm_eps), X_.get());
 }
 
@@ -274,7 +278,7 @@ LtMatmul* CudaBackend::head_plan(int64_t rows) {
 }
 
 void CudaBackend::head(int64_t head, int64_t first, int64_t rows) {
-  const DevHeadWeights& hw = head_weights(head);
+  const DevHeadWeights hw = head_weights(head);
   if (rows < 1 || rows > logit_rows_ || first < 0 || first + rows > T_)
     fail("cuda backend: head rows [", first, ", ", first + rows, ") of a call of ", T_, " tokens (at most ",
          logit_rows_, " rows)");
@@ -378,7 +382,7 @@ Tensor download_bf16(const DeviceContext& ctx, const bf16* src, Shape shape) {
 Tensor CudaBackend::streams() { return download_bf16(*ctx_, X_.get(), {T_, cfg_.hc_mult, cfg_.hidden_size}); }
 
 Tensor CudaBackend::head_hidden(int64_t head, int64_t first, int64_t rows) {
-  const DevHeadWeights& hw = head_weights(head);
+  const DevHeadWeights hw = head_weights(head);
   const int64_t n = cfg_.hc_mult, D = cfg_.hidden_size;
   if (rows < 1 || first < 0 || first + rows > T_)
     fail("cuda backend: head rows [", first, ", ", first + rows, ") of a call of ", T_, " tokens");

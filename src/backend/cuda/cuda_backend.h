@@ -88,7 +88,7 @@ class CudaBackend final : public Backend {
  private:
   void prepare(const StepShape& shape);  // GEMM plans of a shape (before its capture)
   const DevBlockWeights& block(int64_t layer, const char* op) const;
-  const DevHeadWeights& head_weights(int64_t head) const;  // 0 main, 1 + k MTP block k
+  DevHeadWeights head_weights(int64_t head) const;  // 0 main, 1 + k MTP block k (a view)
   AttentionCall attention(int64_t layer, const char* op);
   // The fast tier's head GEMM for `rows` rows where the table picks cuBLASLt (else null).
   LtMatmul* head_plan(int64_t rows);

@@ -9,26 +9,14 @@
 namespace dsv4::cuda {
 namespace {
 
+uint64_t bytes_of(const DevLinear& l) { return l.w8.codes.bytes() + l.w8.scales.bytes() + l.w16.bytes(); }
 template <typename T>
 uint64_t bytes_of(const DeviceBuffer<T>& b) {
   return b.bytes();
 }
-uint64_t bytes_of(const DevLinear& l) { return l.w8.codes.bytes() + l.w8.scales.bytes() + l.w16.bytes(); }
-uint64_t bytes_of(const DevCompressorWeights& c) {
-  return c.wkv.bytes() + c.wgate.bytes() + c.ape.bytes() + c.norm.bytes();
-}
-uint64_t bytes_of(const DevHc& h) { return h.fn.bytes() + h.base.bytes() + h.scale.bytes(); }
-
-uint64_t block_device_bytes(const DevBlockWeights& b) {
-  const DevAttentionWeights& a = b.attn;
-  uint64_t s = bytes_of(b.hc_attn) + bytes_of(b.hc_ffn) + b.attn_norm.bytes() + b.ffn_norm.bytes();
-  s += bytes_of(a.wq_a) + bytes_of(a.wq_b) + bytes_of(a.wkv) + bytes_of(a.wo_b) + a.wo_a.bytes() + a.q_norm.bytes() +
-       a.kv_norm.bytes() + a.sink.bytes() + a.inv_freq.bytes();
-  if (a.comp) s += bytes_of(*a.comp);
-  if (a.idx) s += bytes_of(a.idx->wq_b) + a.idx->weights_proj.bytes() + bytes_of(a.idx->comp);
-  const DevMoeWeights& m = b.ffn;
-  s += m.gate.bytes() + m.bias.bytes() + m.tid2eid.bytes() + m.w13.bytes() + m.w13_scales.bytes() + m.w2.bytes() +
-       m.w2_scales.bytes();
+uint64_t bytes_of(const DevMoeWeights& m) {
+  uint64_t s = m.gate.bytes() + m.bias.bytes() + m.tid2eid.bytes() + m.w13.bytes() + m.w13_scales.bytes() +
+               m.w2.bytes() + m.w2_scales.bytes();
   for (const ExpertStack* x : {&m.w13_x, &m.w2_x})
     s += x->codes.bytes() + x->tile_scales.bytes() + x->block_scales.bytes() + x->global.bytes();
   for (const Fp8Weight* w : {&m.shared_w1, &m.shared_w2, &m.shared_w3}) s += w->codes.bytes() + w->scales.bytes();
@@ -42,14 +30,71 @@ uint64_t block_source_bytes(const BlockWeights& b) {
   one.layers.push_back(b);  // views only (cheap copies of pointers and shapes)
   return weights_bytes(one);
 }
+uint64_t hc_source_bytes(const HcWeights& h) { return h.fn.nbytes + h.base.nbytes + h.scale.nbytes; }
+
+// The leaf conversions of map_model (and its hooks), counting the device bytes of every upload and the
+// checkpoint bytes consumed.
+class Uploader {
+ public:
+  Uploader(const DeviceContext& ctx, const ModelConfig& cfg, const Weights& w, uint64_t total_bytes,
+           const LoadProgress& progress)
+      : ctx_(ctx), cfg_(cfg), w_(w), progress_(progress) {
+    st_.bytes_total = total_bytes;
+  }
+  uint64_t device_bytes() const { return device_bytes_; }
+
+  DevLinear linear(const LinearWeight& w) { return counted(upload_linear(w)); }
+  DeviceBuffer<bf16> matrix(const LinearWeight& w) { return counted(upload_dense_bf16(w)); }
+  DeviceBuffer<float> vec(const TensorView& v) { return counted(upload_f32(v)); }
+  DeviceBuffer<bf16> embed(const TensorView& v) {
+    if (v.numel() != cfg_.vocab_size * cfg_.hidden_size)
+      fail("GPU embedding: table of ", v.numel(), " values, expected V * D");
+    DeviceBuffer<bf16> d = counted(upload_bf16(v));
+    advance(v.nbytes, 1);
+    return d;
+  }
+  DeviceBuffer<bf16> head(const LinearWeight& w) {  // with it the model's norm and hc_head (5 tensors)
+    if (w.format != WeightFormat::Dense) fail(w.name, ": the GPU head needs a dense (bf16) weight");
+    DeviceBuffer<bf16> d = counted(upload_bf16(w.weight));
+    advance(w.bytes() + w_.norm.nbytes + hc_source_bytes(w_.hc_head), 5);
+    return d;
+  }
+  DevMoeWeights moe(const MoeWeights& w, int64_t layer) {
+    return counted(upload_moe_weights(ctx_, w, cfg_, cfg_.layer_at(layer)));
+  }
+  void finish(DevAttentionWeights& a, const AttentionWeights& w, int64_t layer) {
+    finish_attention_weights(a, w, cfg_, cfg_.layer_at(layer));
+    device_bytes_ += a.inv_freq.bytes();
+  }
+  void finish(DevBlockWeights&, const BlockWeights& b, int64_t layer) {
+    if (layer < cfg_.num_layers) advance(block_source_bytes(b), 1);  // an MTP block's with its other tensors
+  }
+  void finish(DevMtpWeights&, const MtpWeights& m, int64_t) {
+    advance(block_source_bytes(m.block) + m.e_proj.bytes() + m.h_proj.bytes() + m.enorm.nbytes + m.hnorm.nbytes +
+                m.norm.nbytes + hc_source_bytes(m.hc_head),
+            1);
+  }
+
+ private:
+  template <typename T>
+  T counted(T t) {
+    device_bytes_ += bytes_of(t);
+    return t;
+  }
+  void advance(uint64_t bytes, size_t tensors) {
+    st_.bytes_done += bytes;
+    st_.tensors_done += tensors;
+    if (progress_) progress_(st_);
+  }
+  const DeviceContext& ctx_;
+  const ModelConfig& cfg_;
+  const Weights& w_;
+  const LoadProgress& progress_;
+  LoadStatus st_;
+  uint64_t device_bytes_ = 0;
+};
 
 }  // namespace
-
-DeviceBuffer<float> upload_f32(const TensorView& v) {
-  std::vector<float> h(size_t(v.numel()));
-  to_f32(v.dtype, v.data, 0, h.size(), h.data());
-  return DeviceBuffer<float>(h);
-}
 
 DeviceBuffer<bf16> upload_bf16(const TensorView& v) {
   DeviceBuffer<bf16> d(size_t(v.numel()));
@@ -64,59 +109,14 @@ DeviceBuffer<bf16> upload_bf16(const TensorView& v) {
   return d;
 }
 
-DevHc upload_hc(const HcWeights& w) { return {upload_f32(w.fn), upload_f32(w.base), upload_f32(w.scale)}; }
-
 DeviceWeights upload_weights(const DeviceContext& ctx, const ModelConfig& cfg, const Weights& w, uint64_t total_bytes,
                              const LoadProgress& progress) {
   if (w.layers.size() < size_t(cfg.num_layers))
     fail(cfg.source, ": the weights hold ", w.layers.size(), " layers, the config wants ", cfg.num_layers);
-  LoadStatus st;
-  st.bytes_total = total_bytes;
-  auto advance = [&](uint64_t bytes, size_t tensors) {
-    st.bytes_done += bytes;
-    st.tensors_done += tensors;
-    if (progress) progress(st);
-  };
+  Uploader up(ctx, cfg, w, total_bytes, progress);
   DeviceWeights d;
-  d.embed = upload_embed_weights(ctx, w, cfg);
-  advance(w.embed.nbytes, 1);
-  d.head = upload_head_weights(ctx, w.hc_head, w.norm, w.head, cfg);
-  advance(w.head.bytes() + w.norm.nbytes + w.hc_head.fn.nbytes + w.hc_head.base.nbytes + w.hc_head.scale.nbytes, 5);
-  d.device_bytes = d.embed.embed.bytes() + d.head.head.bytes() + d.head.hc_fn.bytes() + d.head.norm.bytes();
-  auto upload_block = [&](const BlockWeights& b, const LayerSpec& spec) {
-    DevBlockWeights db;
-    db.hc_attn = upload_hc(b.hc_attn);
-    db.hc_ffn = upload_hc(b.hc_ffn);
-    db.attn_norm = upload_f32(b.attn_norm);
-    db.ffn_norm = upload_f32(b.ffn_norm);
-    db.attn = upload_attention_weights(ctx, b.attn, cfg, spec);
-    db.ffn = upload_moe_weights(ctx, b.ffn, cfg, spec);
-    d.device_bytes += block_device_bytes(db);
-    return db;
-  };
-  for (int64_t i = 0; i < cfg.num_layers; ++i) {
-    const BlockWeights& b = w.layers[size_t(i)];
-    d.layers.push_back(upload_block(b, cfg.layers[size_t(i)]));
-    advance(block_source_bytes(b), 1);
-  }
-  // MTP block k runs as forward layer num_layers + k (cfg.layer_at: its spec, routed top-k).
-  for (size_t k = 0; k < w.mtp.size(); ++k) {
-    const MtpWeights& m = w.mtp[k];
-    const int64_t layer = cfg.num_layers + int64_t(k);
-    DevMtpWeights dm;
-    dm.block = upload_block(m.block, cfg.layer_at(layer));
-    dm.e_proj = upload_linear(m.e_proj);
-    dm.h_proj = upload_linear(m.h_proj);
-    dm.enorm = upload_f32(m.enorm);
-    dm.hnorm = upload_f32(m.hnorm);
-    dm.head = upload_head_weights(ctx, m.hc_head, m.norm, w.head, cfg, d.head.weight());
-    d.device_bytes += bytes_of(dm.e_proj) + bytes_of(dm.h_proj) + dm.enorm.bytes() + dm.hnorm.bytes() +
-                      dm.head.hc_fn.bytes() + dm.head.hc_base.bytes() + dm.head.hc_scale.bytes() + dm.head.norm.bytes();
-    d.mtp.push_back(std::move(dm));
-    advance(block_source_bytes(m.block) + m.e_proj.bytes() + m.h_proj.bytes() + m.enorm.nbytes + m.hnorm.nbytes +
-                m.norm.nbytes + m.hc_head.fn.nbytes + m.hc_head.base.nbytes + m.hc_head.scale.nbytes,
-            1);
-  }
+  static_cast<ModelT<DevLeaves>&>(d) = map_model<DevLeaves>(w, up, cfg.num_layers);
+  d.device_bytes = up.device_bytes();
   ctx.synchronize();
   return d;
 }

@@ -1,10 +1,11 @@
-// The whole model's weights in device memory: per layer the mHC mixes, the two norms, the attention
-// weights (attention_sublayer.h) and the MoE weights (moe_sublayer.h); embedding and head (head_layer.h);
-// every MTP block of the checkpoint (MODEL.md §8: a decoder block like a main layer, e_proj / h_proj,
-// enorm / hnorm, its own hc_head and norm; embedding and head weight shared with the main model). Built from a
-// `Weights` whose views point into the checkpoint's mmap (or DummyWeights' pools): tensor by tensor,
-// straight from the mapped pages to device memory, FP8 and packed FP4 kept as stored (no host copy of
-// the model). A progress callback reports bytes as layers land.
+// The whole model's weights in device memory: the one tree (io/weight_tree.h) over the CUDA leaves
+// (DevLeaves, attention_sublayer.h): per layer the mHC mixes, the two norms, the attention node (with its
+// RoPE table and compressor geometry) and the backend's MoE node (moe_sublayer.h); embedding, head,
+// norm and hc_head; every MTP block of the checkpoint (MODEL.md §8; embedding and head weight shared
+// with the main model: head_layer.h's views). Built from a `Weights` whose views point into the
+// checkpoint's mmap (or DummyWeights' pools) by map_model: tensor by tensor, straight from the mapped
+// pages to device memory, FP8 and packed FP4 kept as stored (no host copy of the model). A progress
+// callback reports bytes as layers land.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -15,44 +16,21 @@
 #include "backend/cuda/head_layer.h"
 #include "backend/cuda/moe_sublayer.h"
 #include "io/config.h"
+#include "io/weight_tree.h"
 #include "io/weights.h"
 
 namespace dsv4::cuda {
 
-struct DevHc {  // mHC mixing parameters of one sub-layer, fp32
-  DeviceBuffer<float> fn;     // [(2+n)n, nD]
-  DeviceBuffer<float> base;   // [(2+n)n]
-  DeviceBuffer<float> scale;  // [3]
-};
+using DevHc = HcT<DevLeaves>;
+using DevBlockWeights = BlockT<DevLeaves>;
+using DevMtpWeights = MtpT<DevLeaves>;  // forward layer num_layers + k, spec cfg.layer_at(num_layers + k)
 
-struct DevBlockWeights {
-  DevHc hc_attn, hc_ffn;
-  DeviceBuffer<float> attn_norm, ffn_norm;  // [D] fp32 (bf16 checkpoint values, upcast)
-  DevAttentionWeights attn;
-  DevMoeWeights ffn;
-};
-
-// MTP block k (forward layer num_layers + k, spec cfg.layer_at(num_layers + k); head 1 + k).
-struct DevMtpWeights {
-  DevBlockWeights block;
-  DevLinear e_proj, h_proj;                 // [D, D] FP8 (or bf16 in dense checkpoints)
-  DeviceBuffer<float> enorm, hnorm;         // [D] fp32
-  DevHeadWeights head;                      // own hc_head and norm; weight() the main head's
-};
-
-struct DeviceWeights {
-  DevEmbedWeights embed;
-  DevHeadWeights head;
-  std::vector<DevBlockWeights> layers;
-  std::vector<DevMtpWeights> mtp;           // the checkpoint's mtp.K blocks (Weights::mtp)
+struct DeviceWeights : ModelT<DevLeaves> {
   uint64_t device_bytes = 0;  // what the buffers hold (after re-layout / dequantization)
 };
 
-// Any float tensor (bf16 / f16 / f32) as fp32 on the device.
-DeviceBuffer<float> upload_f32(const TensorView& v);
 // Any float tensor as bf16 on the device (bf16 bits copied as stored, others rounded once).
 DeviceBuffer<bf16> upload_bf16(const TensorView& v);
-DevHc upload_hc(const HcWeights& w);
 
 // Uploads every layer of cfg.layers (a truncated cfg uploads only its first layers), every MTP block of
 // w.mtp, embed and head. `progress` gets the checkpoint bytes consumed so far over `total_bytes`.

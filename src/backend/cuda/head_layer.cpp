@@ -11,48 +11,28 @@
 namespace dsv4::cuda {
 
 // ---- Embedding.
-DevEmbedWeights upload_embed_weights(const DeviceContext& ctx, const Weights& w, const ModelConfig& cfg) {
-  (void)ctx;
-  DevEmbedWeights d;
-  d.vocab = cfg.vocab_size;
-  d.D = cfg.hidden_size;
-  if (w.embed.numel() != d.vocab * d.D) fail("GPU embedding: table of ", w.embed.numel(), " values, expected V * D");
-  d.embed = upload_bf16(w.embed);
-  return d;
+DevEmbedWeights embed_view(const DeviceBuffer<bf16>& embed, const ModelConfig& cfg) {
+  return {.vocab = cfg.vocab_size, .D = cfg.hidden_size, .embed = embed.get()};
 }
 
 void embed_forward(const DeviceContext& ctx, const DevEmbedWeights& w, const int32_t* token_ids, int64_t T, int n,
                    bf16* X, int32_t* bad_id) {
-  embed_gather(ctx, {.ids = token_ids, .table = w.embed.get(), .X = X, .bad = bad_id, .T = T, .vocab = w.vocab, .n = n,
+  embed_gather(ctx, {.ids = token_ids, .table = w.embed, .X = X, .bad = bad_id, .T = T, .vocab = w.vocab, .n = n,
                      .D = int(w.D)});
 }
 
 // ---- Head.
-DevHeadWeights upload_head_weights(const DeviceContext& ctx, const HcWeights& hc, const TensorView& norm,
-                                   const LinearWeight& head, const ModelConfig& cfg, const bf16* shared) {
-  (void)ctx;
-  DevHeadWeights d;
-  d.vocab = cfg.vocab_size;
-  d.D = cfg.hidden_size;
-  d.n = int(cfg.hc_mult);
-  d.eps = float(cfg.rms_norm_eps);
-  d.hc_eps = float(cfg.hc_eps);
-  if (head.format != WeightFormat::Dense) fail(head.name, ": the GPU head needs a dense (bf16) weight");
-  d.hc_fn = upload_f32(hc.fn);
-  d.hc_base = upload_f32(hc.base);
-  d.hc_scale = upload_f32(hc.scale);
-  d.norm = upload_f32(norm);
-  if (shared)
-    d.shared = shared;
-  else
-    d.head = upload_bf16(head.weight);
-  return d;
+DevHeadWeights head_view(const HcT<DevLeaves>& hc, const DeviceBuffer<float>& norm, const DeviceBuffer<bf16>& head,
+                         const ModelConfig& cfg) {
+  return {.vocab = cfg.vocab_size, .D = cfg.hidden_size, .n = int(cfg.hc_mult), .eps = float(cfg.rms_norm_eps),
+          .hc_eps = float(cfg.hc_eps), .hc_fn = hc.fn.get(), .hc_base = hc.base.get(), .hc_scale = hc.scale.get(),
+          .norm = norm.get(), .head = head.get()};
 }
 
 void head_hidden_forward(const DeviceContext& ctx, const DevHeadWeights& w, const bf16* X, int64_t T, bf16* h) {
-  hc_head_collapse(ctx, {.X = X, .fn = w.hc_fn.get(), .base = w.hc_base.get(), .scale = w.hc_scale.get(), .u = h,
+  hc_head_collapse(ctx, {.X = X, .fn = w.hc_fn, .base = w.hc_base, .scale = w.hc_scale, .u = h,
                          .T = T, .n = w.n, .D = int(w.D), .norm_eps = w.eps, .hc_eps = w.hc_eps});
-  rms_norm_rows(ctx, h, w.norm.get(), T, w.D, w.eps);
+  rms_norm_rows(ctx, h, w.norm, T, w.D, w.eps);
 }
 
 void head_forward(const DeviceContext& ctx, const DevHeadWeights& w, const bf16* X, int64_t T, bf16* h,
@@ -62,15 +42,15 @@ void head_forward(const DeviceContext& ctx, const DevHeadWeights& w, const bf16*
   switch (kernel) {
     case LinearKernel::Exact:
     case LinearKernel::FastGemv:
-      return run_linear_kernel(ctx, kernel, {.x = h, .x_stride = w.D, .w16 = w.weight(), .y_f32 = logits,
+      return run_linear_kernel(ctx, kernel, {.x = h, .x_stride = w.D, .w16 = w.head, .y_f32 = logits,
                                              .y_stride = out, .tokens = T, .out = out, .in = in});
     case LinearKernel::Lt:
       if (!plan) fail("head_forward: the cuBLASLt path without a plan");
-      return linear_f32(ctx, {.x = h, .w = w.weight(), .y = logits, .tokens = T, .x_stride = w.D, .in = in,
+      return linear_f32(ctx, {.x = h, .w = w.head, .y = logits, .tokens = T, .x_stride = w.D, .in = in,
                               .out = out, .plan = plan});
     case LinearKernel::Warp:  // linear_f32 without a plan above kExactLinearMaxTokens tokens
       if (T <= kExactLinearMaxTokens) fail("head_forward: the warp kernel runs above ", kExactLinearMaxTokens, " rows");
-      return linear_f32(ctx, {.x = h, .w = w.weight(), .y = logits, .tokens = T, .x_stride = w.D, .in = in,
+      return linear_f32(ctx, {.x = h, .w = w.head, .y = logits, .tokens = T, .x_stride = w.D, .in = in,
                               .out = out});
   }
 }

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "backend/cuda/attention_sublayer.h"  // DevLeaves
 #include "backend/cuda/buffer.h"
 #include "backend/cuda/context.h"
 #include "backend/cuda/gemm.h"
@@ -16,35 +17,31 @@ namespace dsv4::cuda {
 
 using bf16 = __nv_bfloat16;
 
-// ---- Embedding: X [T, n, D] bf16, every stream a copy of embed[id].
+// ---- Embedding: X [T, n, D] bf16, every stream a copy of embed[id]. A view of the tree's embed.
 struct DevEmbedWeights {
   int64_t vocab = 0, D = 0;
-  DeviceBuffer<bf16> embed;  // [V, D]
+  const bf16* embed = nullptr;  // [V, D]
 };
-DevEmbedWeights upload_embed_weights(const DeviceContext& ctx, const Weights& w, const ModelConfig& cfg);
+DevEmbedWeights embed_view(const DeviceBuffer<bf16>& embed, const ModelConfig& cfg);
 // Ids outside [0, V) read row 0 (never out of bounds) and set *bad_id (device int32, optional) to 1.
 void embed_forward(const DeviceContext& ctx, const DevEmbedWeights& w, const int32_t* token_ids, int64_t T, int n,
                    bf16* X, int32_t* bad_id = nullptr);
 
 // ---- Head: hc_head collapse (sigmoid mixes, no Sinkhorn) -> bf16 -> final RMSNorm -> bf16 -> logits
-// fp32 = h . head^T.
+// fp32 = h . head^T. A view of the tree's leaves: the main head's hc_head / norm / head, or an MTP
+// block's hc_head / norm with the main head's weight (shared with the main model, MODEL.md §8).
 struct DevHeadWeights {
   int64_t vocab = 0, D = 0;
   int n = 4;
   float eps = 1e-6f, hc_eps = 1e-6f;
-  DeviceBuffer<float> hc_fn;     // [n, n*D]
-  DeviceBuffer<float> hc_base;   // [n]
-  DeviceBuffer<float> hc_scale;  // [1]
-  DeviceBuffer<float> norm;      // [D]
-  DeviceBuffer<bf16> head;       // [V, D] (empty where `shared` is set)
-  const bf16* shared = nullptr;  // an MTP block's head: the main head's [V, D] weight (not owned)
-  const bf16* weight() const { return shared ? shared : head.get(); }
+  const float* hc_fn = nullptr;     // [n, n*D]
+  const float* hc_base = nullptr;   // [n]
+  const float* hc_scale = nullptr;  // [1]
+  const float* norm = nullptr;      // [D]
+  const bf16* head = nullptr;       // [V, D]
 };
-// The main head (w.hc_head, w.norm, w.head). For an MTP block's head pass its hc_head / norm and, as
-// `shared`, the main head's device weight (DevHeadWeights::weight() of the main head): the head weight
-// is shared with the main model (MODEL.md §8), held once.
-DevHeadWeights upload_head_weights(const DeviceContext& ctx, const HcWeights& hc, const TensorView& norm,
-                                   const LinearWeight& head, const ModelConfig& cfg, const bf16* shared = nullptr);
+DevHeadWeights head_view(const HcT<DevLeaves>& hc, const DeviceBuffer<float>& norm, const DeviceBuffer<bf16>& head,
+                         const ModelConfig& cfg);
 // h [T, D] bf16 (workspace of the caller) = norm(collapse(X)); X [T, n, D]. Then logits [T, V] fp32.
 void head_hidden_forward(const DeviceContext& ctx, const DevHeadWeights& w, const bf16* X, int64_t T, bf16* h);
 // The logits through `kernel`, the table's choice (linear_choice.h, LinearSite::Head); `plan` ([vocab, D]

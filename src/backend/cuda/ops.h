@@ -48,7 +48,7 @@ inline void rms_norm_rows(const DeviceContext& ctx, bf16* x, const float* weight
 struct RopeParams {
   bf16* x = nullptr;                // [rows, heads, head_dim] with the strides below
   const int32_t* positions = nullptr;  // [rows] position of each row (token)
-  const float* inv_freq = nullptr;  // [rope_dim / 2] fp32 (cpu::rope_inv_freq)
+  const float* inv_freq = nullptr;  // [rope_dim / 2] fp32 (io/rope_freq.h)
   int64_t rows = 0;
   int heads = 1, head_dim = 0, rope_dim = 64;  // rope on dims [head_dim - rope_dim, head_dim)
   int64_t row_stride = 0, head_stride = 0;

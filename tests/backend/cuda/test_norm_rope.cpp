@@ -6,6 +6,7 @@
 #include "backend/cpu/ops.h"
 #include "backend/cuda/ops.h"
 #include "harness.h"
+#include "io/rope_freq.h"
 
 namespace dsv4::cuda::test {
 namespace {
@@ -57,14 +58,14 @@ void check_rope(int heads, int head_dim, bool yarn, bool inverse, uint64_t seed)
   Rng rng(seed);
   const int rows = 6, rope_dim = 64;
   std::vector<int32_t> pos = {0, 1, 127, 4095, 65537, 1048575};
-  cpu::RopeParams rp;
+  RopeConfig rp;
   if (yarn) {
     rp.theta = 160000.0;
     rp.yarn = true;
     rp.factor = 16.0;
-    rp.original_max_position = 65536.0;
+    rp.original_max_position = 65536;
   }
-  std::vector<float> f = cpu::rope_inv_freq(rope_dim, rp);
+  std::vector<float> f = rope_inv_freq(rope_dim, rp);
   std::vector<float> x = rng.bf16_normal(size_t(rows) * heads * head_dim);
 
   auto dx = upload_bf16(x);
@@ -125,7 +126,7 @@ TEST(CudaRope, InverseUndoesForward) {
   Rng rng(15);
   std::vector<float> x = rng.bf16_normal(4 * 512);
   std::vector<int32_t> pos = {3, 1000, 77777, 500000};
-  std::vector<float> f = cpu::rope_inv_freq(64, {});
+  std::vector<float> f = rope_inv_freq(64, RopeConfig{});
   auto dx = upload_bf16(x);
   DeviceBuffer<int32_t> dpos(pos);
   DeviceBuffer<float> df(f);
