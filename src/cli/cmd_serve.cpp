@@ -34,6 +34,7 @@ struct ServeArgs {
   bool no_webui = false;
   bool no_prefix_cache = false;
   int64_t prefix_cache_mib = 0;  // 0: the device's default (prefix_cache_budget)
+  int ranks = 1;                 // --ranks: data-parallel sequences over in-process expert-parallel ranks
 };
 
 // The prefix cache's default budget: 1 GiB of host memory on the CPU (the bundled model's snapshots are
@@ -41,7 +42,7 @@ struct ServeArgs {
 // once the weights and the slots' state are allocated (1 GiB when the backend does not say).
 uint64_t prefix_cache_budget(const ServeArgs& a, Runner& runner) {
   constexpr uint64_t kMiB = uint64_t(1) << 20;
-  if (a.no_prefix_cache) return 0;
+  if (a.no_prefix_cache || runner.ranks() > 1) return 0;  // not yet over data-parallel ranks
   if (a.prefix_cache_mib > 0) return uint64_t(a.prefix_cache_mib) * kMiB;
   const uint64_t free = runner.model().backend().info().free_bytes;
   return free > 0 ? free / 4 : 1024 * kMiB;
@@ -74,8 +75,10 @@ void serve(ServeArgs& a) {
   // calls of the engine's prefill chunk (a decode batch of every sequence fits one).
   const RunnerRequest r{.cuda = cuda, .numerics = a.numerics, .kernels = a.kernels, .max_seqs = a.engine.max_num_seqs,
                         .max_ctx = a.engine.max_context,
-                        .chunk = std::min(a.engine.prefill_chunk, a.engine.max_step_tokens)};
+                        .chunk = std::min(a.engine.prefill_chunk, a.engine.max_step_tokens), .ranks = a.ranks,
+                        .data_parallel = true};
   const std::unique_ptr<Runner> runner = load_runner(a.model, r, terminal_load_progress(a.model));
+  if (!runner) return;  // another rank of a TCP group (WORLD_SIZE): it followed rank 0 to the end
   a.engine.prefix_cache_bytes = prefix_cache_budget(a, *runner);
   Engine engine(*runner, tok, a.engine);
   server::ServerContext ctx(engine, tok, a.served_name.empty() ? model_name_of(a.model) : a.served_name);
@@ -83,9 +86,10 @@ void serve(ServeArgs& a) {
   server::HttpServer http(ctx, a.http);
   const int port = http.bind();
   std::thread accept_thread([&] { http.run(); });
-  const std::string prefix = a.engine.prefix_cache_bytes > 0
-                                 ? cat("prefix cache ", a.engine.prefix_cache_bytes >> 20, " MiB")
-                                 : std::string("no prefix cache");
+  const std::string prefix = (a.engine.prefix_cache_bytes > 0
+                                  ? cat("prefix cache ", a.engine.prefix_cache_bytes >> 20, " MiB")
+                                  : std::string("no prefix cache")) +
+                             (runner->ranks() > 1 ? cat(", ", runner->ranks(), " data-parallel ranks") : std::string());
   std::printf("dsv4 serve: %s (%s numerics, %s, context %lld, max %d sequences, %s) on http://%s:%d\n",
               ctx.model_name.c_str(), numerics_name(parse_numerics(a.numerics)), cuda ? "cuda" : "cpu",
               (long long)engine.max_context(), a.engine.max_num_seqs, prefix.c_str(), a.http.host.c_str(), port);
@@ -189,6 +193,7 @@ void register_serve(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   c->add_flag("--no-webui", a->no_webui, "Do not serve the chat page at /");
   add_device_option(*c, a->device, a->kernels);
+  add_ranks_option(*c, a->ranks);
   c->callback([a] { serve(*a); });
 }
 
