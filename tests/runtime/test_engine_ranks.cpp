@@ -7,36 +7,17 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
-#include <chrono>
 #include <filesystem>
 
 #include "runtime/engine.h"
 #include "runtime/rank_group.h"
+#include "support/engine_events.h"
 #include "support/test_paths.h"
 
 namespace dsv4 {
 namespace {
 
-using namespace std::chrono_literals;
-
 constexpr int kSeqs = 6;
-
-// Ids of one request (fails the test on a failure or after 120 s).
-std::vector<int32_t> ids_of(RequestChannel& ch) {
-  std::vector<int32_t> ids;
-  const auto deadline = std::chrono::steady_clock::now() + 120s;
-  while (std::chrono::steady_clock::now() < deadline)
-    for (const EngineEvent& e : ch.wait(100ms)) {
-      if (e.kind == EngineEvent::Kind::Token) ids.push_back(e.id);
-      if (e.kind == EngineEvent::Kind::Finished) return ids;
-      if (e.kind == EngineEvent::Kind::Failed) {
-        ADD_FAILURE() << e.text;
-        return ids;
-      }
-    }
-  ADD_FAILURE() << "no final event within 120 s";
-  return ids;
-}
 
 // Six requests: prompts of 1 to 41 tokens, 5 to 15 tokens each; greedy, temperature 0.9 (drawn by the
 // backend's sampler) and a repetition penalty (drawn on the host from the logits).
@@ -78,7 +59,7 @@ Run serve(const std::string& dir, int ranks, const Tokenizer& tok) {
     Engine engine(*runner, tok, opt);
     std::vector<std::shared_ptr<RequestChannel>> chans;
     for (const GenerationRequest& r : requests(runner->config().vocab_size)) chans.push_back(engine.submit(r));
-    for (auto& ch : chans) run.ids.push_back(ids_of(*ch));
+    for (auto& ch : chans) run.ids.push_back(test::collect_ids(*ch));
   }
   for (auto& n : rows) run.rows.push_back(n.load());
   return run;
