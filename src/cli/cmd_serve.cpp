@@ -35,6 +35,7 @@ struct ServeArgs {
   bool no_prefix_cache = false;
   bool stats = false;
   int64_t prefix_cache_mib = 0;  // 0: the device's default (prefix_cache_budget)
+  int ranks = 1;                 // --ranks: data-parallel sequences over in-process expert-parallel ranks
 };
 
 // The prefix cache's default budget: 1 GiB of host memory on the CPU (the bundled model's snapshots are
@@ -42,7 +43,7 @@ struct ServeArgs {
 // once the weights and the slots' state are allocated (1 GiB when the backend does not say).
 uint64_t prefix_cache_budget(const ServeArgs& a, Runner& runner) {
   constexpr uint64_t kMiB = uint64_t(1) << 20;
-  if (a.no_prefix_cache) return 0;
+  if (a.no_prefix_cache || runner.ranks() > 1) return 0;  // not yet over data-parallel ranks
   if (a.prefix_cache_mib > 0) return uint64_t(a.prefix_cache_mib) * kMiB;
   const uint64_t free = runner.model().backend().info().free_bytes;
   return free > 0 ? free / 4 : 1024 * kMiB;
@@ -90,8 +91,10 @@ void serve(ServeArgs& a) {
   // calls of the engine's prefill chunk (a decode batch of every sequence fits one).
   const RunnerRequest r{.cuda = cuda, .numerics = a.numerics, .kernels = a.kernels, .max_seqs = a.engine.max_num_seqs,
                         .max_ctx = a.engine.max_context,
-                        .chunk = std::min(a.engine.prefill_chunk, a.engine.max_step_tokens)};
+                        .chunk = std::min(a.engine.prefill_chunk, a.engine.max_step_tokens), .ranks = a.ranks,
+                        .data_parallel = true};
   const std::unique_ptr<Runner> runner = load_runner(a.model, r, terminal_load_progress(a.model));
+  if (!runner) return;  // another rank of a TCP group (WORLD_SIZE): it followed rank 0 to the end
   if (a.engine.speculative != 0 && runner->model().num_mtp() < 1)
     fail("dsv4 serve: --speculative needs an MTP block; ", a.model, " has none on the ", runner->backend_name(), " backend");
   a.engine.prefix_cache_bytes = prefix_cache_budget(a, *runner);
@@ -104,6 +107,7 @@ void serve(ServeArgs& a) {
   std::string prefix = a.engine.prefix_cache_bytes > 0 ? cat("prefix cache ", a.engine.prefix_cache_bytes >> 20, " MiB")
                                                        : std::string("no prefix cache");
   if (a.engine.speculative > 0) prefix += cat(", speculative k ", a.engine.speculative);
+  if (runner->ranks() > 1) prefix += cat(", ", runner->ranks(), " data-parallel ranks");
   std::printf("dsv4 serve: %s (%s numerics, %s, context %lld, max %d sequences, %s) on http://%s:%d\n",
               ctx.model_name.c_str(), numerics_name(parse_numerics(a.numerics)), cuda ? "cuda" : "cpu",
               (long long)engine.max_context(), a.engine.max_num_seqs, prefix.c_str(), a.http.host.c_str(), port);
@@ -214,6 +218,7 @@ void register_serve(CLI::App& app) {
       ->check(CLI::Range(0, 3));
   c->add_flag("--stats", a->stats, "Print the engine's counters (speculative acceptance too) on stderr at shutdown");
   add_device_option(*c, a->device, a->kernels);
+  add_ranks_option(*c, a->ranks);
   c->callback([a] { serve(*a); });
 }
 

@@ -59,7 +59,7 @@ RankSpec rank_spec(const RunnerRequest& r) {
   if (tcp && r.ranks > 1)
     fail("--ranks ", r.ranks, " with WORLD_SIZE=", world, ": one or the other (a TCP group is one rank per process)");
   if (tcp) return {.tcp = comm::rendezvous_from_env()};
-  return {.ranks = r.ranks};
+  return {.ranks = r.ranks, .data_parallel = r.data_parallel};
 }
 
 }  // namespace
@@ -68,7 +68,8 @@ std::unique_ptr<Runner> load_runner(const std::string& dir, const RunnerRequest&
   const RankSpec ranks = rank_spec(r);
   BackendOptions o;
   o.numerics = parse_numerics(r.numerics);
-  const int64_t seqs = std::max(1, r.max_seqs), chunk = std::max<int64_t>({r.chunk, seqs, 1});
+  const int per_rank = ranks.data_parallel ? (std::max(1, r.max_seqs) + ranks.ranks - 1) / ranks.ranks : r.max_seqs;
+  const int64_t seqs = std::max(1, per_rank), chunk = std::max<int64_t>({r.chunk, seqs, 1});
   if (!r.cuda) {
     // The CPU grows its state as needed: the context is the model's.
     o.capacity = {.max_seqs = seqs, .max_ctx = int64_t(1) << 40, .max_tokens = chunk};

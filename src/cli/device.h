@@ -40,6 +40,8 @@ struct RunnerRequest {
                                       // cpu: the model's
   int64_t chunk = 256;                // tokens per Model call (a prefill piece; at least max_seqs is taken)
   int ranks = 1;                      // --ranks: in-process expert-parallel ranks (cpu only)
+  bool data_parallel = false;         // ranks > 1: each rank its own sequences, max_seqs / ranks slots each
+                                      // (rounded up; the engine: serve --ranks)
 };
 
 // The runner of the model in `dir` for `r`, weights loaded with `progress`. With r.ranks > 1, or when

@@ -122,12 +122,14 @@ Engine::Engine(std::unique_ptr<Runner> owned, Runner* runner, const Tokenizer& t
   if (opt_.max_step_tokens < 1) fail("max_step_tokens must be at least 1 (got ", opt_.max_step_tokens, ")");
   if (opt_.max_queue < 0) fail("max_queue must not be negative (got ", opt_.max_queue, ")");
   if (opt_.max_tokens_limit < 0) fail("max_tokens_limit must not be negative (got ", opt_.max_tokens_limit, ")");
+  if (prefix_ && runner_.ranks() > 1)
+    fail("the prefix cache is not yet over data-parallel ranks (", runner_.ranks(), " ranks): turn it off");
   if (runner_.max_sequences() < opt_.max_num_seqs)
     fail("max_num_seqs is ", opt_.max_num_seqs, " but the model holds ", runner_.max_sequences(), " sequences");
   opt_.prefill_chunk = std::clamp<int64_t>(opt_.prefill_chunk, 1, opt_.max_step_tokens);
   if (opt_.speculative != 0) {
     check_speculative(runner_.model(), {.drafts = opt_.speculative});
-    if (runner_.has_peers())
+    if (runner_.has_peers() || runner_.ranks() > 1)
       fail("speculative decoding: not yet over ranks (the MTP block's calls are not announced to the other ranks)");
   }
   stats_.max_num_seqs = opt_.max_num_seqs;

@@ -97,6 +97,128 @@ class ThreadPeers final : public RankPeers {
   std::vector<std::thread> threads_;
 };
 
+// Data-parallel ranks as threads of this process: rank r's runner (its model, its slots) lives on
+// thread r (rank 0: the caller's); each() hands every thread the same job and waits for all of them.
+class ThreadRanks final : public RankSet {
+ public:
+  ThreadRanks(const std::string& dir, const BackendOptions& o, int ranks, const LoadProgress& progress)
+      : group_({.ranks = ranks}), runners_(size_t(ranks)), errors_(size_t(ranks)), load_errors_(size_t(ranks)) {
+    for (int r = 1; r < ranks; ++r) threads_.emplace_back([this, dir, o, r] { follow(dir, o, r); });
+    std::string mine;
+    try {
+      runners_[0] = load(dir, o, 0, progress);
+    } catch (const std::exception& e) {
+      mine = e.what();
+    }
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return loaded_ == ranks - 1; });
+    lock.unlock();
+    std::string first = mine;
+    for (int r = 1; r < ranks && first.empty(); ++r)
+      if (!runners_[size_t(r)]) first = load_errors_[size_t(r)];
+    if (!first.empty()) {
+      stop();
+      fail(first);
+    }
+  }
+  ~ThreadRanks() override { stop(); }
+  ThreadRanks(const ThreadRanks&) = delete;
+  ThreadRanks& operator=(const ThreadRanks&) = delete;
+
+  int size() const override { return group_.size(); }
+  Runner& rank(int r) override { return *runners_.at(size_t(r)); }
+
+  void each(const std::function<void(int r)>& fn) override {
+    {
+      const std::lock_guard<std::mutex> lock(mu_);
+      job_ = &fn;
+      ++posted_;
+      running_ = size() - 1;
+    }
+    cv_.notify_all();
+    try {
+      fn(0);
+    } catch (...) {
+      errors_[0] = std::current_exception();
+    }
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return running_ == 0; });
+    job_ = nullptr;
+    for (std::exception_ptr& e : errors_)
+      if (e) {
+        std::exception_ptr first;
+        for (std::exception_ptr& x : errors_) {
+          if (x && !first) first = x;
+          x = nullptr;
+        }
+        std::rethrow_exception(first);
+      }
+  }
+
+ private:
+  std::unique_ptr<Runner> load(const std::string& dir, BackendOptions o, int r, const LoadProgress& progress) {
+    o.comm = &group_.rank(r);
+    return std::make_unique<Runner>(Model::load(dir, o, progress));
+  }
+
+  void follow(const std::string& dir, const BackendOptions& o, int r) {
+    std::string error;
+    try {
+      runners_[size_t(r)] = load(dir, o, r, {});
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    {
+      const std::lock_guard<std::mutex> lock(mu_);
+      load_errors_[size_t(r)] = error;
+      ++loaded_;
+    }
+    cv_.notify_all();
+    for (int64_t done = 0;;) {
+      const std::function<void(int)>* job = nullptr;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return posted_ > done || stop_; });
+        if (posted_ == done) return;  // stopped
+        done = posted_;
+        job = job_;
+      }
+      try {
+        (*job)(r);
+      } catch (...) {
+        errors_[size_t(r)] = std::current_exception();
+      }
+      {
+        const std::lock_guard<std::mutex> lock(mu_);
+        --running_;
+      }
+      cv_.notify_all();
+    }
+  }
+
+  void stop() {
+    {
+      const std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (std::thread& t : threads_) t.join();
+    threads_.clear();
+  }
+
+  comm::InProcessGroup group_;
+  std::vector<std::unique_ptr<Runner>> runners_;  // after group_: their models go before the communicators
+  std::mutex mu_;
+  std::condition_variable cv_;
+  const std::function<void(int)>* job_ = nullptr;
+  int64_t posted_ = 0;
+  int running_ = 0, loaded_ = 0;
+  bool stop_ = false;
+  std::vector<std::exception_ptr> errors_;  // per rank: the current job's failure
+  std::vector<std::string> load_errors_;   // per rank: why it could not load
+  std::vector<std::thread> threads_;
+};
+
 // One byte from every rank; rank 0's says what the group does next (kCall / kStop).
 constexpr uint8_t kStop = 0, kCall = 1;
 std::vector<uint8_t> gather_byte(comm::Communicator& c, uint8_t mine) {
@@ -152,6 +274,7 @@ std::unique_ptr<Runner> load_ranked(const std::string& dir, const BackendOptions
   if (spec.tcp) return load_tcp(dir, o, *spec.tcp, progress);
   if (spec.ranks < 1) fail("ranks: expected at least 1, got ", spec.ranks);
   if (spec.ranks == 1) return Runner::load(dir, o, progress);
+  if (spec.data_parallel) return std::make_unique<Runner>(std::make_unique<ThreadRanks>(dir, o, spec.ranks, progress));
   auto peers = std::make_unique<ThreadPeers>(dir, o, spec.ranks);
   std::unique_ptr<Model> m;
   std::string error;

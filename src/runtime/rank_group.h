@@ -1,10 +1,14 @@
 // A rank group behind a Runner (issue 16, docs/multi-gpu.md): N ranks, each with its own Model holding
 // the routed experts [r E / N, (r + 1) E / N) (BackendOptions::comm), exchange token rows in the MoE.
 // Every rank must make every Model call in lockstep, so rank 0's Runner (runtime/runner.h) drives the
-// group: the sequences live on rank 0 (the commands run one sequence; data-parallel sequences over the
-// ranks are the engine's, not done yet), and before each of its calls it tells the other ranks, which
-// make the same call with 0 tokens (they hold no sequence; their experts still serve rank 0's tokens).
-// The result is rank 0's logits bit for bit as on one rank (the MoE's combine sums in a fixed order).
+// group: the sequences live on rank 0 (the commands run one sequence), and before each of its calls it
+// tells the other ranks, which make the same call with 0 tokens (they hold no sequence; their experts
+// still serve rank 0's tokens). The result is rank 0's logits bit for bit as on one rank (the MoE's
+// combine sums in a fixed order).
+//
+// Data-parallel (RankSpec::data_parallel, `serve --ranks N`): the in-process ranks each hold their own
+// sequences; the runner over them (a RankSet, runtime/runner.h) spreads the sequences and makes every
+// call a round of all ranks, each with its own rows. Each rank has o.capacity.max_seqs slots.
 //
 // Two kinds of group:
 //   - in-process: ranks 1..N-1 are threads of this process (comm::InProcessGroup); they wait for
@@ -26,6 +30,7 @@ namespace dsv4 {
 struct RankSpec {
   int ranks = 1;                        // in-process ranks (threads), used when tcp is unset
   std::optional<comm::Rendezvous> tcp{};  // set: this process is tcp->rank of a TCP group of tcp->world_size
+  bool data_parallel = false;           // in-process ranks > 1: each rank its own sequences (not with tcp)
 };
 
 // The runner of rank 0 over the group `spec` describes, each rank's model loaded from `dir` with `o`

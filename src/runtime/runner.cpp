@@ -15,6 +15,26 @@ Runner::Runner(std::unique_ptr<Model> model) : owned_(std::move(model)), model_(
 Runner::Runner(std::unique_ptr<Model> model, std::unique_ptr<RankPeers> peers)
     : owned_(std::move(model)), peers_(std::move(peers)), model_(*owned_) {}
 
+Runner::Runner(std::unique_ptr<RankSet> ranks) : ranks_(std::move(ranks)), model_(ranks_->rank(0).model()) {}
+
+int Runner::ranks() const { return ranks_ ? ranks_->size() : 1; }
+
+Runner& Runner::rank(int r) {
+  if (!ranks_) {
+    if (r != 0) fail("rank ", r, " of a runner without ranks");
+    return *this;
+  }
+  return ranks_->rank(r);
+}
+
+int Runner::rank_of(int slot) const {
+  if (!ranks_) {
+    pos(slot);  // taken
+    return 0;
+  }
+  return placed(slot).rank;
+}
+
 std::unique_ptr<Runner> Runner::load(const std::string& dir, const BackendOptions& o, const LoadProgress& progress) {
   return std::make_unique<Runner>(Model::load(dir, o, progress));
 }
@@ -26,6 +46,11 @@ int64_t Runner::max_context() const {
 }
 
 int Runner::max_sequences() const {
+  if (ranks_) {
+    int64_t n = 0;
+    for (int r = 0; r < ranks_->size(); ++r) n += ranks_->rank(r).max_sequences();
+    return int(std::min<int64_t>(n, int64_t(1) << 30));
+  }
   return int(std::min<int64_t>(model_.backend().capacity().max_seqs, int64_t(1) << 30));
 }
 
@@ -34,6 +59,25 @@ int64_t Runner::call_tokens() const {
 }
 
 int Runner::new_sequence() {
+  if (ranks_) {
+    // The rank holding the fewest sequences (ties: the lowest) that has a slot left.
+    std::vector<int> held(size_t(ranks_->size()));
+    for (const Placed& p : placed_)
+      if (p.rank >= 0) ++held[size_t(p.rank)];
+    int best = -1;
+    for (int r = 0; r < ranks_->size(); ++r)
+      if (held[size_t(r)] < ranks_->rank(r).max_sequences() && (best < 0 || held[size_t(r)] < held[size_t(best)]))
+        best = r;
+    if (best < 0) fail("all ", max_sequences(), " sequence slots are taken");
+    const Placed p{.rank = best, .local = ranks_->rank(best).new_sequence()};
+    for (size_t i = 0; i < placed_.size(); ++i)
+      if (placed_[i].rank < 0) {
+        placed_[i] = p;
+        return int(i);
+      }
+    placed_.push_back(p);
+    return int(placed_.size() - 1);
+  }
   for (size_t i = 0; i < pos_.size(); ++i)
     if (pos_[i] < 0) {
       pos_[i] = 0;
@@ -45,15 +89,36 @@ int Runner::new_sequence() {
 }
 
 void Runner::release(int slot) {
+  if (ranks_) {
+    if (slot < 0 || size_t(slot) >= placed_.size() || placed_[size_t(slot)].rank < 0) return;
+    Placed& p = placed_[size_t(slot)];
+    ranks_->rank(p.rank).release(p.local);
+    p = Placed{};
+    return;
+  }
   if (slot >= 0 && size_t(slot) < pos_.size()) pos_[size_t(slot)] = -1;
 }
 
+const Runner::Placed& Runner::placed(int slot) const {
+  if (slot < 0 || size_t(slot) >= placed_.size() || placed_[size_t(slot)].rank < 0)
+    fail("sequence slot ", slot, " is not taken");
+  return placed_[size_t(slot)];
+}
+
 int64_t Runner::pos(int slot) const {
+  if (ranks_) {
+    const Placed& p = placed(slot);
+    return ranks_->rank(p.rank).pos(p.local);
+  }
   if (slot < 0 || size_t(slot) >= pos_.size() || pos_[size_t(slot)] < 0) fail("sequence slot ", slot, " is not taken");
   return pos_[size_t(slot)];
 }
 
 void Runner::resume_at(int slot, int64_t pos) {
+  if (ranks_) {
+    const Placed& p = placed(slot);
+    return ranks_->rank(p.rank).resume_at(p.local, pos);
+  }
   this->pos(slot);  // taken
   if (pos < 0 || pos >= max_context())
     fail("sequence slot ", slot, ": cannot resume at position ", pos, "; the context holds ", max_context());
@@ -61,6 +126,10 @@ void Runner::resume_at(int slot, int64_t pos) {
 }
 
 void Runner::check(int slot, int64_t pos, int64_t T) const {
+  if (ranks_) {
+    const Placed& p = placed(slot);
+    return ranks_->rank(p.rank).check(p.local, pos, T);
+  }
   if (T == 0) fail("forward: empty chunk");
   const int64_t at = this->pos(slot);
   if (at != pos) fail("sequence slot ", slot, " is at position ", at, ", not ", pos);
@@ -112,7 +181,91 @@ bool Runner::lead(int slot, int64_t pos, const std::vector<int32_t>& tokens, con
   return true;
 }
 
+// ---- data-parallel ranks
+
+void Runner::round(int owner, const std::function<void(Runner&)>& mine) {
+  ranks_->each([&](int r) {
+    Runner& x = ranks_->rank(r);
+    if (r == owner)
+      mine(x);
+    else
+      x.model().step(Batch{}, StepPlan{});  // no rows: its MoE layers serve the owner's tokens
+  });
+}
+
+bool Runner::ranked_chunk(int slot, int64_t pos, const std::vector<int32_t>& tokens, const PieceFn& between,
+                          const std::function<void(Runner& x, int local, int64_t t0, int64_t t1)>& piece) {
+  const int64_t T = int64_t(tokens.size());
+  check(slot, pos, T);  // before the first round: a rank that refused its call would leave the others waiting
+  const Placed p = placed(slot);
+  const auto ps = pieces(T);
+  for (size_t i = 0; i < ps.size(); ++i) {
+    const auto [t0, t1] = ps[i];
+    round(p.rank, [&](Runner& x) { piece(x, p.local, t0, t1); });
+    if (i + 1 < ps.size() && between && !between(t1, T)) return false;
+  }
+  return true;
+}
+
+namespace {
+std::vector<int32_t> part(const std::vector<int32_t>& tokens, int64_t t0, int64_t t1) {
+  return {tokens.begin() + t0, tokens.begin() + t1};
+}
+}  // namespace
+
+// The batch split by rank (each rank's rows in the batch's order), in rounds of at most call_tokens()
+// rows per rank: every rank makes as many calls as the rank with the most rows, with 0 rows once its
+// own are done. Each row's logits (or draw) goes back to its place in the batch.
+void Runner::ranked_decode(const std::vector<DecodeItem>& items, std::vector<Draw>* draws, Tensor* logits) {
+  if (items.empty()) fail("decode: empty batch");
+  const int N = ranks_->size();
+  std::vector<std::vector<size_t>> of(static_cast<size_t>(N));
+  std::vector<int> seen;
+  for (size_t i = 0; i < items.size(); ++i) {
+    check(items[i].slot, items[i].pos, 1);
+    if (std::find(seen.begin(), seen.end(), items[i].slot) != seen.end())
+      fail("decode: slot ", items[i].slot, " twice in one batch");
+    seen.push_back(items[i].slot);
+    of[size_t(placed(items[i].slot).rank)].push_back(i);
+  }
+  const size_t ct = size_t(call_tokens());
+  size_t rounds = 0;
+  for (const auto& rows : of) rounds = std::max(rounds, (rows.size() + ct - 1) / ct);
+  const int64_t V = config().vocab_size;
+  ranks_->each([&](int r) {
+    Runner& x = ranks_->rank(r);
+    const std::vector<size_t>& rows = of[size_t(r)];
+    for (size_t k = 0; k < rounds; ++k) {
+      const size_t b0 = std::min(rows.size(), k * ct), b1 = std::min(rows.size(), b0 + ct);
+      if (b0 == b1) {
+        x.model().step(Batch{}, StepPlan{});
+        continue;
+      }
+      std::vector<DecodeItem> sub;
+      for (size_t j = b0; j < b1; ++j) {
+        const DecodeItem& it = items[rows[j]];
+        sub.push_back({.slot = placed(it.slot).local, .token = it.token, .pos = it.pos});
+      }
+      if (draws) {
+        std::vector<Draw> d;
+        for (size_t j = b0; j < b1; ++j) d.push_back((*draws)[rows[j]]);
+        x.decode(sub, d);
+        for (size_t j = b0; j < b1; ++j) (*draws)[rows[j]] = std::move(d[j - b0]);
+      } else {
+        const Tensor l = x.decode(sub);
+        for (size_t j = b0; j < b1; ++j) std::copy_n(l.row(int64_t(j - b0)), V, logits->row(int64_t(rows[j])));
+      }
+    }
+  });
+}
+
+// ---- calls
+
 bool Runner::feed(int slot, int64_t pos, const std::vector<int32_t>& tokens, const PieceFn& between) {
+  if (ranks_)
+    return ranked_chunk(slot, pos, tokens, between, [&](Runner& x, int local, int64_t t0, int64_t t1) {
+      x.feed(local, pos + t0, part(tokens, t0, t1));
+    });
   int64_t t0 = 0;
   if (!lead(slot, pos, tokens, between, t0)) return false;
   const int64_t T = int64_t(tokens.size());
@@ -123,6 +276,20 @@ bool Runner::feed(int slot, int64_t pos, const std::vector<int32_t>& tokens, con
 
 Tensor Runner::prefill(int slot, int64_t pos, const std::vector<int32_t>& tokens, bool all_logits) {
   const int64_t T = int64_t(tokens.size()), V = config().vocab_size;
+  if (ranks_) {
+    Tensor out({all_logits ? T : 1, V});
+    ranked_chunk(slot, pos, tokens, {}, [&](Runner& x, int local, int64_t t0, int64_t t1) {
+      if (all_logits) {
+        const Tensor l = x.prefill(local, pos + t0, part(tokens, t0, t1), true);
+        std::copy(l.data.begin(), l.data.end(), out.row(t0));
+      } else if (t1 < T) {
+        x.feed(local, pos + t0, part(tokens, t0, t1));
+      } else {
+        out = x.prefill(local, pos + t0, part(tokens, t0, t1));
+      }
+    });
+    return out;
+  }
   if (!all_logits) {
     int64_t t0 = 0;
     lead(slot, pos, tokens, {}, t0);
@@ -189,6 +356,13 @@ void Runner::draw_host(Draw& d, const float* logits) const {
 }
 
 bool Runner::prefill(int slot, int64_t pos, const std::vector<int32_t>& tokens, Draw& d, const PieceFn& between) {
+  if (ranks_)
+    return ranked_chunk(slot, pos, tokens, between, [&](Runner& x, int local, int64_t t0, int64_t t1) {
+      if (t1 < int64_t(tokens.size()))
+        x.feed(local, pos + t0, part(tokens, t0, t1));
+      else
+        x.prefill(local, pos + t0, part(tokens, t0, t1), d);
+    });
   int64_t t0 = 0;
   if (!lead(slot, pos, tokens, between, t0)) return false;
   const int64_t T = int64_t(tokens.size());
@@ -208,6 +382,10 @@ bool Runner::prefill(int slot, int64_t pos, const std::vector<int32_t>& tokens, 
 Tensor Runner::decode(const std::vector<DecodeItem>& items) {
   const int64_t B = int64_t(items.size()), V = config().vocab_size;
   Tensor out({B, V});
+  if (ranks_) {
+    ranked_decode(items, nullptr, &out);
+    return out;
+  }
   std::vector<Draw> none;
   for (int64_t b0 = 0; b0 < B; b0 += call_tokens()) {
     const int64_t b1 = std::min(B, b0 + call_tokens());
@@ -220,6 +398,7 @@ Tensor Runner::decode(const std::vector<DecodeItem>& items) {
 
 void Runner::decode(const std::vector<DecodeItem>& items, std::vector<Draw>& draws) {
   if (draws.size() != items.size()) fail("decode: ", items.size(), " items but ", draws.size(), " draws");
+  if (ranks_) return ranked_decode(items, &draws, nullptr);
   for (size_t b0 = 0; b0 < items.size(); b0 += size_t(call_tokens()))
     decode_call(items, draws, b0, std::min(items.size(), b0 + size_t(call_tokens())));
 }

@@ -18,6 +18,15 @@
 //
 // A Model is driven by one Runner at a time (the slots are the backend's). A sequence fed from
 // position 0 starts fresh in its slot, so a released slot is reused without a reset.
+//
+// Data-parallel ranks (a RankSet, runtime/rank_group.h; docs/multi-gpu.md): the runner's slots are
+// spread over N rank runners, each with its own model (its share of the routed experts), slots and
+// state. A new sequence goes to the rank holding the fewest; every call of the runner becomes one
+// round in which all ranks make one Model call together (the MoE's dispatch and combine are
+// collectives): a decode batch is split by rank (a rank without rows, or with fewer pieces than the
+// others, makes calls of 0 tokens), a prefill piece runs on its sequence's rank while the others make
+// a call of 0 tokens. Each row's logits are what one rank computes (the expert-parallel combine sums
+// each token's picks in expert order, whichever rank holds it).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -64,18 +73,37 @@ class RankPeers {
   virtual void call() = 0;
 };
 
+class Runner;
+
+// The data-parallel ranks behind a runner: rank r's runner (its own model and slots), and a way to run
+// one round of calls on all of them at once.
+class RankSet {
+ public:
+  virtual ~RankSet() = default;
+  virtual int size() const = 0;
+  virtual Runner& rank(int r) = 0;
+  // fn(r) for every rank r, each on its own thread (rank 0 on the caller's), all at once; returns when
+  // every rank has returned, then rethrows the first failure in rank order.
+  virtual void each(const std::function<void(int r)>& fn) = 0;
+};
+
 class Runner {
  public:
   explicit Runner(Model& model);                  // `model` outlives the runner
   explicit Runner(std::unique_ptr<Model> model);
   // Rank 0 of a group: every call of `model` is announced to `peers` first.
   Runner(std::unique_ptr<Model> model, std::unique_ptr<RankPeers> peers);
+  // Over data-parallel ranks (model() is rank 0's).
+  explicit Runner(std::unique_ptr<RankSet> ranks);
   // Model::load(dir, o, progress) under a runner.
   static std::unique_ptr<Runner> load(const std::string& dir, const BackendOptions& o, const LoadProgress& progress = {});
   // Whether Device::Cuda can be loaded here: a CUDA build and a Hopper GPU (the backend factory's answer).
   static bool cuda_available();
 
   Model& model() { return model_; }
+  int ranks() const;  // data-parallel ranks (1 without a RankSet)
+  Runner& rank(int r);            // rank r's runner (this one without a RankSet)
+  int rank_of(int slot) const;    // the rank holding the taken slot (0 without a RankSet)
   const ModelConfig& config() const { return model_.config(); }
   std::string backend_name() const { return model_.backend().name(); }
   int64_t max_context() const;  // positions one sequence may reach (the backend's, within the model's)
@@ -124,10 +152,23 @@ class Runner {
   void draw_host(Draw& d, const float* logits) const;
   void decode_call(const std::vector<DecodeItem>& items, std::vector<Draw>& draws, size_t b0, size_t b1);
 
+  // Data-parallel: one round of calls, `mine` on `owner`'s runner and a call of 0 tokens on the others.
+  void round(int owner, const std::function<void(Runner&)>& mine);
+  struct Placed {
+    int rank = -1, local = -1;  // rank -1: a free slot
+  };
+  const Placed& placed(int slot) const;
+  // Data-parallel chunk: one round per piece; `piece(x, local, t0, t1)` on the slot's rank.
+  bool ranked_chunk(int slot, int64_t pos, const std::vector<int32_t>& tokens, const PieceFn& between,
+                    const std::function<void(Runner& x, int local, int64_t t0, int64_t t1)>& piece);
+  void ranked_decode(const std::vector<DecodeItem>& items, std::vector<Draw>* draws, Tensor* logits);
+
   std::unique_ptr<Model> owned_;
   std::unique_ptr<RankPeers> peers_;  // after owned_: stopped before the model goes
+  std::unique_ptr<RankSet> ranks_;    // data-parallel ranks; null: this runner's own model
   Model& model_;
   std::vector<int64_t> pos_;  // per slot: the next position; -1 free
+  std::vector<Placed> placed_;  // data-parallel: per slot, its rank and that rank's slot
   CallFn on_call_;
 };
 

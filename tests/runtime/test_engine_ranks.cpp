@@ -1,0 +1,88 @@
+// The engine over data-parallel ranks (issue 16, `serve --ranks N`; runtime/rank_group.h): the runner
+// spreads the sequences over 2 and 4 in-process ranks, each with its own slots and its share of the
+// routed experts, and every engine step is one round of calls of all ranks. Several concurrent
+// requests of different lengths (prefill chunks and decode batches sharing steps; greedy, backend-
+// sampled and host-sampled draws) get the ids one rank gives them, on the bundled model and on tiny-q,
+// and every rank ran some of them.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <filesystem>
+
+#include "runtime/engine.h"
+#include "runtime/rank_group.h"
+#include "support/engine_events.h"
+#include "support/test_paths.h"
+
+namespace dsv4 {
+namespace {
+
+constexpr int kSeqs = 6;
+
+// Six requests: prompts of 1 to 41 tokens, 5 to 15 tokens each; greedy, temperature 0.9 (drawn by the
+// backend's sampler) and a repetition penalty (drawn on the host from the logits).
+std::vector<GenerationRequest> requests(int64_t vocab) {
+  std::vector<GenerationRequest> out;
+  for (int i = 0; i < kSeqs; ++i) {
+    GenerationRequest r;
+    const int n = 1 + 8 * i;
+    for (int t = 0; t < n; ++t) r.prompt.push_back(int32_t((11 + 37 * t + 5 * i + t * t) % vocab));
+    r.stop.max_tokens = 5 + 2 * i;
+    r.sampling.temperature = i % 3 == 1 ? 0.9f : 0.0f;
+    r.sampling.seed = uint64_t(100 + i);
+    if (i % 3 == 2) r.sampling.repetition_penalty = 1.3f;
+    out.push_back(r);
+  }
+  return out;
+}
+
+struct Run {
+  std::vector<std::vector<int32_t>> ids;  // per request
+  std::vector<int64_t> rows;              // per rank: rows of its own sequences it computed
+};
+
+// The requests submitted together to an engine over `ranks` data-parallel ranks of the model in `dir`.
+Run serve(const std::string& dir, int ranks, const Tokenizer& tok) {
+  const BackendOptions o{.numerics = Numerics::Official,
+                         .capacity = {.max_seqs = (kSeqs + ranks - 1) / ranks, .max_ctx = 4096, .max_tokens = 16}};
+  const auto runner = load_ranked(dir, o, {.ranks = ranks, .data_parallel = true});
+  std::vector<std::atomic<int64_t>> rows(static_cast<size_t>(ranks));
+  for (int r = 0; r < ranks; ++r)  // each rank's runner is called on that rank's thread
+    runner->rank(r).on_call([&rows, r](const Batch& b, const StepPlan&) { rows[size_t(r)] += b.size(); });
+  EngineOptions opt;
+  opt.max_num_seqs = kSeqs;
+  opt.max_step_tokens = 16;  // prefill chunks and decodes of several sequences share steps
+  opt.prefill_chunk = 6;
+  opt.max_context = 512;
+  Run run;
+  {
+    Engine engine(*runner, tok, opt);
+    std::vector<std::shared_ptr<RequestChannel>> chans;
+    for (const GenerationRequest& r : requests(runner->config().vocab_size)) chans.push_back(engine.submit(r));
+    for (auto& ch : chans) run.ids.push_back(test::collect_ids(*ch));
+  }
+  for (auto& n : rows) run.rows.push_back(n.load());
+  return run;
+}
+
+void expect_ranks_match_one(const std::string& dir) {
+  const Tokenizer tok = Tokenizer::load(test::bundled_model_dir());  // tiny-q has none: any ids decode here
+  const Run one = serve(dir, 1, tok);
+  for (size_t i = 0; i < one.ids.size(); ++i) ASSERT_EQ(one.ids[i].size(), size_t(5 + 2 * i)) << "request " << i;
+  for (int n : {2, 4}) {
+    const Run got = serve(dir, n, tok);
+    for (size_t i = 0; i < one.ids.size(); ++i) EXPECT_EQ(got.ids[i], one.ids[i]) << n << " ranks, request " << i;
+    for (int r = 0; r < n; ++r) EXPECT_GT(got.rows[size_t(r)], 0) << n << " ranks: rank " << r << " ran no sequence";
+  }
+}
+
+TEST(EngineRanks, BundledModelGivesOneRanksIds) { expect_ranks_match_one(test::bundled_model_dir()); }
+
+TEST(EngineRanks, TinyQGivesOneRanksIds) {
+  const std::string dir = test::fixture_dir("tiny-q") + "/model";
+  if (!std::filesystem::exists(dir)) GTEST_SKIP() << "no " << dir;
+  expect_ranks_match_one(dir);
+}
+
+}  // namespace
+}  // namespace dsv4
