@@ -45,7 +45,14 @@ int Runner::new_sequence() {
 }
 
 void Runner::release(int slot) {
-  if (slot >= 0 && size_t(slot) < pos_.size()) pos_[size_t(slot)] = -1;
+  if (slot < 0 || size_t(slot) >= pos_.size() || pos_[size_t(slot)] < 0) return;
+  pos_[size_t(slot)] = -1;
+  // The slot's KV pages go back to the pool now (its next sequence starts at position 0 or is restored).
+  // Called from destructors (RunnerSequence): a failure here leaves the pages to that next start.
+  try {
+    model_.backend().release(slot);
+  } catch (const std::exception&) {
+  }
 }
 
 int64_t Runner::pos(int slot) const {

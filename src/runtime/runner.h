@@ -16,7 +16,8 @@
 // the backend's SampleRow is made here, at the boundary.
 //
 // A Model is driven by one Runner at a time (the slots are the backend's). A sequence fed from
-// position 0 starts fresh in its slot, so a released slot is reused without a reset.
+// position 0 starts fresh in its slot, so a released slot is reused without a reset; release gives the
+// slot's KV pages back to the backend's pool (docs/kv-pages.md).
 #pragma once
 #include <cstdint>
 #include <functional>
