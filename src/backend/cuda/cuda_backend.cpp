@@ -398,13 +398,19 @@ void CudaBackend::restore(int slot, const SlotSnapshot& s) {
   std::vector<AttentionLayerState::Piece> pieces;
   for (AttentionLayerState& st : states_)
     for (const auto& p : st.slot_pieces(slot)) pieces.push_back(p);
-  for (size_t g = 0; g < next.size(); ++g)
-    for (int64_t i = 0; i < c->partial[g]; ++i) {
-      next[g].pages.push_back(pool_->alloc());
-      for (int64_t l = 0; l < int64_t(states_.size()); ++l)
-        if (geo_.group_of(l) == int64_t(g))
-          for (const auto& q : states_[size_t(l)].page_pieces(next[g].pages.back())) pieces.push_back(q);
-    }
+  try {
+    for (size_t g = 0; g < next.size(); ++g)
+      for (int64_t i = 0; i < c->partial[g]; ++i) {
+        next[g].pages.push_back(pool_->alloc());
+        for (int64_t l = 0; l < int64_t(states_.size()); ++l)
+          if (geo_.group_of(l) == int64_t(g))
+            for (const auto& q : states_[size_t(l)].page_pieces(next[g].pages.back())) pieces.push_back(q);
+      }
+  } catch (...) {  // the pool ran out: the slot holds nothing (its next run must start at position 0)
+    for (PageTable& t : next) t.release_all(*pool_);
+    for (size_t g = 0; g < tables_[size_t(slot)].size(); ++g) upload_table(slot, int64_t(g));
+    throw;
+  }
   tables_[size_t(slot)] = std::move(next);
   fed_[size_t(slot)] = c->fed;
   for (size_t g = 0; g < tables_[size_t(slot)].size(); ++g) upload_table(slot, int64_t(g));

@@ -1,6 +1,6 @@
 // The KV page pool's bookkeeping (backend/kv_pages.h): reference counts, reuse after free, exhaustion,
 // page tables, and the page geometry of a config. The pool through a backend (snapshots sharing pages,
-// restore) is tested in tests/model/test_kv_pages.cpp.
+// restore) is tested in tests/model/test_slot_snapshot.cpp (KvPages).
 #include <gtest/gtest.h>
 
 #include <string>

@@ -72,7 +72,7 @@ void run_scores(const ScoreCase& c, bool grid, uint64_t seed) {
   // order of the pool: the kernels find them through the page table.
   constexpr int kPerPage = 32;
   const int64_t max_pages = (c.max_entries + kPerPage - 1) / kPerPage, pool_pages = c.slots * max_pages;
-  std::vector<int32_t> table(size_t(pool_pages));
+  std::vector<int32_t> table(static_cast<size_t>(pool_pages));
   std::vector<float> pooled(size_t(pool_pages * kPerPage * kDim), 0.0f);
   for (int64_t sl = 0; sl < c.slots; ++sl)
     for (int64_t i = 0; i < max_pages; ++i) {
