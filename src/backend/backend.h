@@ -57,6 +57,9 @@ struct Capacity {
   int64_t max_seqs = 1;      // slots
   int64_t max_ctx = 4096;    // positions per sequence
   int64_t max_tokens = 256;  // tokens per call (a prefill chunk, a decode batch)
+  // Pages of the KV page pool (backend/kv_pages.h, docs/kv-pages.md), shared by all slots and snapshots.
+  // 0: the CPU grows the pool as needed; the GPU takes max_seqs + 1 full contexts' worth.
+  int64_t kv_pages = 0;
 };
 
 enum class Device : uint8_t { Cpu, Cuda };
@@ -138,12 +141,30 @@ struct BackendInfo {
   uint64_t free_bytes = 0;    // device memory still free (0: not reported)
 };
 
+// The KV page pool of a backend (docs/kv-pages.md): what admission by pages reads.
+struct KvPageInfo {
+  int64_t page_tokens = 0;   // tokens of context per page
+  int64_t capacity = 0;      // pages in the pool (0: grows as needed)
+  int64_t used = 0;          // pages held by slots and snapshots
+  int64_t paged_groups = 0;  // page tables per sequence that take pages (main stack, compressed MTP blocks)
+  int64_t free_pages() const { return capacity == 0 ? -1 : capacity - used; }  // -1: unbounded
+  // Pages a sequence holds after `tokens` tokens of context.
+  int64_t pages_needed(int64_t tokens) const {
+    return page_tokens > 0 ? paged_groups * ((tokens + page_tokens - 1) / page_tokens) : 0;
+  }
+};
+
 // A slot's whole state at a position, as a backend keeps it (opaque above the backend): what a prefix
 // cache keeps at 128-token boundaries and what speculative decoding restores after rejected drafts.
+// It shares the complete KV pages of the slot (reference counts) and copies the rest: the rings, the
+// compressor partial windows, the partial last page.
 class SlotSnapshot {
  public:
   virtual ~SlotSnapshot() = default;
-  virtual uint64_t bytes() const = 0;  // memory it holds (for a cache's budget)
+  // Memory it holds, for a cache's budget: its copies plus the pages it shares, each counted whole.
+  virtual uint64_t bytes() const = 0;
+  virtual uint64_t copied_bytes() const { return bytes(); }  // its copies alone: O(window), any context
+  virtual int64_t shared_pages() const { return 0; }          // KV pages it holds a reference to
   int64_t pos = 0;                     // the main position the slot was at
   int64_t mtp_pos = 0;                 // the MTP blocks' position
 };
@@ -198,6 +219,9 @@ class Backend {
   // Makes `slot` carry exactly the snapshot's state (of this backend; another slot's is fine), so the
   // next call continues at snapshot.pos as the snapshotted sequence would have.
   virtual void restore(int slot, const SlotSnapshot& s) = 0;
+  // Gives back the slot's KV pages (its next run starts at position 0 anyway).
+  virtual void release(int slot) = 0;
+  virtual KvPageInfo kv_pages() const = 0;
 
   // ---- outputs and inputs outside the ops (synchronize)
   virtual int64_t max_logit_rows() const = 0;    // rows one head op may produce

@@ -92,11 +92,18 @@ void Runner::release(int slot) {
   if (ranks_) {
     if (slot < 0 || size_t(slot) >= placed_.size() || placed_[size_t(slot)].rank < 0) return;
     Placed& p = placed_[size_t(slot)];
-    ranks_->rank(p.rank).release(p.local);
+    ranks_->rank(p.rank).release(p.local);  // that rank's runner gives the slot's KV pages back
     p = Placed{};
     return;
   }
-  if (slot >= 0 && size_t(slot) < pos_.size()) pos_[size_t(slot)] = -1;
+  if (slot < 0 || size_t(slot) >= pos_.size() || pos_[size_t(slot)] < 0) return;
+  pos_[size_t(slot)] = -1;
+  // The slot's KV pages go back to the pool now (its next sequence starts at position 0 or is restored).
+  // Called from destructors (RunnerSequence): a failure here leaves the pages to that next start.
+  try {
+    model_.backend().release(slot);
+  } catch (const std::exception&) {
+  }
 }
 
 const Runner::Placed& Runner::placed(int slot) const {

@@ -17,7 +17,8 @@
 // the backend's SampleRow is made here, at the boundary.
 //
 // A Model is driven by one Runner at a time (the slots are the backend's). A sequence fed from
-// position 0 starts fresh in its slot, so a released slot is reused without a reset.
+// position 0 starts fresh in its slot, so a released slot is reused without a reset; release gives the
+// slot's KV pages back to the backend's pool (docs/kv-pages.md).
 //
 // Data-parallel ranks (a RankSet, runtime/rank_group.h; docs/multi-gpu.md): the runner's slots are
 // spread over N rank runners, each with its own model (its share of the routed experts), slots and

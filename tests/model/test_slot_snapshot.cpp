@@ -1,9 +1,10 @@
 // Backend::snapshot / restore through the model (backend/backend.h): a slot restored from a snapshot
 // continues exactly as the snapshotted sequence (logits bit for bit), in another slot or in the same
-// slot after it ran ahead (a rollback); snapshots are independent copies.
+// slot after it ran ahead (a rollback); snapshots are independent copies; the KV pages they share.
 #include <gtest/gtest.h>
 
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
@@ -82,6 +83,143 @@ TEST_P(SlotSnapshot, BadSlotsAreOneLineErrors) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, SlotSnapshot, ::testing::Values("bundled", "tiny-q"),
+                         [](const auto& info) { return std::string(info.param) == "tiny-q" ? "tiny_q" : "bundled"; });
+
+std::vector<int32_t> cat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+// ---- The KV page pool through the CPU backend (backend/kv_pages.h, docs/kv-pages.md): a snapshot shares
+// the complete pages and copies only the partial one (the pool's used pages do not move, its copies do
+// not grow with the context); restore shares them again, so two slots restored from one snapshot decode
+// independently, each giving the logits of a cold run; a slot's reset and release give its pages back;
+// a bounded pool runs out with a one-line error, and admission can ask how many pages a sequence needs.
+class KvPages : public SlotSnapshot {
+ protected:
+  void SetUp() override {
+    SlotSnapshot::SetUp();
+    if (IsSkipped()) return;
+    V_ = m_->config().vocab_size;
+    info_ = m_->backend().kv_pages();
+    ASSERT_EQ(info_.page_tokens, 128);  // ratios 4 and 32 (bundled), 4 and 16 (tiny-q)
+    ASSERT_EQ(info_.paged_groups, 1);   // the MTP block is a sliding layer
+  }
+  int64_t used() const { return m_->backend().kv_pages().used; }
+  int64_t V_ = 0;
+  KvPageInfo info_;
+};
+
+TEST_P(KvPages, SnapshotSharesCompletePagesAndCopiesThePartialOne) {
+  Backend& be = m_->backend();
+  EXPECT_EQ(used(), 0);
+  m_->forward(0, 0, ids(640, 5, V_), {.all_logits = false});
+  EXPECT_EQ(used(), 5);
+  const auto s640 = be.snapshot(0, 640, 0);
+  EXPECT_EQ(used(), 5);  // shared, not copied
+  EXPECT_EQ(s640->shared_pages(), 5);
+
+  m_->forward(1, 0, ids(128, 7, V_), {.all_logits = false});
+  const auto s128 = be.snapshot(1, 128, 0);
+  EXPECT_EQ(s128->shared_pages(), 1);
+  // At a page boundary a snapshot copies the rings and partial windows only: the same bytes at 128 and
+  // 640 tokens of context.
+  EXPECT_EQ(s640->copied_bytes(), s128->copied_bytes());
+  const uint64_t page_bytes = (s640->bytes() - s640->copied_bytes()) / 5;
+  EXPECT_GT(page_bytes, 0u);
+  EXPECT_EQ(s128->bytes() - s128->copied_bytes(), page_bytes);
+
+  // Inside a page: the complete page shared, the partial one copied (one page's bytes more).
+  m_->forward(2, 0, ids(200, 9, V_), {.all_logits = false});
+  EXPECT_EQ(used(), 5 + 1 + 2);
+  const auto s200 = be.snapshot(2, 200, 0);
+  EXPECT_EQ(used(), 8);
+  EXPECT_EQ(s200->shared_pages(), 1);
+  EXPECT_EQ(s200->copied_bytes(), s128->copied_bytes() + page_bytes);
+}
+
+TEST_P(KvPages, TwoSlotsRestoredFromOneSnapshotDecodeIndependently) {
+  Backend& be = m_->backend();
+  const auto prefix = ids(200, 3, V_), a = ids(60, 11, V_), b = ids(60, 17, V_);
+  m_->forward(0, 0, prefix, {.all_logits = false});
+  const auto snap = be.snapshot(0, 200, 0);
+  const int64_t before = used();  // slot 0's two pages
+  be.restore(1, *snap);
+  be.restore(2, *snap);
+  EXPECT_EQ(used(), before + 2);  // page 0 shared by four holders, a fresh copy of page 1 per slot
+
+  // Slots 1 and 2 decode different continuations one token at a time, interleaved, across the page
+  // boundary at 256; slot 0 (the original) goes on with a third.
+  Tensor la({60, V_}), lb({60, V_});
+  for (int64_t i = 0; i < 60; ++i) {
+    const Tensor x = m_->forward(1, 200 + i, {a[size_t(i)]});
+    const Tensor y = m_->forward(2, 200 + i, {b[size_t(i)]});
+    std::copy(x.data.begin(), x.data.end(), la.row(i));
+    std::copy(y.data.begin(), y.data.end(), lb.row(i));
+  }
+  const Tensor l0 = m_->forward(0, 200, ids(60, 23, V_));
+
+  // Each equals a cold run of its whole text in a fresh slot.
+  const Tensor ca = m_->forward(3, 0, cat(prefix, a));
+  const Tensor cb = m_->forward(4, 0, cat(prefix, b));
+  const Tensor c0 = m_->forward(5, 0, cat(prefix, ids(60, 23, V_)));
+  auto tail = [&](const Tensor& t, int64_t n) {
+    return std::vector<float>(t.data.end() - n * V_, t.data.end());
+  };
+  EXPECT_EQ(la.data, tail(ca, 60));
+  EXPECT_EQ(lb.data, tail(cb, 60));
+  EXPECT_EQ(l0.data, tail(c0, 60));
+  EXPECT_NE(la.data, lb.data);
+  // And the snapshot still gives the same continuation in yet another slot.
+  be.restore(6, *snap);
+  EXPECT_EQ(m_->forward(6, 200, a).data, la.data);
+}
+
+TEST_P(KvPages, ResetReleaseAndDroppedSnapshotsGiveThePagesBack) {
+  Backend& be = m_->backend();
+  m_->forward(0, 0, ids(300, 2, V_), {.all_logits = false});
+  EXPECT_EQ(used(), 3);
+  auto snap = be.snapshot(0, 300, 0);  // shares pages 0 and 1
+  m_->forward(0, 0, ids(10, 4, V_), {.all_logits = false});  // a new sequence in slot 0
+  EXPECT_EQ(used(), 2 + 1);  // the snapshot's two, the new sequence's one
+  snap.reset();
+  EXPECT_EQ(used(), 1);
+  be.release(0);
+  EXPECT_EQ(used(), 0);
+  // Freed pages are reused: the pool's pages in use follow the live sequences.
+  m_->forward(1, 0, ids(256, 6, V_), {.all_logits = false});
+  EXPECT_EQ(used(), 2);
+}
+
+TEST_P(KvPages, ABoundedPoolRunsOutWithAOneLineError) {
+  BackendOptions o;
+  o.numerics = Numerics::Official;
+  o.capacity = {.max_seqs = 4, .max_ctx = 4096, .max_tokens = 512, .kv_pages = 3};
+  auto m = Model::load(dir_, o);
+  Backend& be = m->backend();
+  const KvPageInfo info = be.kv_pages();
+  EXPECT_EQ(info.capacity, 3);
+  EXPECT_EQ(info.free_pages(), 3);
+  EXPECT_EQ(info.pages_needed(300), 3);  // what admission by pages asks
+  EXPECT_EQ(info.pages_needed(384), 3);
+  EXPECT_EQ(info.pages_needed(385), 4);
+  m->forward(0, 0, ids(300, 1, V_), {.all_logits = false});
+  EXPECT_EQ(be.kv_pages().free_pages(), 0);
+  try {
+    m->forward(1, 0, ids(10, 1, V_));
+    FAIL() << "a fourth page from a pool of three";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("kv page pool exhausted"), std::string::npos) << msg;
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+  }
+  be.release(0);
+  EXPECT_EQ(be.kv_pages().free_pages(), 3);
+  const Tensor l = m->forward(1, 0, ids(10, 1, V_));
+  EXPECT_EQ(l.data, m_->forward(0, 0, ids(10, 1, V_)).data);  // the unbounded pool's model agrees
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, KvPages, ::testing::Values("bundled", "tiny-q"),
                          [](const auto& info) { return std::string(info.param) == "tiny-q" ? "tiny_q" : "bundled"; });
 
 }  // namespace

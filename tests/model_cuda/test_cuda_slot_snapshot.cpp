@@ -76,6 +76,70 @@ TEST_P(CudaSlotSnapshot, SnapshotIsACopy) {
   cuda::test::compare("restored copy", m_->forward(2, 128, ids(9, 4, V)).data, first.data, cuda::test::Tol::Exact);
 }
 
+// The KV page pool (docs/kv-pages.md): a snapshot shares the complete page and copies the partial one
+// (the pool's used pages do not move); two slots restored from it decode independently, each exactly as
+// a cold run of its text with the same calls.
+TEST_P(CudaSlotSnapshot, TwoSlotsRestoredFromOneSnapshotDecodeIndependently) {
+  const int64_t V = m_->config().vocab_size;
+  Backend& be = m_->backend();
+  const KvPageInfo info = be.kv_pages();
+  ASSERT_EQ(info.page_tokens, 128);
+  ASSERT_EQ(info.capacity, 4 * 2 * info.paged_groups);  // 4 slots of 256 positions
+  const auto prefix = ids(200, 3, V), a = ids(50, 11, V), b = ids(50, 17, V);
+  m_->forward(0, 0, prefix, {.all_logits = false});
+  EXPECT_EQ(be.kv_pages().used, 2);
+  const auto snap = be.snapshot(0, 200, 0);
+  EXPECT_EQ(be.kv_pages().used, 2);
+  EXPECT_EQ(snap->shared_pages(), 1);
+  be.restore(1, *snap);
+  be.restore(2, *snap);
+  EXPECT_EQ(be.kv_pages().used, 4);  // page 0 shared, a copy of page 1 per restored slot
+  Tensor la({50, V}), lb({50, V});
+  for (int64_t i = 0; i < 50; ++i) {
+    const Tensor x = test::decode_step(*m_, a[size_t(i)], 200 + i, 1);
+    std::copy(x.data.begin(), x.data.end(), la.row(i));
+    const Tensor y = test::decode_step(*m_, b[size_t(i)], 200 + i, 2);
+    std::copy(y.data.begin(), y.data.end(), lb.row(i));
+  }
+  // Cold runs with the same calls in the remaining slot (0 after a release, then 3).
+  for (int slot : {0, 3}) {
+    be.release(slot);
+    const std::vector<int32_t>& cont = slot == 0 ? a : b;
+    m_->forward(slot, 0, prefix, {.all_logits = false});
+    Tensor cold({50, V});
+    for (int64_t i = 0; i < 50; ++i) {
+      const Tensor x = test::decode_step(*m_, cont[size_t(i)], 200 + i, slot);
+      std::copy(x.data.begin(), x.data.end(), cold.row(i));
+    }
+    cuda::test::compare(slot == 0 ? "restored slot 1 vs cold" : "restored slot 2 vs cold",
+                        (slot == 0 ? la : lb).data, cold.data, cuda::test::Tol::Exact);
+  }
+  EXPECT_NE(la.data, lb.data);
+}
+
+TEST_P(CudaSlotSnapshot, ABoundedPoolRunsOutWithAOneLineError) {
+  const int64_t V = m_->config().vocab_size;
+  auto m = Model::load(dir_, BackendOptions{.device = Device::Cuda, .kernels = KernelTier::Exact,
+                                            .capacity = {.max_seqs = 2, .max_ctx = 512, .max_tokens = 128,
+                                                         .kv_pages = 2}});
+  Backend& be = m->backend();
+  EXPECT_EQ(be.kv_pages().free_pages(), 2);
+  m->forward(0, 0, ids(128, 1, V), {.all_logits = false});
+  m->forward(0, 128, ids(100, 1, V), {.all_logits = false});
+  EXPECT_EQ(be.kv_pages().free_pages(), 0);
+  try {
+    m->forward(1, 0, ids(8, 1, V));
+    FAIL() << "a third page from a pool of two";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("kv page pool exhausted"), std::string::npos) << msg;
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+  }
+  be.release(0);
+  EXPECT_EQ(be.kv_pages().free_pages(), 2);
+  EXPECT_EQ(m->forward(1, 0, ids(8, 1, V)).dim(0), 8);
+}
+
 TEST_P(CudaSlotSnapshot, BadSlotsAreOneLineErrors) {
   Backend& be = m_->backend();
   EXPECT_THROW(be.snapshot(-1, 0, 0), Error);

@@ -12,7 +12,7 @@
 namespace dsv4 {
 
 // Feeds a chunk's tokens to a compressor and appends every entry whose block completes (§4.2).
-void compress_chunk(const CompressorF& w, CompressorState& st, const Tensor& x, int64_t p0,
+void compress_chunk(const CompressorF& w, CompressorState& st, EntryView out, const Tensor& x, int64_t p0,
                     const std::vector<float>& inv_freq, const ModelConfig& cfg, const QuantSim& q, bool indexer) {
   const int64_t T = x.dim(0), D = x.dim(1), m = st.ratio, dc = st.dc, c = st.overlap ? 2 : 1, width = c * dc;
   Tensor a({T, width}), g({T, width});
@@ -67,7 +67,7 @@ void compress_chunk(const CompressorF& w, CompressorState& st, const Tensor& x, 
       q.indexer_key(entry.data(), dc);
     else
       q.kv(entry.data(), dc - int64_t(inv_freq.size()) * 2);
-    st.entries.insert(st.entries.end(), entry.begin(), entry.end());
+    std::memcpy(out.emit(st.n_entries, m), entry.data(), size_t(dc) * sizeof(float));
     ++st.n_entries;
   }
 }

@@ -21,9 +21,13 @@ void CpuBackend::attn_qkv(int64_t layer) {
   const float eps = float(cfg_.rms_norm_eps);
   const QuantSim q(numerics_);
   const std::vector<float>& freq = inv_freq(layer);
-  // A run at position 0 starts a fresh sequence in its slot.
-  for (const Run& r : runs_)
-    if (r.p0 == 0) state(r, layer) = make_layer_state(cfg_, cfg_.layer_at(layer));
+  // A run at position 0 starts a fresh sequence in its slot; the first layer of a layer group gives the
+  // group's pages back.
+  for (const Run& r : runs_) {
+    if (r.p0 != 0) continue;
+    state(r, layer) = make_layer_state(cfg_, cfg_.layer_at(layer));
+    if (pages_->geometry().first_of_group(layer)) entries(r, layer, false).table->release_all(pages_->pool());
+  }
 
   // Q: low-rank with a weighted norm, then an unweighted per-head norm, then RoPE on the tail.
   cq_ = Tensor({T, qr});
@@ -56,8 +60,8 @@ void CpuBackend::compress(int64_t layer, CompressorKind c) {
   if (indexer ? !w.indexer : !w.compressor) fail("layer ", layer, " has no ", indexer ? "indexer " : "", "compressor");
   for (const Run& r : runs_) {
     LayerState& st = state(r, layer);
-    compress_chunk(indexer ? w.indexer->compressor : *w.compressor, indexer ? *st.idx_comp : *st.comp, rows_of(u_, r), r.p0,
-                   inv_freq(layer), cfg_, q, indexer);
+    compress_chunk(indexer ? w.indexer->compressor : *w.compressor, indexer ? *st.idx_comp : *st.comp,
+                   entries(r, layer, indexer), rows_of(u_, r), r.p0, inv_freq(layer), cfg_, q, indexer);
   }
 }
 
@@ -67,8 +71,8 @@ void CpuBackend::index_topk(int64_t layer) {
   const QuantSim q(numerics_);
   topk_.assign(size_t(batch_.size()), {});
   for (const Run& r : runs_) {
-    auto picks = dsv4::index_topk(*w.indexer, *state(r, layer).idx_comp, rows_of(u_, r), rows_of(cq_, r), r.p0,
-                                  inv_freq(layer), cfg_, q);
+    auto picks = dsv4::index_topk(*w.indexer, *state(r, layer).idx_comp, entries(r, layer, true), rows_of(u_, r),
+                                  rows_of(cq_, r), r.p0, inv_freq(layer), cfg_, q);
     for (int64_t t = 0; t < r.n; ++t) topk_[size_t(r.t0 + t)] = std::move(picks[size_t(t)]);
   }
 }
@@ -84,6 +88,7 @@ void CpuBackend::attend(int64_t layer) {
   std::vector<const float*> keys;
   for (const Run& r : runs_) {
     LayerState& st = state(r, layer);
+    const EntryView ent = spec.attn == AttnKind::Sliding ? EntryView{} : entries(r, layer, false);
     for (int64_t i = 0; i < r.n; ++i) {
       const int64_t t = r.t0 + i, pos = r.p0 + i;
       keys.clear();
@@ -91,9 +96,9 @@ void CpuBackend::attend(int64_t layer) {
         keys.push_back(p >= r.p0 ? kv_.row(r.t0 + p - r.p0) : &st.ring[size_t((p % Wn) * d)]);
       if (spec.attn == AttnKind::HCA) {
         const int64_t nvis = std::min((pos + 1) / spec.ratio, st.comp->n_entries);
-        for (int64_t j = 0; j < nvis; ++j) keys.push_back(st.comp->entry(j));
+        for (int64_t j = 0; j < nvis; ++j) keys.push_back(ent.at(j));
       } else if (spec.attn == AttnKind::CSA) {
-        for (int64_t j : topk_[size_t(t)]) keys.push_back(st.comp->entry(j));
+        for (int64_t j : topk_[size_t(t)]) keys.push_back(ent.at(j));
       }
       for (int64_t h = 0; h < H; ++h)
         attend_with_sink(q_.row(t) + h * d, keys.data(), int64_t(keys.size()), d, scale, w.attn_sink.ptr()[h],

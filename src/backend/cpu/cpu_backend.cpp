@@ -34,6 +34,7 @@ CpuBackend::CpuBackend(const ModelConfig& cfg, const Weights& w, uint64_t total_
       w_(to_cpu_weights(w, total_bytes, progress, experts_)) {
   for (int64_t i = 0; i < cfg_.num_layers + num_mtp(); ++i)
     inv_freq_.push_back(rope_inv_freq(cfg_.rope_dim, cfg_.rope_for(cfg_.layer_at(i))));
+  pages_ = std::make_shared<CpuKvPool>(cfg_, num_mtp(), cap_.kv_pages);
 }
 
 const BlockF& CpuBackend::block_w(int64_t layer) const {
@@ -57,27 +58,57 @@ SlotState& CpuBackend::slot_state(int slot) {
 
 namespace {
 
+// A slot's state: the layers' rings and compressor partial windows copied, every page table's complete
+// pages shared (a reference each) and its later pages copied (at most one per group).
 struct CpuSnapshot final : SlotSnapshot {
-  explicit CpuSnapshot(const SlotState& s) : state(s) {}
-  uint64_t bytes() const override {
-    uint64_t n = 0;
-    auto comp = [&](const std::optional<CompressorState>& c) {
-      if (c) n += (c->cur_a.size() + c->cur_g.size() + c->prev_a.size() + c->prev_g.size() + c->entries.size()) * 4;
-    };
-    for (const LayerState& l : state.layers) {
-      n += l.ring.size() * 4;
-      comp(l.comp);
-      comp(l.idx_comp);
+  CpuSnapshot(const SlotState& s, std::shared_ptr<CpuKvPool> pool) : state(s), kv(std::move(pool)) {
+    partial.resize(state.tables.size());
+    for (size_t g = 0; g < state.tables.size(); ++g) {
+      std::vector<int32_t>& pages = state.tables[g].pages;
+      const size_t full = std::min(pages.size(), size_t(kv->complete_pages(state, int64_t(g))));
+      for (size_t i = full; i < pages.size(); ++i) {
+        const float* src = kv->page(pages[i]);
+        partial[g].emplace_back(src, src + kv->page_floats());
+      }
+      pages.resize(full);
+      for (int32_t p : pages) kv->pool().retain(p);
     }
+  }
+  ~CpuSnapshot() override {
+    for (PageTable& t : state.tables) t.release_all(kv->pool());
+  }
+  CpuSnapshot(const CpuSnapshot&) = delete;
+  CpuSnapshot& operator=(const CpuSnapshot&) = delete;
+
+  uint64_t copied_bytes() const override {
+    uint64_t n = 0;
+    for (const LayerState& l : state.layers) {
+      n += l.ring.size() * sizeof(float);
+      if (l.comp) n += l.comp->bytes();
+      if (l.idx_comp) n += l.idx_comp->bytes();
+    }
+    for (const auto& g : partial)
+      for (const auto& p : g) n += p.size() * sizeof(float);
     return n;
   }
-  SlotState state;
+  int64_t shared_pages() const override {
+    int64_t n = 0;
+    for (const PageTable& t : state.tables) n += int64_t(t.pages.size());
+    return n;
+  }
+  uint64_t bytes() const override {
+    return copied_bytes() + uint64_t(shared_pages()) * uint64_t(kv->page_floats()) * sizeof(float);
+  }
+
+  SlotState state;  // its tables hold the shared pages only
+  std::shared_ptr<CpuKvPool> kv;
+  std::vector<std::vector<std::vector<float>>> partial;  // [group][page after the shared ones] copies
 };
 
 }  // namespace
 
 std::shared_ptr<const SlotSnapshot> CpuBackend::snapshot(int slot, int64_t pos, int64_t mtp_pos) {
-  auto s = std::make_shared<CpuSnapshot>(slot_state(slot));
+  auto s = std::make_shared<CpuSnapshot>(slot_state(slot), pages_);
   s->pos = pos;
   s->mtp_pos = mtp_pos;
   return s;
@@ -85,8 +116,29 @@ std::shared_ptr<const SlotSnapshot> CpuBackend::snapshot(int slot, int64_t pos, 
 
 void CpuBackend::restore(int slot, const SlotSnapshot& s) {
   const auto* c = dynamic_cast<const CpuSnapshot*>(&s);
-  if (!c) fail("cpu backend: a snapshot of another backend cannot be restored here");
-  slot_state(slot) = c->state;
+  if (!c || c->kv != pages_) fail("cpu backend: a snapshot of another backend cannot be restored here");
+  SlotState next = c->state;  // the layers; the tables' shared pages, referenced once more below
+  for (size_t g = 0; g < next.tables.size(); ++g) {
+    PageTable& t = next.tables[g];
+    for (int32_t p : t.pages) pages_->pool().retain(p);
+    for (const std::vector<float>& copy : c->partial[g]) {
+      t.pages.push_back(pages_->pool().alloc());
+      std::copy(copy.begin(), copy.end(), pages_->page(t.pages.back()));
+    }
+  }
+  release(slot);
+  slot_state(slot) = std::move(next);
+}
+
+void CpuBackend::release(int slot) {
+  SlotState& st = slot_state(slot);
+  for (PageTable& t : st.tables) t.release_all(pages_->pool());
+  st = SlotState(cfg_, num_mtp());
+}
+
+KvPageInfo CpuBackend::kv_pages() const {
+  return {.page_tokens = pages_->geometry().page_tokens, .capacity = pages_->pool().capacity(),
+          .used = pages_->pool().used_pages(), .paged_groups = pages_->geometry().paged_groups()};
 }
 
 void CpuBackend::begin(const Batch& b) {

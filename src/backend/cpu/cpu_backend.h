@@ -1,5 +1,5 @@
 // The CPU backend (backend/backend.h): every weight decoded to float32 (cpu_weights.h), a SlotState per
-// slot (state.h) made on first use, the activations of the current call as float32 tensors, and the
+// slot (state.h) made on first use, the compressed entries in a KV page pool (CpuKvPool), the activations of the current call as float32 tensors, and the
 // ops in both numerics (quantize.h: reference = plain float32, official = DeepSeek's rounding and
 // quantization sites). Row-wise ops (linears, norms, the MoE) run over the whole call at once; the
 // ops that read or write a sequence's state (compressors, indexer, attention) run run by run. Every row's
@@ -49,6 +49,8 @@ class CpuBackend final : public Backend {
 
   std::shared_ptr<const SlotSnapshot> snapshot(int slot, int64_t pos, int64_t mtp_pos) override;
   void restore(int slot, const SlotSnapshot& s) override;
+  void release(int slot) override;
+  KvPageInfo kv_pages() const override;
 
   int64_t max_logit_rows() const override { return cap_.max_tokens; }
   Tensor logits(int64_t rows) override;
@@ -66,6 +68,11 @@ class CpuBackend final : public Backend {
   const BlockF& block_w(int64_t layer) const;
   SlotState& slot_state(int slot);  // made on first use
   LayerState& state(const Run& r, int64_t layer) { return slots_[size_t(r.slot)]->layers[size_t(layer)]; }
+  // The entries (indexer: keys) of a layer of the run's slot, in the pool's pages.
+  EntryView entries(const Run& r, int64_t layer, bool indexer) {
+    return {.pool = pages_.get(), .table = &slots_[size_t(r.slot)]->tables[size_t(pages_->geometry().group_of(layer))],
+            .layer = layer, .indexer = indexer};
+  }
   Tensor rows_of(const Tensor& x, const Run& r) const;  // rows of this run (x itself for a one-run call)
   const std::vector<float>& inv_freq(int64_t layer) const { return inv_freq_[size_t(layer)]; }
 
@@ -79,6 +86,8 @@ class CpuBackend final : public Backend {
   ExpertRange experts_;                 // the routed experts this rank holds
   CpuWeights w_;
   std::vector<std::vector<float>> inv_freq_;    // [layers + MTP] the layer's RoPE table
+  // The KV page pool; snapshots hold it too (they give their pages back when dropped, maybe later).
+  std::shared_ptr<CpuKvPool> pages_;
   std::vector<std::unique_ptr<SlotState>> slots_;  // made on a slot's first use
 
   // The current call.

@@ -11,7 +11,8 @@
 namespace dsv4 {
 
 // Lightning indexer (§4.3): for each query of the chunk, the top-k visible entries of the CSA layer.
-std::vector<std::vector<int64_t>> index_topk(const IndexerF& w, const CompressorState& keys, const Tensor& x,
+std::vector<std::vector<int64_t>> index_topk(const IndexerF& w, const CompressorState& keys, const EntryView& key_rows,
+                                             const Tensor& x,
                                              const Tensor& cq, int64_t p0, const std::vector<float>& inv_freq,
                                              const ModelConfig& cfg, const QuantSim& q) {
   const int64_t T = x.dim(0), D = x.dim(1), HI = cfg.index_n_heads, dI = cfg.index_head_dim, m = keys.ratio;
@@ -30,7 +31,7 @@ std::vector<std::vector<int64_t>> index_topk(const IndexerF& w, const Compressor
     const int64_t nvis = std::min((pos + 1) / m, keys.n_entries);
     score.assign(size_t(nvis), 0.0f);
     for (int64_t s = 0; s < nvis; ++s) {
-      const float* k = keys.entry(s);
+      const float* k = key_rows.at(s);
       float total = 0;
       for (int64_t h = 0; h < HI; ++h) {
         float dot = 0;

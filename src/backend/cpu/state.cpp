@@ -1,5 +1,7 @@
 #include "backend/cpu/state.h"
 
+#include "core/error.h"
+
 namespace dsv4 {
 
 CompressorState::CompressorState(int64_t ratio_, int64_t dc_, bool overlap_)
@@ -23,6 +25,57 @@ LayerState make_layer_state(const ModelConfig& cfg, const LayerSpec& spec) {
 
 SlotState::SlotState(const ModelConfig& cfg, int64_t n_mtp) {
   for (int64_t i = 0; i < cfg.num_layers + n_mtp; ++i) layers.push_back(make_layer_state(cfg, cfg.layer_at(i)));
+  tables.resize(size_t(1 + n_mtp));
+}
+
+CpuKvPool::CpuKvPool(const ModelConfig& cfg, int64_t n_mtp, int64_t capacity)
+    : geo_(kv_page_geometry(cfg, n_mtp)), pool_(capacity, geo_.page_tokens) {
+  std::vector<int64_t> group_floats(size_t(1 + n_mtp), 0);
+  for (int64_t i = 0; i < cfg.num_layers + n_mtp; ++i) {
+    const LayerSpec s = cfg.layer_at(i);
+    LayerPages l{.group = geo_.group_of(i), .ratio = s.ratio, .dc = cfg.head_dim, .di = cfg.index_head_dim};
+    int64_t& off = group_floats[size_t(l.group)];
+    if (s.attn != AttnKind::Sliding) {
+      const int64_t epp = geo_.entries_per_page(s.ratio);
+      l.main_off = off;
+      off += epp * l.dc;
+      if (s.attn == AttnKind::CSA) {
+        l.idx_off = off;
+        off += epp * l.di;
+      }
+    }
+    layers_.push_back(l);
+  }
+  for (int64_t f : group_floats) page_floats_ = std::max(page_floats_, f);
+}
+
+float* CpuKvPool::page(int32_t p) {
+  if (p < 0) fail("cpu kv pool: page ", p);
+  if (size_t(p) >= data_.size()) data_.resize(size_t(p) + 1);
+  std::vector<float>& d = data_[size_t(p)];
+  if (d.empty()) d.assign(size_t(page_floats_), 0.0f);
+  return d.data();
+}
+
+float* CpuKvPool::entry(const PageTable& t, int64_t layer, bool indexer, int64_t j) {
+  const LayerPages& l = layers_.at(size_t(layer));
+  const int64_t off = indexer ? l.idx_off : l.main_off;
+  if (off < 0) fail("cpu kv pool: layer ", layer, " has no ", indexer ? "indexer keys" : "compressed entries");
+  const int64_t epp = geo_.entries_per_page(l.ratio), i = j / epp;
+  if (j < 0 || i >= int64_t(t.pages.size())) fail("cpu kv pool: entry ", j, " of layer ", layer, " has no page");
+  return page(t.pages[size_t(i)]) + off + (j % epp) * (indexer ? l.di : l.dc);
+}
+
+int64_t CpuKvPool::complete_pages(const SlotState& s, int64_t group) const {
+  int64_t covered = -1;  // tokens whose entries every layer of the group has emitted
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    if (layers_[i].group != group || layers_[i].main_off < 0) continue;
+    const LayerState& st = s.layers[i];
+    int64_t c = st.comp->n_entries * st.comp->ratio;
+    if (st.idx_comp) c = std::min(c, st.idx_comp->n_entries * st.idx_comp->ratio);
+    covered = covered < 0 ? c : std::min(covered, c);
+  }
+  return covered < 0 ? 0 : covered / geo_.page_tokens;
 }
 
 }  // namespace dsv4

@@ -33,11 +33,16 @@ void zero(DeviceBuffer<T>& b) { b.fill_bytes(0); }
 }  // namespace
 
 AttentionLayerState::AttentionLayerState(const ModelConfig& cfg, const LayerSpec& spec, int64_t max_seqs_,
-                                         int64_t max_ctx_, int64_t max_tokens)
+                                         int64_t max_ctx_, int64_t max_tokens, int64_t pool_pages_,
+                                         int64_t page_tokens)
     : max_seqs(max_seqs_), max_ctx(max_ctx_), window(cfg.sliding_window), head_dim(cfg.head_dim),
-      chunk_rows(round16(max_tokens)), max_entries(max_entries_of(spec, max_ctx_)) {
+      chunk_rows(round16(max_tokens)), max_entries(max_entries_of(spec, max_ctx_)),
+      pool_pages(spec.attn == AttnKind::Sliding ? 0 : pool_pages_),
+      per_page(spec.attn == AttnKind::Sliding ? 0 : page_tokens / spec.ratio) {
   if (max_seqs <= 0 || max_ctx <= 0 || max_tokens <= 0) fail("AttentionLayerState: empty capacity");
-  kv = DeviceBuffer<bf16>(size_t((pool_base() + max_seqs * max_entries) * head_dim));
+  if (spec.attn != AttnKind::Sliding && (page_tokens <= 0 || page_tokens % spec.ratio != 0))
+    fail("AttentionLayerState: ", page_tokens, " tokens per page for compress ratio ", spec.ratio);
+  kv = DeviceBuffer<bf16>(size_t((pool_base() + pool_rows()) * head_dim));
   zero(kv);
   if (spec.attn != AttnKind::Sliding) {
     const int64_t m = spec.ratio, c = spec.attn == AttnKind::CSA ? 2 : 1, d = head_dim;
@@ -54,7 +59,7 @@ AttentionLayerState::AttentionLayerState(const ModelConfig& cfg, const LayerSpec
     icur_g = DeviceBuffer<float>(size_t(max_seqs * m * 2 * dI));
     iprev_a = DeviceBuffer<float>(size_t(max_seqs * m * dI));
     iprev_g = DeviceBuffer<float>(size_t(max_seqs * m * dI));
-    index_keys = DeviceBuffer<bf16>(size_t(max_seqs * max_entries * dI));
+    index_keys = DeviceBuffer<bf16>(size_t(std::max<int64_t>(pool_rows(), 1) * dI));
     zero(index_keys);
   }
 }
@@ -66,14 +71,24 @@ std::vector<AttentionLayerState::Piece> AttentionLayerState::slot_pieces(int64_t
     if (n > 0) out.push_back({kv.get() + first * head_dim, size_t(n * head_dim) * sizeof(bf16)});
   };
   rows(ring_base() + slot * window, window);
-  rows(pool_base() + slot * max_entries, max_entries);
   auto per_slot = [&](auto& b) {
     if (b.size() == 0) return;
     const size_t n = b.size() / size_t(max_seqs);
     out.push_back({b.get() + size_t(slot) * n, n * sizeof(*b.get())});
   };
   for (DeviceBuffer<float>* b : {&cur_a, &cur_g, &prev_a, &prev_g, &icur_a, &icur_g, &iprev_a, &iprev_g}) per_slot(*b);
-  per_slot(index_keys);
+  return out;
+}
+
+std::vector<AttentionLayerState::Piece> AttentionLayerState::page_pieces(int32_t page) {
+  if (per_page == 0) return {};
+  if (page < 0 || page >= pool_pages) fail("attention state: page ", page, " outside [0, ", pool_pages, ")");
+  std::vector<Piece> out{{kv.get() + (pool_base() + int64_t(page) * per_page) * head_dim,
+                          size_t(per_page * head_dim) * sizeof(bf16)}};
+  if (index_keys.size() > 0) {
+    const size_t dI = index_keys.size() / size_t(std::max<int64_t>(pool_rows(), 1));
+    out.push_back({index_keys.get() + size_t(page) * size_t(per_page) * dI, size_t(per_page) * dI * sizeof(bf16)});
+  }
   return out;
 }
 
@@ -198,7 +213,7 @@ void run_rope(const DeviceContext& ctx, bf16* x, const AttentionBatch& b, const 
 // The compressor of compress_chunk: fp32 projections, pooling into the slot state, entry emission.
 void run_compressor(const DeviceContext& ctx, const ModelConfig& cfg, AttentionWorkspace& ws,
                     const DevCompressorWeights& w, const AttentionBatch& b, const bf16* x, float* cur_a, float* cur_g,
-                    float* prev_a, float* prev_g, bf16* entries, int64_t max_entries, const float* inv_freq,
+                    float* prev_a, float* prev_g, bf16* entries, const PagedRows& rows, const float* inv_freq,
                     bool indexer) {
   const int width = (w.overlap ? 2 : 1) * w.dc, in = int(cfg.hidden_size);
   // wkv and wgate read the same x: one fast_gemv launch where the table's fast_gemv takes both.
@@ -219,7 +234,7 @@ void run_compressor(const DeviceContext& ctx, const ModelConfig& cfg, AttentionW
                         .slots = b.slots, .tokens = b.tokens, .run_len = b.run_len, .ratio = w.ratio, .dc = w.dc,
                         .overlap = w.overlap});
   compressor_emit(ctx, {.pooled = ws.pooled.get(), .norm = w.norm.get(), .inv_freq = inv_freq, .entries = entries,
-                        .positions = b.positions, .slots = b.slots, .tokens = b.tokens, .max_entries = max_entries,
+                        .entry_rows = rows, .positions = b.positions, .slots = b.slots, .tokens = b.tokens,
                         .ratio = w.ratio, .dc = w.dc, .rope_dim = int(cfg.rope_dim), .indexer = indexer,
                         .eps = float(cfg.rms_norm_eps)});
 }
@@ -290,13 +305,13 @@ void attn_compress(const DeviceContext& ctx, const AttentionCall& a, const bf16*
   if (kind == CompressorKind::Main) {
     if (!w.compressor) fail("attention: a sliding layer has no compressor");
     run_compressor(ctx, a.cfg, a.ws, *w.compressor, a.b, x, st.cur_a.get(), st.cur_g.get(), st.prev_a.get(),
-                   st.prev_g.get(), st.kv.get() + st.pool_base() * a.cfg.head_dim, st.max_entries, w.inv_freq.get(),
+                   st.prev_g.get(), st.kv.get() + st.pool_base() * a.cfg.head_dim, st.pages, w.inv_freq.get(),
                    false);
     return;
   }
   if (!w.indexer) fail("attention: only CSA layers have an indexer");
   run_compressor(ctx, a.cfg, a.ws, w.indexer->compressor, a.b, x, st.icur_a.get(), st.icur_g.get(), st.iprev_a.get(),
-                 st.iprev_g.get(), st.index_keys.get(), st.max_entries, w.inv_freq.get(), true);
+                 st.iprev_g.get(), st.index_keys.get(), st.pages, w.inv_freq.get(), true);
 }
 
 // Indexer queries, head weights, scores over the visible keys, top-k.
@@ -313,7 +328,8 @@ void attn_index_topk(const DeviceContext& ctx, const AttentionCall& a, const bf1
   hadamard_fp4(ctx, {.x = ws.qi.get(), .vectors = b.tokens * HI, .stride = dI, .n = int(dI)});
   run_linear_f32(ctx, ws, LinearSite::WeightsProj, x, cfg.hidden_size, w.weights_proj.get(), b.tokens,
                  int(cfg.hidden_size), int(HI), nullptr, ws.wi.get());
-  indexer_scores(ctx, {.q = ws.qi.get(), .w = ws.wi.get(), .keys = a.st.index_keys.get(), .scores = ws.scores.get(),
+  indexer_scores(ctx, {.q = ws.qi.get(), .w = ws.wi.get(), .keys = a.st.index_keys.get(), .key_rows = a.st.pages,
+                       .scores = ws.scores.get(),
                        .positions = b.positions, .slots = b.slots, .tokens = b.tokens,
                        .max_entries = a.st.max_entries, .heads = int(HI), .dim = int(dI), .ratio = w.compressor.ratio,
                        .wscale = float(1.0 / std::sqrt(double(dI)) / std::sqrt(double(HI)))});
@@ -337,9 +353,9 @@ void attn_attend(const DeviceContext& ctx, const AttentionCall& a) {
                        .run_len = b.run_len, .window = int(W), .max_keys = int(max_keys),
                        .topk = int(cfg.index_topk), .ratio = kind == AttnKind::Sliding ? 0 : w.spec.ratio,
                        .ring_base = st.ring_base(), .chunk_base = st.chunk_base(), .pool_base = st.pool_base(),
-                       .max_entries = st.max_entries});
+                       .max_entries = st.max_entries, .entry_rows = st.pages, .pool_rows = st.pool_rows()});
   sparse_attention(ctx, {.q = ws.q.get(), .kv = st.kv.get(), .indices = ws.indices.get(), .sinks = w.attn_sink.get(),
-                         .out = ws.o.get(), .tokens = T, .entries = st.pool_base() + st.max_seqs * st.max_entries,
+                         .out = ws.o.get(), .tokens = T, .entries = st.pool_base() + st.pool_rows(),
                          .heads = int(H), .dim = int(d), .max_keys = int(max_keys),
                          .scale = float(1.0 / std::sqrt(double(d)))});
   run_rope(ctx, ws.o.get(), b, w.inv_freq.get(), H, d, cfg.rope_dim, true);

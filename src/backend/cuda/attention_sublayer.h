@@ -26,6 +26,7 @@
 #include <tuple>
 #include <vector>
 
+#include "backend/cuda/attn_ops.h"
 #include "backend/cuda/buffer.h"
 #include "backend/cuda/context.h"
 #include "backend/cuda/gemm.h"
@@ -90,35 +91,45 @@ void finish_attention_weights(DevAttentionWeights& d, const AttentionWeights& w,
                               const LayerSpec& spec);
 
 // Device state of one layer for up to `max_seqs` sequences (slots) of up to `max_ctx` positions.
-// kv rows: [ring: max_seqs * W][chunk: max_tokens_padded][pool: max_seqs * max_entries], all [.., d] bf16;
+// kv rows: [ring: max_seqs * W][chunk: max_tokens_padded][pool: pool_pages * per_page], all [.., d] bf16;
 // the chunk rows hold the current call's KV (queries of a prefill chunk longer than W must not read
-// ring slots the chunk itself overwrote); the ring is written after the attention.
+// ring slots the chunk itself overwrote); the ring is written after the attention. The pool rows are
+// this layer's part of the KV page pool (backend/kv_pages.h): page p holds entries [p * per_page, (p +
+// 1) * per_page) of whichever sequence's page table names p (`pages`, the backend's table of the layer's
+// group); index_keys likewise for the indexer keys.
 // No reset is needed when a slot starts a new sequence at position 0: every piece of state is written
-// before it is read (block slots, the CSA previous block from block 1 on, ring slots within the window).
+// before it is read (block slots, the CSA previous block from block 1 on, ring slots within the window,
+// the fresh pages the backend takes for it).
 struct AttentionLayerState {
   AttentionLayerState(const ModelConfig& cfg, const LayerSpec& spec, int64_t max_seqs, int64_t max_ctx,
-                      int64_t max_tokens);
+                      int64_t max_tokens, int64_t pool_pages, int64_t page_tokens);
   int64_t max_seqs = 0, max_ctx = 0, window = 0, head_dim = 0;
   int64_t chunk_rows = 0;       // max_tokens padded for the FP8 GEMM
   int64_t max_entries = 0;      // main compressor entries per sequence: max_ctx / ratio (0 sliding)
+  int64_t pool_pages = 0, per_page = 0;  // pages of the pool, entries per page (0 sliding)
+  int64_t pool_rows() const { return pool_pages * per_page; }
   int64_t ring_base() const { return 0; }
   int64_t chunk_base() const { return max_seqs * window; }
   int64_t pool_base() const { return chunk_base() + chunk_rows; }
+  PagedRows pages;              // the page table of the layer's group (set by the backend)
   DeviceBuffer<bf16> kv;        // [rows, d] as above
   // Main compressor partial state (CSA / HCA).
   DeviceBuffer<float> cur_a, cur_g;    // [max_seqs, ratio, c*d]
   DeviceBuffer<float> prev_a, prev_g;  // [max_seqs, ratio, d] (CSA)
   // Indexer (CSA).
   DeviceBuffer<float> icur_a, icur_g, iprev_a, iprev_g;  // as above with dc = dI
-  DeviceBuffer<bf16> index_keys;       // [max_seqs, max_entries, dI] Hadamard + FP4 keys
+  DeviceBuffer<bf16> index_keys;       // [pool_rows, dI] Hadamard + FP4 keys
 
-  // What slot `slot` owns, as contiguous device byte ranges (ring rows, pool entries, compressor and
-  // indexer partial windows, indexer keys): a slot snapshot copies these.
+  // What slot `slot` owns outside the pool, as contiguous device byte ranges (ring rows, compressor and
+  // indexer partial windows): a slot snapshot copies these.
   struct Piece {
     void* data = nullptr;
     size_t bytes = 0;
   };
   std::vector<Piece> slot_pieces(int64_t slot);
+  // This layer's rows of pool page `page` (entries, then indexer keys): what a snapshot copies of a
+  // partial page.
+  std::vector<Piece> page_pieces(int32_t page);
 };
 
 // Scratch of the attention ops for up to `max_tokens` tokens per call, shared by all layers of a

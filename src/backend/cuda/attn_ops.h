@@ -18,6 +18,23 @@ namespace dsv4::cuda {
 using bf16 = __nv_bfloat16;
 class LtMatmul;
 
+// Compressed entries (or indexer keys) in pages of the KV page pool (backend/kv_pages.h): entry j of slot
+// s is row pages[s * max_pages + j / per_page] * per_page + j % per_page of the pool's rows, or nowhere
+// (-1) when the slot has no such page. Kernels read through it for the visible entries only.
+struct PagedRows {
+  const int32_t* pages = nullptr;  // device [slots, max_pages], -1: no page
+  int64_t max_pages = 0;
+  int per_page = 0;                // entries per page (page_tokens / ratio)
+#ifdef __CUDACC__
+  __device__ __forceinline__ int64_t row(int64_t slot, int64_t j) const {
+    const int64_t i = j / per_page;
+    if (j < 0 || i >= max_pages) return -1;
+    const int32_t page = pages[slot * max_pages + i];
+    return page < 0 ? -1 : int64_t(page) * per_page + j % per_page;
+  }
+#endif
+};
+
 // ---- QuantSim::head_norm (official): per head of width d, sum_i bf16(v_i^2) in index order (fp32),
 // mean = bf16(sum / d), r = bf16(1 / sqrt(bf16(mean + eps))), v_i = bf16(v_i * r). In place; bit-exact
 // (a warp per (row, head), the sum on one lane in index order).
@@ -87,29 +104,32 @@ struct CompressorPoolParams {
 void compressor_pool(const DeviceContext& ctx, const CompressorPoolParams& p);
 
 // ---- Compressor, part 2: each pooled row of a completing token t becomes entry j = pos / ratio of its
-// slot: RMSNorm(norm) -> bf16 -> RoPE at j * ratio on the trailing rope dims -> bf16 -> main: fp8_sim of
+// slot (row entry_rows.row(slot, j) of the pool; a slot without that page writes nothing): RMSNorm(norm) -> bf16 -> RoPE at j * ratio on the trailing rope dims -> bf16 -> main: fp8_sim of
 // dims [0, dc - rope_dim) in 64-blocks; indexer: Hadamard(dc) + FP4 (32-blocks).
 struct CompressorEmitParams {
   const bf16* pooled = nullptr;      // [tokens, dc]
   const float* norm = nullptr;       // [dc]
   const float* inv_freq = nullptr;   // [rope_dim / 2]
-  bf16* entries = nullptr;           // [slots, max_entries, dc]
+  bf16* entries = nullptr;           // the pool's rows [pages * per_page, dc]
+  PagedRows entry_rows;
   const int32_t* positions = nullptr;
   const int32_t* slots = nullptr;
-  int64_t tokens = 0, max_entries = 0;
+  int64_t tokens = 0;
   int ratio = 0, dc = 0, rope_dim = 64;
   bool indexer = false;
   float eps = 1e-6f;
 };
 void compressor_emit(const DeviceContext& ctx, const CompressorEmitParams& p);
 
-// ---- Lightning indexer scores (index_topk): for entry s < (pos+1)/ratio of token t's slot,
+// ---- Lightning indexer scores (index_topk): for entry s < min((pos+1)/ratio, max_entries) of token t's
+// slot (key row key_rows.row(slot, s) of the pool),
 // score = bf16(sum_h bf16(bf16(relu(q_h . k_s)) * bf16(w_h * wscale))), heads summed in order.
 // Entries past the visible count get -inf.
 struct IndexerScoreParams {
   const bf16* q = nullptr;     // [tokens, heads, dim] (rotated, Hadamard + FP4)
   const bf16* w = nullptr;     // [tokens, heads] weights_proj output (bf16)
-  const bf16* keys = nullptr;  // [slots, max_entries, dim]
+  const bf16* keys = nullptr;  // the pool's key rows [pages * per_page, dim]
+  PagedRows key_rows;          // the visible entries must have pages
   float* scores = nullptr;     // [tokens, max_entries]
   const int32_t* positions = nullptr;
   const int32_t* slots = nullptr;
@@ -144,7 +164,9 @@ struct KeyListParams {
   int ratio = 0;                       // 0: no compressed entries
   int64_t ring_base = 0;               // kv row of (slot s, ring slot i): ring_base + s * window + i
   int64_t chunk_base = 0;              // kv row of this call's token t: chunk_base + t
-  int64_t pool_base = 0, max_entries = 0;  // entry j of slot s: pool_base + s * max_entries + j
+  int64_t pool_base = 0, max_entries = 0;  // entry j < max_entries of slot s: pool_base + entry_rows.row(s, j)
+  PagedRows entry_rows;
+  int64_t pool_rows = 0;               // rows of the pool (pages * per_page)
 };
 void build_key_list(const DeviceContext& ctx, const KeyListParams& p);
 

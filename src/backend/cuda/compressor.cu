@@ -124,7 +124,8 @@ __global__ void compressor_emit_kernel(CompressorEmitParams p, float hscale) {
   const int pos = p.positions[t];
   if (pos % p.ratio != p.ratio - 1) return;
   const int64_t j = pos / p.ratio;
-  if (j >= p.max_entries) return;  // beyond the state's capacity (positions must stay below max_ctx)
+  const int64_t row = p.entry_rows.row(int64_t(p.slots[t]), j);
+  if (row < 0) return;  // no page (positions must stay below max_ctx; the backend takes pages first)
   const int i = threadIdx.x, lane = i & 31, warp = i >> 5, nwarps = blockDim.x >> 5;
   const float x = __bfloat162float(p.pooled[t * p.dc + i]);
   // RMSNorm as rms_norm.cu: fp32 sum of squares, 1/sqrt, (x * r) * w, one rounding.
@@ -167,7 +168,7 @@ __global__ void compressor_emit_kernel(CompressorEmitParams p, float hscale) {
   } else {
     out = v[i];
   }
-  p.entries[(int64_t(p.slots[t]) * p.max_entries + j) * p.dc + i] = __float2bfloat16_rn(out);
+  p.entries[row * p.dc + i] = __float2bfloat16_rn(out);
 }
 
 }  // namespace
@@ -191,8 +192,9 @@ void compressor_pool(const DeviceContext& ctx, const CompressorPoolParams& p) {
 
 void compressor_emit(const DeviceContext& ctx, const CompressorEmitParams& p) {
   if (p.tokens == 0) return;
-  if (!p.pooled || !p.norm || !p.inv_freq || !p.entries || !p.positions || !p.slots)
+  if (!p.pooled || !p.norm || !p.inv_freq || !p.entries || !p.positions || !p.slots || !p.entry_rows.pages)
     fail("compressor_emit: null pointer");
+  if (p.entry_rows.per_page <= 0) fail("compressor_emit: ", p.entry_rows.per_page, " entries per page");
   if (p.dc < 64 || p.dc > 1024 || p.dc % 64 != 0 || p.rope_dim % 2 != 0 || p.rope_dim > p.dc)
     fail("compressor_emit: dc ", p.dc, " must be a multiple of 64 up to 1024, rope_dim ", p.rope_dim);
   if (!p.indexer && (p.dc - p.rope_dim) % kFp8KvBlock != 0)

@@ -27,8 +27,22 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const Weights& w, uint64_t tota
   w_ = upload_weights(*ctx_, cfg_, w, total_bytes, progress);
 
   const int64_t T = cap_.max_tokens, n = cfg_.hc_mult, D = cfg_.hidden_size, V = cfg_.vocab_size;
-  for (int64_t i = 0; i < cfg_.num_layers + num_mtp(); ++i)
-    states_.emplace_back(cfg_, cfg_.layer_at(i), cap_.max_seqs, cap_.max_ctx, T);
+  geo_ = kv_page_geometry(cfg_, num_mtp());
+  max_pages_ = geo_.pages_for(cap_.max_ctx);
+  // Default pool: every slot at max_ctx (the fixed regions' memory before the pool).
+  const int64_t pages = cap_.kv_pages > 0 ? cap_.kv_pages : std::max<int64_t>(1, cap_.max_seqs * geo_.pages_needed(cap_.max_ctx));
+  pool_ = std::make_shared<PagePool>(pages, geo_.page_tokens);
+  const int64_t groups = int64_t(geo_.group_paged.size());
+  page_host_.assign(size_t(groups * cap_.max_seqs * max_pages_), -1);
+  page_table_ = DeviceBuffer<int32_t>(page_host_);
+  tables_.assign(size_t(cap_.max_seqs), std::vector<PageTable>(size_t(groups)));
+  fed_.assign(size_t(cap_.max_seqs), std::vector<int64_t>(size_t(groups), 0));
+  for (int64_t i = 0; i < cfg_.num_layers + num_mtp(); ++i) {
+    states_.emplace_back(cfg_, cfg_.layer_at(i), cap_.max_seqs, cap_.max_ctx, T, pages, geo_.page_tokens);
+    AttentionLayerState& st = states_.back();
+    st.pages = {.pages = page_table_.get() + geo_.group_of(i) * cap_.max_seqs * max_pages_, .max_pages = max_pages_,
+                .per_page = int(st.per_page)};
+  }
   attn_ws_ = std::make_unique<AttentionWorkspace>(cfg_, T, cap_.max_ctx);
   moe_ws_ = std::make_unique<MoeWorkspace>(*ctx_, cfg_, T);
   if (num_mtp() > 0) mtp_ws_ = std::make_unique<MtpWorkspace>(cfg_, T);
@@ -104,6 +118,35 @@ void CudaBackend::begin(const Batch& b) {
   DSV4_CUDA_CHECK(cudaMemcpyAsync(slots_.get(), host_in_ + 2 * M, size_t(T) * 4, cudaMemcpyHostToDevice, s));
   T_ = T;
   run_len_ = b.run_len;
+  runs_.clear();
+  for (int64_t t0 = 0; t0 < T; t0 += b.run_len)
+    runs_.push_back({.slot = b.slots[size_t(t0)], .p0 = b.positions[size_t(t0)], .n = b.run_len});
+}
+
+void CudaBackend::upload_table(int slot, int64_t group) {
+  const size_t row = size_t((group * cap_.max_seqs + slot) * max_pages_);
+  const std::vector<int32_t>& pages = tables_[size_t(slot)][size_t(group)].pages;
+  std::fill(page_host_.begin() + ptrdiff_t(row), page_host_.begin() + ptrdiff_t(row) + max_pages_, -1);
+  std::copy(pages.begin(), pages.end(), page_host_.begin() + ptrdiff_t(row));
+  // From pageable memory: the copy is staged before the call returns, in stream order with the kernels.
+  DSV4_CUDA_CHECK(cudaMemcpyAsync(page_table_.get() + row, page_host_.data() + row, size_t(max_pages_) * 4,
+                                  cudaMemcpyHostToDevice, ctx_->stream()));
+}
+
+void CudaBackend::take_pages(int64_t group) {
+  if (!geo_.group_paged[size_t(group)]) return;
+  for (const HostRun& r : runs_) {
+    PageTable& t = tables_[size_t(r.slot)][size_t(group)];
+    const size_t had = t.pages.size();
+    bool changed = false;
+    if (r.p0 == 0 && had > 0) {
+      t.release_all(*pool_);
+      changed = true;
+    }
+    t.ensure(*pool_, (r.p0 + r.n - 1) / geo_.page_tokens);
+    fed_[size_t(r.slot)][size_t(group)] = r.p0 + r.n;
+    if (changed || t.pages.size() != had) upload_table(r.slot, group);
+  }
 }
 
 void CudaBackend::prepare(const StepShape& shape) {
@@ -126,9 +169,11 @@ void CudaBackend::execute(const StepShape& shape, const std::function<void()>& b
     fail("cuda backend: a shape of ", shape.tokens, " tokens in runs of ", shape.run_len, " after a batch of ", T_,
          " in runs of ", run_len_);
   stage_sampling();
+  take_pages(shape.mtp ? shape.head : 0);  // MTP block k: head 1 + k, layer group 1 + k
   // Decode batches (run_len 1) and speculative verify calls (run_len <= kMaxGraphRunLen: k + 1 tokens of
   // each sequence) are captured; prefill chunks, whose sizes vary call to call, run as launches. Every
-  // launch's host-side parameters depend only on shape.key() (positions and slots live on the device).
+  // launch's host-side parameters depend only on shape.key() (positions, slots and page tables live on
+  // the device).
   if (!opt_.graphs || !shape.graph || shape.run_len > kMaxGraphRunLen) {
     body();
     return;
@@ -306,26 +351,58 @@ void CudaBackend::sample(int64_t rows) {
 namespace {
 
 // A slot's device state: the bytes of every layer's pieces (AttentionLayerState::slot_pieces), the
-// MTP blocks' after the main layers', in order, in one device buffer. Taken and restored by copies on
-// the backend's stream (no host sync): they land between the calls around them.
+// MTP blocks' after the main layers', in order, then the layers' rows of each partial page (pages after
+// the complete ones, per group in order), in one device buffer; the complete pages are shared (a
+// reference each). Taken and restored by copies on the backend's stream (no host sync): they land
+// between the calls around them.
 struct CudaSnapshot final : SlotSnapshot {
-  uint64_t bytes() const override { return data.bytes(); }
+  ~CudaSnapshot() override {
+    for (PageTable& t : shared) t.release_all(*pool);
+  }
+  uint64_t bytes() const override { return data.bytes() + uint64_t(shared_pages()) * page_bytes; }
+  uint64_t copied_bytes() const override { return data.bytes(); }
+  int64_t shared_pages() const override {
+    int64_t n = 0;
+    for (const PageTable& t : shared) n += int64_t(t.pages.size());
+    return n;
+  }
   const void* owner = nullptr;  // the backend it belongs to
+  std::shared_ptr<PagePool> pool;
+  std::vector<PageTable> shared;   // [group] the complete pages
+  std::vector<int64_t> partial;    // [group] pages copied after them
+  std::vector<int64_t> fed;        // [group]
+  uint64_t page_bytes = 0;         // one page over all layers
   DeviceBuffer<uint8_t> data;
 };
 
 }  // namespace
 
 std::shared_ptr<const SlotSnapshot> CudaBackend::snapshot(int slot, int64_t pos, int64_t mtp_pos) {
+  if (slot < 0 || slot >= cap_.max_seqs) fail("cuda backend: slot ", slot, " outside [0, ", cap_.max_seqs, ")");
   std::vector<AttentionLayerState::Piece> pieces;
   for (AttentionLayerState& st : states_)
     for (const auto& p : st.slot_pieces(slot)) pieces.push_back(p);
-  size_t total = 0;
-  for (const auto& p : pieces) total += p.bytes;
   auto s = std::make_shared<CudaSnapshot>();
   s->pos = pos;
   s->mtp_pos = mtp_pos;
   s->owner = this;
+  s->pool = pool_;
+  s->fed = fed_[size_t(slot)];
+  for (AttentionLayerState& st : states_)
+    for (const auto& q : st.page_pieces(0)) s->page_bytes += q.bytes;
+  for (size_t g = 0; g < tables_[size_t(slot)].size(); ++g) {
+    const std::vector<int32_t>& pages = tables_[size_t(slot)][g].pages;
+    const size_t full = std::min(pages.size(), size_t(s->fed[g] / geo_.page_tokens));
+    s->shared.push_back({.pages = std::vector<int32_t>(pages.begin(), pages.begin() + ptrdiff_t(full))});
+    for (int32_t p : s->shared.back().pages) pool_->retain(p);
+    s->partial.push_back(int64_t(pages.size() - full));
+    for (size_t i = full; i < pages.size(); ++i)
+      for (int64_t l = 0; l < int64_t(states_.size()); ++l)
+        if (geo_.group_of(l) == int64_t(g))
+          for (const auto& q : states_[size_t(l)].page_pieces(pages[i])) pieces.push_back(q);
+  }
+  size_t total = 0;
+  for (const auto& p : pieces) total += p.bytes;
   s->data = DeviceBuffer<uint8_t>(total);
   size_t off = 0;
   for (const auto& p : pieces) {
@@ -338,13 +415,54 @@ std::shared_ptr<const SlotSnapshot> CudaBackend::snapshot(int slot, int64_t pos,
 void CudaBackend::restore(int slot, const SlotSnapshot& s) {
   const auto* c = dynamic_cast<const CudaSnapshot*>(&s);
   if (!c || c->owner != this) fail("cuda backend: a snapshot of another backend cannot be restored here");
-  size_t off = 0;
+  if (slot < 0 || slot >= cap_.max_seqs) fail("cuda backend: slot ", slot, " outside [0, ", cap_.max_seqs, ")");
+  // The shared pages get their reference first (the slot may hold them too), then the slot's go back
+  // and fresh pages take the partial ones' copies.
+  std::vector<PageTable> next = c->shared;
+  for (const PageTable& t : next)
+    for (int32_t p : t.pages) pool_->retain(p);
+  release_pages(slot);
+  std::vector<AttentionLayerState::Piece> pieces;
   for (AttentionLayerState& st : states_)
-    for (const auto& p : st.slot_pieces(slot)) {
-      if (off + p.bytes > c->data.bytes()) fail("cuda backend: the snapshot does not match the slot layout");
-      DSV4_CUDA_CHECK(cudaMemcpyAsync(p.data, c->data.get() + off, p.bytes, cudaMemcpyDeviceToDevice, ctx_->stream()));
-      off += p.bytes;
-    }
+    for (const auto& p : st.slot_pieces(slot)) pieces.push_back(p);
+  try {
+    for (size_t g = 0; g < next.size(); ++g)
+      for (int64_t i = 0; i < c->partial[g]; ++i) {
+        next[g].pages.push_back(pool_->alloc());
+        for (int64_t l = 0; l < int64_t(states_.size()); ++l)
+          if (geo_.group_of(l) == int64_t(g))
+            for (const auto& q : states_[size_t(l)].page_pieces(next[g].pages.back())) pieces.push_back(q);
+      }
+  } catch (...) {  // the pool ran out: the slot holds nothing (its next run must start at position 0)
+    for (PageTable& t : next) t.release_all(*pool_);
+    for (size_t g = 0; g < tables_[size_t(slot)].size(); ++g) upload_table(slot, int64_t(g));
+    throw;
+  }
+  tables_[size_t(slot)] = std::move(next);
+  fed_[size_t(slot)] = c->fed;
+  for (size_t g = 0; g < tables_[size_t(slot)].size(); ++g) upload_table(slot, int64_t(g));
+  size_t off = 0;
+  for (const auto& p : pieces) {
+    if (off + p.bytes > c->data.bytes()) fail("cuda backend: the snapshot does not match the slot layout");
+    DSV4_CUDA_CHECK(cudaMemcpyAsync(p.data, c->data.get() + off, p.bytes, cudaMemcpyDeviceToDevice, ctx_->stream()));
+    off += p.bytes;
+  }
+}
+
+void CudaBackend::release_pages(int slot) {
+  for (PageTable& t : tables_[size_t(slot)]) t.release_all(*pool_);
+  std::fill(fed_[size_t(slot)].begin(), fed_[size_t(slot)].end(), 0);
+}
+
+void CudaBackend::release(int slot) {
+  if (slot < 0 || slot >= cap_.max_seqs) fail("cuda backend: slot ", slot, " outside [0, ", cap_.max_seqs, ")");
+  release_pages(slot);
+  for (size_t g = 0; g < tables_[size_t(slot)].size(); ++g) upload_table(slot, int64_t(g));
+}
+
+KvPageInfo CudaBackend::kv_pages() const {
+  return {.page_tokens = geo_.page_tokens, .capacity = pool_->capacity(), .used = pool_->used_pages(),
+          .paged_groups = geo_.paged_groups()};
 }
 
 // ---- outputs

@@ -7,7 +7,10 @@
 // replays it; outputs are read afterwards (logits, sampled ids, streams).
 //
 // Positions are the caller's: a sequence in slot s at position p feeds its next tokens at p, p+1, ...;
-// a slot restarts a sequence by feeding position 0 (no reset needed, see AttentionLayerState).
+// a slot restarts a sequence by feeding position 0 (its pages are given back then, nothing else needs a
+// reset, see AttentionLayerState). Compressed entries and indexer keys live in the KV page pool
+// (docs/kv-pages.md): pages are taken before a call's kernels for the positions it reaches, and the
+// kernels read them through the device page table.
 // MTP blocks (every mtp.K of the checkpoint): layer num_layers + k through the main layers' ops, with
 // its own AttentionLayerState in every slot (snapshots include it), its input by mtp_input
 // (mtp_layer.h) from the streams of set_streams, head 1 + k with its own hc_head / norm and the shared
@@ -24,6 +27,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/kv_pages.h"
 #include "backend/cuda/buffer.h"
 #include "backend/cuda/context.h"
 #include "backend/cuda/device_weights.h"
@@ -72,6 +76,8 @@ class CudaBackend final : public Backend {
 
   std::shared_ptr<const SlotSnapshot> snapshot(int slot, int64_t pos, int64_t mtp_pos) override;
   void restore(int slot, const SlotSnapshot& s) override;
+  void release(int slot) override;
+  KvPageInfo kv_pages() const override;
 
   int64_t max_logit_rows() const override { return logit_rows_; }
   Tensor logits(int64_t rows) override;
@@ -93,6 +99,11 @@ class CudaBackend final : public Backend {
   // The fast tier's head GEMM for `rows` rows where the table picks cuBLASLt (else null).
   LtMatmul* head_plan(int64_t rows);
   void stage_sampling();  // the rows of set_sampling to the device (outside any capture)
+  // Before a call's kernels (outside any capture): the call's runs in `group` restart their tables at
+  // position 0 and take the pages their tokens reach; changed table rows go to the device.
+  void take_pages(int64_t group);
+  void upload_table(int slot, int64_t group);
+  void release_pages(int slot);
 
   ModelConfig cfg_;
   BackendOptions opt_;
@@ -100,6 +111,20 @@ class CudaBackend final : public Backend {
   std::unique_ptr<DeviceContext> ctx_;
   DeviceWeights w_;
   std::vector<AttentionLayerState> states_;  // the main layers, then the MTP blocks
+  // The KV page pool (backend/kv_pages.h): reference counts on the host (snapshots share them), the
+  // page tables on the host and, as int32 [groups, max_seqs, max_pages], on the device.
+  KvPageGeometry geo_;
+  std::shared_ptr<PagePool> pool_;
+  int64_t max_pages_ = 0;                       // pages per slot per group: max_ctx's
+  DeviceBuffer<int32_t> page_table_;
+  std::vector<int32_t> page_host_;              // the device table's copy
+  std::vector<std::vector<PageTable>> tables_;  // [slot][group]
+  std::vector<std::vector<int64_t>> fed_;       // [slot][group] tokens fed (their entries are in the pages)
+  struct HostRun {
+    int slot = 0;
+    int64_t p0 = 0, n = 0;
+  };
+  std::vector<HostRun> runs_;                   // the current call's runs (begin)
   std::unique_ptr<AttentionWorkspace> attn_ws_;
   std::unique_ptr<MoeWorkspace> moe_ws_;
   std::unique_ptr<MtpWorkspace> mtp_ws_;  // when the model has an MTP block

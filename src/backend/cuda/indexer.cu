@@ -31,7 +31,12 @@ __global__ void __launch_bounds__(kScoreWarps * 32) indexer_scores_kernel(Indexe
     if (lane == 0) p.scores[t * p.max_entries + s] = -INFINITY;
     return;
   }
-  const bf16* k = p.keys + (int64_t(p.slots[t]) * p.max_entries + s) * p.dim;
+  const int64_t row = p.key_rows.row(int64_t(p.slots[t]), s);
+  if (row < 0) {  // no page: not an entry the backend emitted
+    if (lane == 0) p.scores[t * p.max_entries + s] = -INFINITY;
+    return;
+  }
+  const bf16* k = p.keys + row * p.dim;
   float total = 0.0f;
   for (int h = 0; h < p.heads; ++h) {
     float dot = 0.0f;
@@ -87,11 +92,12 @@ __global__ void __launch_bounds__(kMmaThreads) indexer_scores_mma_kernel(Indexer
     const int r = i / kVec, c = (i % kVec) * 8;
     *reinterpret_cast<uint4*>(qs + r * LD + c) = *reinterpret_cast<const uint4*>(qg + int64_t(r) * DIM + c);
   }
-  const bf16* kg = p.keys + (int64_t(p.slots[t]) * p.max_entries + s0) * DIM;
+  const int64_t slot = p.slots[t];
   for (int i = tid; i < kMmaEntries * kVec; i += kMmaThreads) {
     const int r = i / kVec, c = (i % kVec) * 8;
     uint4 v = make_uint4(0, 0, 0, 0);
-    if (s0 + r < send) v = *reinterpret_cast<const uint4*>(kg + int64_t(r) * DIM + c);
+    const int64_t row = s0 + r < send ? p.key_rows.row(slot, s0 + r) : -1;
+    if (row >= 0) v = *reinterpret_cast<const uint4*>(p.keys + row * DIM + c);
     *reinterpret_cast<uint4*>(ks + r * LD + c) = v;
   }
   for (int h = tid; h < H; h += kMmaThreads)
@@ -155,7 +161,9 @@ bool indexer_scores_mma_supported(const IndexerScoreParams& p) { return p.heads 
 
 void indexer_scores_with(const DeviceContext& ctx, const IndexerScoreParams& p, IndexerScoreKernel kernel) {
   if (p.tokens == 0 || p.max_entries == 0) return;
-  if (!p.q || !p.w || !p.keys || !p.scores || !p.positions || !p.slots) fail("indexer_scores: null pointer");
+  if (!p.q || !p.w || !p.keys || !p.scores || !p.positions || !p.slots || !p.key_rows.pages)
+    fail("indexer_scores: null pointer");
+  if (p.key_rows.per_page <= 0) fail("indexer_scores: ", p.key_rows.per_page, " entries per page");
   if (p.ratio <= 0 || p.heads <= 0 || p.dim <= 0) fail("indexer_scores: bad shape");
   if (kernel == IndexerScoreKernel::Auto)
     kernel = indexer_scores_mma_supported(p) ? IndexerScoreKernel::Mma : IndexerScoreKernel::Warp;

@@ -29,7 +29,10 @@ __global__ void key_list_kernel(KeyListParams p) {
       } else if (c < nvis) {
         e = c;
       }
-      if (e >= 0 && e < p.max_entries) row = p.pool_base + slot * p.max_entries + e;
+      if (e >= 0 && e < p.max_entries) {
+        const int64_t r = p.entry_rows.row(slot, e);
+        if (r >= 0) row = p.pool_base + r;
+      }
     }
     p.indices[t * p.max_keys + k] = int32_t(row);
   }
@@ -58,7 +61,8 @@ void build_key_list(const DeviceContext& ctx, const KeyListParams& p) {
   if (p.window <= 0 || p.run_len <= 0 || p.tokens % p.run_len != 0) fail("build_key_list: bad window or runs");
   const int64_t need = p.window + (p.ratio == 0 ? 0 : p.selected ? p.topk : p.max_entries);
   if (p.max_keys < need) fail("build_key_list: max_keys ", p.max_keys, " < ", need);
-  narrow_int(p.pool_base + p.max_entries * (p.tokens + 1) + p.ring_base, "build_key_list rows");
+  if (p.ratio > 0 && (!p.entry_rows.pages || p.entry_rows.per_page <= 0)) fail("build_key_list: no page table");
+  narrow_int(p.pool_base + p.pool_rows + p.tokens + p.ring_base, "build_key_list rows");
   key_list_kernel<<<narrow_int(p.tokens, "build_key_list grid"), 256, 0, ctx.stream()>>>(p);
   DSV4_CUDA_CHECK_LAUNCH();
 }

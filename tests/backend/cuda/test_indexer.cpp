@@ -68,13 +68,29 @@ void run_scores(const ScoreCase& c, bool grid, uint64_t seed) {
   const float wscale = float(1.0 / std::sqrt(double(kDim)) / std::sqrt(double(kHeads)));
   const std::vector<float> ref = scores_twin(c, q, w, keys, wscale);
 
+  // The keys in pages of 32 entries (a page of 128 tokens at ratio 4), the slots' pages in reverse
+  // order of the pool: the kernels find them through the page table.
+  constexpr int kPerPage = 32;
+  const int64_t max_pages = (c.max_entries + kPerPage - 1) / kPerPage, pool_pages = c.slots * max_pages;
+  std::vector<int32_t> table(static_cast<size_t>(pool_pages));
+  std::vector<float> pooled(size_t(pool_pages * kPerPage * kDim), 0.0f);
+  for (int64_t sl = 0; sl < c.slots; ++sl)
+    for (int64_t i = 0; i < max_pages; ++i) {
+      const int32_t page = int32_t(pool_pages - 1 - (sl * max_pages + i));
+      table[size_t(sl * max_pages + i)] = page;
+      for (int64_t e = i * kPerPage; e < std::min<int64_t>((i + 1) * kPerPage, c.max_entries); ++e)
+        std::copy_n(&keys[size_t((sl * c.max_entries + e) * kDim)], kDim,
+                    &pooled[size_t((int64_t(page) * kPerPage + e % kPerPage) * kDim)]);
+    }
+
   DeviceContext ctx;
-  DeviceBuffer<uint16_t> dq = upload_bf16(q), dk = upload_bf16(keys), dw = upload_bf16(w);
-  DeviceBuffer<int32_t> dpos(c.pos), dslot(c.slot);
+  DeviceBuffer<uint16_t> dq = upload_bf16(q), dk = upload_bf16(pooled), dw = upload_bf16(w);
+  DeviceBuffer<int32_t> dpos(c.pos), dslot(c.slot), dtable(table);
   IndexerScoreParams p;
   p.q = reinterpret_cast<const bf16*>(dq.get());
   p.w = reinterpret_cast<const bf16*>(dw.get());
   p.keys = reinterpret_cast<const bf16*>(dk.get());
+  p.key_rows = {.pages = dtable.get(), .max_pages = max_pages, .per_page = kPerPage};
   p.positions = dpos.get();
   p.slots = dslot.get();
   p.tokens = c.T;
