@@ -228,6 +228,7 @@ void Engine::loop() {
   uint64_t step = 0;
   while (true) {
     std::vector<Pending> admitted;
+    retire();
     {
       std::unique_lock<std::mutex> lk(signal_->mu);
       signal_->cv.wait(lk, [&] { return signal_->dirty || stop_now_ || !running_.empty() || !queue_.empty(); });
@@ -241,6 +242,7 @@ void Engine::loop() {
       }
       admit(admitted);
     }
+    if (prefix_) reclaim_pages(admitted);
     for (Pending& p : admitted) {
       auto ch = p.ch;
       try {
@@ -293,24 +295,42 @@ void Engine::admit(std::vector<Pending>& admitted) {
   stats_.cache_pages_used = pool_.used_pages();
 }
 
+// Finished and cancelled sequences leave: their slots, state and pages are freed now (before admission,
+// so that a new request finds them free, and before each step).
+void Engine::retire() {
+  uint64_t cancelled = 0;
+  std::erase_if(running_, [&](const std::unique_ptr<Sequence>& s) {
+    if (!s->done && !s->ch->cancelled()) return false;
+    if (!s->done) {
+      s->ch->push(failed("cancelled", FailReason::Cancelled));
+      ++cancelled;
+    }
+    pool_.release(s->pages);
+    --in_flight_;
+    return true;
+  });
+  running_count_ = int64_t(running_.size());
+  std::lock_guard<std::mutex> ls(stats_mu_);
+  stats_.requests_cancelled += cancelled;
+}
+
+// Snapshots in the prefix cache hold KV pages of the backend's pool beside the running sequences; the
+// engine's own reservation (pool_) covers only the sequences. Each running sequence may still take the
+// pages of its reserved context (prompt + max_new) beyond those of the positions it holds; an admitted one
+// all of them (a restored prefix shares pages with its snapshot: counting them again only over-reserves).
+void Engine::reclaim_pages(const std::vector<Pending>& admitted) {
+  const Backend& be = runner_.model().backend();
+  KvPageInfo info = be.kv_pages();
+  if (info.capacity == 0) return;  // the pool grows as needed (the CPU's)
+  auto pages_of = [&](int64_t tokens) { return info.pages_needed(std::min(tokens, max_context_)); };
+  int64_t need = 0;
+  for (const auto& s : running_)
+    need += std::max<int64_t>(0, pages_of(int64_t(s->req.prompt.size()) + s->max_new) - pages_of(runner_.pos(s->slot)));
+  for (const Pending& p : admitted) need += pages_of(int64_t(p.req.prompt.size()) + p.max_new);
+  while (info.free_pages() < need && prefix_->evict_oldest()) info = be.kv_pages();
+}
+
 void Engine::run_step(uint64_t step) {
-  // Cancelled sequences leave before the step: their state and pages are freed now.
-  auto retire = [&] {
-    uint64_t cancelled = 0;
-    std::erase_if(running_, [&](const std::unique_ptr<Sequence>& s) {
-      if (!s->done && !s->ch->cancelled()) return false;
-      if (!s->done) {
-        s->ch->push(failed("cancelled", FailReason::Cancelled));
-        ++cancelled;
-      }
-      pool_.release(s->pages);
-      --in_flight_;
-      return true;
-    });
-    running_count_ = int64_t(running_.size());
-    std::lock_guard<std::mutex> ls(stats_mu_);
-    stats_.requests_cancelled += cancelled;
-  };
   retire();
   if (running_.empty()) {
     update_gauges(-1);

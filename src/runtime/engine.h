@@ -122,7 +122,11 @@ class Engine {
   struct Sequence;
   Engine(std::unique_ptr<Runner> owned, Runner* runner, const Tokenizer& tok, EngineOptions opt);
   void loop();
+  void retire();
   void admit(std::vector<Pending>& admitted);
+  // With a prefix cache over a bounded KV page pool (the GPU's): evicts cached snapshots, oldest first,
+  // until the pool's free pages cover what the running and `admitted` sequences may still take.
+  void reclaim_pages(const std::vector<Pending>& admitted);
   void run_step(uint64_t step);
   void snapshot_prefix(Sequence& s);  // after a prefill chunk (prefix cache)
   // A prefill chunk of a sequence of a speculative engine (its lane keeps the streams, the MTP block

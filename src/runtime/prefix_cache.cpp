@@ -151,20 +151,30 @@ bool PrefixCache::insert(std::span<const int32_t> prefix, std::shared_ptr<const 
   return true;
 }
 
-void PrefixCache::evict_to(uint64_t budget) {
-  while (st_.bytes > budget && !lru_.empty()) {
-    const Entry& e = lru_.back();
-    auto [b, end] = index_.equal_range(e.hash);
-    for (auto it = b; it != end; ++it)
-      if (&*it->second == &e) {
-        index_.erase(it);
-        break;
-      }
-    st_.bytes -= e.bytes;
-    lru_.pop_back();  // a request holding the snapshot keeps it alive
-    ++st_.evictions;
-  }
+bool PrefixCache::evict_oldest() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (lru_.empty()) return false;
+  drop_oldest();
   st_.entries = lru_.size();
+  return true;
+}
+
+void PrefixCache::evict_to(uint64_t budget) {
+  while (st_.bytes > budget && !lru_.empty()) drop_oldest();
+  st_.entries = lru_.size();
+}
+
+void PrefixCache::drop_oldest() {
+  const Entry& e = lru_.back();
+  auto [b, end] = index_.equal_range(e.hash);
+  for (auto it = b; it != end; ++it)
+    if (&*it->second == &e) {
+      index_.erase(it);
+      break;
+    }
+  st_.bytes -= e.bytes;
+  lru_.pop_back();  // a request holding the snapshot keeps it alive
+  ++st_.evictions;
 }
 
 bool PrefixCache::contains(std::span<const int32_t> prefix) const {

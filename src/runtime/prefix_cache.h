@@ -98,6 +98,9 @@ class PrefixCache {
   bool contains(std::span<const int32_t> prefix) const;  // an entry for exactly this prefix (no recency)
   PrefixCacheStats stats() const;
   void clear();  // drops every entry and the remembered hashes (counters stay)
+  // Drops the least recently used entry (an eviction, as under the byte budget); false when empty. The
+  // engine calls it when the backend's KV page pool runs short (snapshots hold pages).
+  bool evict_oldest();
 
   // Entry bytes of a snapshot for a prefix of `tokens` tokens (what insert charges to the budget).
   static uint64_t entry_bytes(const SlotSnapshot& s, int64_t tokens, const Tensor* carry = nullptr) {
@@ -119,6 +122,7 @@ class PrefixCache {
   Lru::iterator find(uint64_t h, std::span<const int32_t> prefix) const;  // lru_.end(): none
   void remember(const std::vector<uint64_t>& hashes);
   void evict_to(uint64_t budget);
+  void drop_oldest();  // under mu_, lru_ not empty
 
   PrefixCacheOptions opt_;
   mutable std::mutex mu_;
