@@ -55,6 +55,7 @@ struct Engine::Sequence {
   int64_t pos = 0;          // the next position to feed
   int32_t next_token = -1;  // sampled, to be fed by the next decode
   bool done = false;
+  std::optional<EngineEvent> final;  // set by conclude(), pushed by retire() once the slot is released
   std::optional<PromptPrefix> prefix;  // with the prefix cache: the hit and the snapshot points
   // A speculative engine: the MTP block's side of the slot (fed with every prefill chunk), and whether
   // this request decodes in rounds (its sampling allows it) or one token per step.
@@ -299,16 +300,22 @@ void Engine::admit(std::vector<Pending>& admitted) {
 // so that a new request finds them free, and before each step).
 void Engine::retire() {
   uint64_t cancelled = 0;
+  // The final events go out after the sequences (and their slots) are gone: a client that has read its
+  // request's final event finds the engine done with the backend for it.
+  std::vector<std::pair<std::shared_ptr<RequestChannel>, EngineEvent>> finals;
   std::erase_if(running_, [&](const std::unique_ptr<Sequence>& s) {
     if (!s->done && !s->ch->cancelled()) return false;
-    if (!s->done) {
-      s->ch->push(failed("cancelled", FailReason::Cancelled));
+    if (s->final) {
+      finals.emplace_back(s->ch, std::move(*s->final));
+    } else if (!s->done) {
+      finals.emplace_back(s->ch, failed("cancelled", FailReason::Cancelled));
       ++cancelled;
     }
     pool_.release(s->pages);
     --in_flight_;
     return true;
   });
+  for (auto& [ch, ev] : finals) ch->push(std::move(ev));
   running_count_ = int64_t(running_.size());
   std::lock_guard<std::mutex> ls(stats_mu_);
   stats_.requests_cancelled += cancelled;
@@ -579,7 +586,7 @@ void Engine::conclude(Sequence& s, EngineEvent ev) {
     --stats_.running;
     stats_.cache_pages_used = pool_.used_pages();
   }
-  s.ch->push(std::move(ev));
+  s.final = std::move(ev);  // pushed by retire(), after the slot is released
 }
 
 void Engine::fail_all(std::deque<Pending>& queued) {
@@ -588,14 +595,18 @@ void Engine::fail_all(std::deque<Pending>& queued) {
     p.ch->push(failed(kShuttingDown, FailReason::ShuttingDown));
     ++n;
   }
+  std::vector<std::pair<std::shared_ptr<RequestChannel>, EngineEvent>> finals;
   for (auto& s : running_) {
-    if (!s->done) {
-      s->ch->push(failed(kShuttingDown, FailReason::ShuttingDown));
+    if (s->final) {
+      finals.emplace_back(s->ch, std::move(*s->final));
+    } else if (!s->done) {
+      finals.emplace_back(s->ch, failed(kShuttingDown, FailReason::ShuttingDown));
       ++n;
     }
     pool_.release(s->pages);
   }
-  running_.clear();
+  running_.clear();  // the slots are released before the requests hear of it
+  for (auto& [ch, ev] : finals) ch->push(std::move(ev));
   running_count_ = 0;
   in_flight_ = 0;
   std::lock_guard<std::mutex> ls(stats_mu_);

@@ -111,7 +111,7 @@ TEST_F(EngineTest, ReproducesTheSingleSequenceLoop) {
     Sampler sampler(r.sampling);
     GenerationResult want = generate(*model_, *tok_, r.prompt, sampler, r.stop, 2);
     Outcome got = collect(*engine.submit(r));
-    EXPECT_EQ(got.ids, want.ids);
+    EXPECT_EQ(got.ids, want.ids) << "temperature " << temperature;
     EXPECT_EQ(got.text, want.text);
     EXPECT_EQ(got.finish, want.finish);
     ASSERT_EQ(got.logprobs.size(), want.logprobs.size());
