@@ -8,6 +8,8 @@
 // over the layer count. `--speculative 1,2,3`: the verify step of speculative decoding (k + 1 tokens of
 // each of B sequences in one call, runs of k + 1; no CUDA graph, as the engine runs it) against the
 // decode step at the same batch, with its floor (a decode of B (k + 1) tokens' bytes and FLOPs).
+// `--prefix-reuse 32768`: the time to the first token of a repeated prompt, cold vs from the prefix
+// cache's snapshot (restore + the tokens after the last 128-token boundary).
 // --device cuda (default; a build without CUDA, or no Hopper GPU, is refused with one line) or cpu (the
 // bundled model or a small checkpoint; the floors are the H200's ceilings, the verify rows leave them out).
 #include <CLI/CLI.hpp>
@@ -27,6 +29,7 @@
 #include "core/error.h"
 #include "io/config.h"
 #include "io/presets.h"
+#include "runtime/prefix_cache.h"
 #include "runtime/runner.h"
 
 namespace dsv4::cli {
@@ -40,7 +43,7 @@ struct BenchArgs {
   std::string preset, model, json, moe_prefill = "grouped", kernels = "fast", device = "cuda";
   bool dummy = false;
   int64_t layers = 0, context = 0, chunk = 2048, iters = 30, warmup = 3;
-  std::vector<int64_t> batches{1, 8, 32}, prefills{1024, 8192}, speculative{};
+  std::vector<int64_t> batches{1, 8, 32}, prefills{1024, 8192}, speculative{}, prefix_reuse{};
   uint64_t seed = 1234;
   BenchPlotArgs plot;  // --plot, --from-json (cli/bench_plot.h)
 };
@@ -51,10 +54,10 @@ void write_json(const std::string& path, const nlohmann::ordered_json& j) {
   f << j.dump(2) << "\n";
 }
 
-// P tokens of slot `slot` from position 0 in calls of up to `chunk` (the logits of the last position
-// only), through `layers` main layers.
-void prefill(Model& m, int slot, int64_t P, int64_t chunk, uint64_t seed, int64_t layers) {
-  for (int64_t p = 0; p < P; p += chunk) {
+// Tokens [from, P) of slot `slot` in calls of up to `chunk` (the logits of position P - 1 only, on the
+// last call; `head` false: none), through `layers` main layers. A run from position 0 restarts the slot.
+void prefill(Model& m, int slot, int64_t from, int64_t P, int64_t chunk, uint64_t seed, int64_t layers, bool head = true) {
+  for (int64_t p = from; p < P; p += chunk) {
     Batch b;
     for (int64_t t = p; t < std::min(P, p + chunk); ++t) {
       b.ids.push_back(int32_t((uint64_t(t) * 2654435761u + seed) % uint64_t(m.config().vocab_size)));
@@ -62,8 +65,38 @@ void prefill(Model& m, int slot, int64_t P, int64_t chunk, uint64_t seed, int64_
       b.slots.push_back(slot);
     }
     b.run_len = b.size();
-    const bool last = p + chunk >= P;
+    const bool last = head && p + chunk >= P;
     m.step(b, StepPlan{.layers = layers, .head_first = b.size() - 1, .head_rows = last ? 1 : 0});
+  }
+}
+
+// Time to the first token's logits of a P-token prompt seen before, as the prefix cache serves it
+// (runtime/prefix_cache.h): cold, the prompt's prefill from position 0 with a snapshot of the slot at
+// its last 128-token boundary S < P (where the engine snapshots); warm, that snapshot restored and
+// the P - S tokens after it prefilled. Wall time on the device's stream (the host's page bookkeeping
+// and copies included), median of the warm repeats.
+void prefix_reuse_rows(const BenchArgs& a, Model& m, int64_t layers, int64_t chunk, nlohmann::ordered_json& j) {
+  Backend& be = m.backend();
+  std::printf("\nprefix reuse: time to the first token's logits of a repeated prompt (cold: its prefill; warm: "
+              "the cached prefix restored, the rest prefilled)\n%8s %8s %10s %10s %8s\n",
+              "tokens", "cached", "cold ms", "warm ms", "x");
+  for (int64_t P : a.prefix_reuse) {
+    const int64_t S = (P - 1) / kPrefixBlock * kPrefixBlock;
+    std::shared_ptr<const SlotSnapshot> snap;
+    const double cold = be.time_ms(0, 1, [&] {
+      prefill(m, 0, 0, S, chunk, a.seed, layers, false);
+      snap = be.snapshot(0, S, 0);
+      prefill(m, 0, S, P, chunk, a.seed, layers);
+    });
+    const double warm = be.time_ms(1, 5, [&] {
+      be.restore(0, *snap);
+      prefill(m, 0, S, P, chunk, a.seed, layers);
+    });
+    snap.reset();
+    be.release(0);
+    std::printf("%8lld %8lld %10.2f %10.3f %7.1fx\n", (long long)P, (long long)S, cold, warm, cold / warm);
+    j["prefix_reuse"].push_back(
+        {{"tokens", P}, {"cached", S}, {"chunk", chunk}, {"cold_ms", cold}, {"warm_ms", warm}, {"speedup", cold / warm}});
   }
 }
 
@@ -156,14 +189,15 @@ nlohmann::ordered_json run_tier(const BenchArgs& a, KernelTier tier) {
   const int64_t maxB = *std::max_element(a.batches.begin(), a.batches.end());
   const int64_t maxP = a.prefills.empty() ? 0 : *std::max_element(a.prefills.begin(), a.prefills.end());
   const int64_t maxK = a.speculative.empty() ? 0 : *std::max_element(a.speculative.begin(), a.speculative.end());
+  const int64_t maxR = a.prefix_reuse.empty() ? 0 : *std::max_element(a.prefix_reuse.begin(), a.prefix_reuse.end());
   const bool cuda = a.device == "cuda";
   // Prefill and the context fill run in calls of up to --chunk tokens; a decode batch is one call.
   const BackendOptions o{
       .device = cuda ? Device::Cuda : Device::Cpu,
       .numerics = Numerics::Official,
       .kernels = tier,
-      .capacity = {.max_seqs = maxB, .max_ctx = std::max(maxP, a.context + 1) + 16,
-                   .max_tokens = std::max(std::min(a.chunk, std::max<int64_t>({maxP, a.context, 1})), maxB * (maxK + 1))},
+      .capacity = {.max_seqs = maxB, .max_ctx = std::max({maxP, maxR, a.context + 1}) + 16,
+                   .max_tokens = std::max(std::min(a.chunk, std::max<int64_t>({maxP, maxR, a.context, 1})), maxB * (maxK + 1))},
       .grouped_moe_prefill = a.moe_prefill == "grouped"};
   const int64_t chunk = o.capacity.max_tokens;
   const std::string what = a.preset.empty() ? a.model : "preset " + a.preset;
@@ -198,7 +232,7 @@ nlohmann::ordered_json run_tier(const BenchArgs& a, KernelTier tier) {
                 "ms", "tok/s", "TFLOP/s", "of peak", "floor ms", "x");
   for (int64_t P : a.prefills) {
     if (P <= 0) continue;
-    const double ms = be.time_ms(1, 3, [&] { prefill(m, 0, P, chunk, a.seed, layers); });
+    const double ms = be.time_ms(1, 3, [&] { prefill(m, 0, 0, P, chunk, a.seed, layers); });
     const StepCost c = prefill_cost(cfg, P);
     const double tflops = c.flops / (ms * 1e-3) / 1e12;
     const double floor_ms = std::max(c.flops / (kFp8TFlops * 1e12), c.bytes / (kHbmGBs * 1e9)) * 1e3;
@@ -212,7 +246,7 @@ nlohmann::ordered_json run_tier(const BenchArgs& a, KernelTier tier) {
   // Context: every slot's state filled to `context` tokens, by prefill chunks.
   if (a.context > 0) {
     const double ms = be.time_ms(0, 1, [&] {
-      for (int64_t s = 0; s < maxB; ++s) prefill(m, int(s), a.context, chunk, a.seed + uint64_t(s), layers);
+      for (int64_t s = 0; s < maxB; ++s) prefill(m, int(s), 0, a.context, chunk, a.seed + uint64_t(s), layers);
     });
     std::printf("\ncontext fill: %lld slots x %lld tokens in chunks of %lld: %.2f s (%.0f tok/s)\n", (long long)maxB,
                 (long long)a.context, (long long)chunk, ms * 1e-3, double(maxB * a.context) / (ms * 1e-3));
@@ -264,6 +298,7 @@ nlohmann::ordered_json run_tier(const BenchArgs& a, KernelTier tier) {
   std::printf("(bytes: checkpoint-format weights the step must read, expected distinct experts, KV rows; "
               "ceilings %.0f GB/s, %.0f FP8 / %.0f bf16 TFLOP/s; head us: embedding + hc_head + norm + logits)\n",
               kHbmGBs, kFp8TFlops, kBf16TFlops);
+  if (!a.prefix_reuse.empty()) prefix_reuse_rows(a, m, layers, chunk, j);
   return j;
 }
 
@@ -297,6 +332,10 @@ void register_bench(CLI::App& app) {
                 "Also time the speculative verify step of K+1 tokens per sequence for these K (1-3), e.g. 1,2,3")
       ->delimiter(',')
       ->check(CLI::Range(int64_t(1), int64_t(3)));
+  c->add_option("--prefix-reuse", a->prefix_reuse,
+                "Also time a repeated prompt of these lengths cold vs from the prefix cache (restore + the rest), e.g. 32768")
+      ->delimiter(',')
+      ->check(CLI::Range(kPrefixBlock + 1, int64_t(1) << 22));
   c->add_option("--device", a->device, "cuda | cpu (cpu: a small checkpoint such as the bundled model)")
       ->check(CLI::IsMember({"cuda", "cpu"}))
       ->capture_default_str();

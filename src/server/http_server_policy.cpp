@@ -1,6 +1,9 @@
 #include "server/http_server_policy.h"
 
+#include <sys/socket.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cctype>
 #include <cstdio>
 
@@ -91,6 +94,17 @@ std::string printable(std::string_view s) {
     }
   }
   return out;
+}
+
+PeerState peer_state(int fd) {
+  char c;
+  for (;;) {
+    const ssize_t n = ::recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n > 0) return PeerState::HasData;
+    if (n == 0) return PeerState::Gone;
+    if (errno == EINTR) continue;
+    return errno == EAGAIN || errno == EWOULDBLOCK ? PeerState::Waiting : PeerState::Gone;
+  }
 }
 
 }  // namespace dsv4::server

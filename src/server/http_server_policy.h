@@ -1,6 +1,6 @@
 // The HTTP front's checks that need no HTTP library, so that tests can call them directly: the API key
 // (case-insensitive "Bearer", compared in constant time), the Host header of a loopback server (DNS
-// rebinding) and the Origin of a browser request (CORS).
+// rebinding), the Origin of a browser request (CORS) and whether a client hung up.
 #pragma once
 #include <string>
 #include <string_view>
@@ -22,6 +22,12 @@ bool loopback_host_allowed(std::string_view host_header, const std::vector<std::
 // May a page of `origin` ("scheme://host[:port]") call the API? Yes when it is listed in `allowed`
 // (or `allowed` holds "*"), or when it is the server's own origin ("http://" + `host_header`).
 bool origin_allowed(std::string_view origin, std::string_view host_header, const std::vector<std::string>& allowed);
+
+// What a connected socket holds for reading now, without consuming it or blocking: a readiness wakeup
+// is not proof of a hang-up (an edge-triggered reactor can report data already read), so only an
+// orderly end (recv would return 0) or an error counts as the client gone.
+enum class PeerState { Waiting, HasData, Gone };
+PeerState peer_state(int fd);
 
 // `s` for an error message: control characters, NULs and bytes above 0x7e as \xHH, at most 200 bytes.
 std::string printable(std::string_view s);

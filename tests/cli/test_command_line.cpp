@@ -96,6 +96,30 @@ TEST(CommandLine, BenchWithoutGpuGivesTheCommonError) {
   EXPECT_EQ(bench.first_line, "dsv4: error: dsv4 bench: " + reason);
 }
 
+// bench --prefix-reuse on the CPU (the bundled model): a repeated prompt of 300 tokens restores the
+// snapshot at its last 128-token boundary (256) and prefills the 44 after it; a prompt of at most 128
+// tokens has nothing to cache and is refused by the flag.
+TEST(CommandLine, BenchPrefixReuseRestoresTheLastBlockBoundary) {
+  const std::string out = (std::filesystem::temp_directory_path() /
+                           ("dsv4-bench-" + std::to_string(std::random_device{}()) + ".json")).string();
+  const auto r = run_command(bin() + " bench --device cpu --batch 1 --prefill '' --iters 1 --warmup 0 "
+                                     "--prefix-reuse 300 --json " + out + " 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream f(out);
+  const nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
+  std::filesystem::remove(out);
+  ASSERT_TRUE(j.contains("prefix_reuse")) << r.output;
+  ASSERT_EQ(j["prefix_reuse"].size(), 1u);
+  const auto& row = j["prefix_reuse"][0];
+  EXPECT_EQ(row["tokens"], 300);
+  EXPECT_EQ(row["cached"], 256);
+  EXPECT_GT(row["cold_ms"].get<double>(), 0);
+  EXPECT_GT(row["warm_ms"].get<double>(), 0);
+  const ErrorLine small = error_of("bench --device cpu --prefix-reuse 128");
+  EXPECT_EQ(small.exit_code, 1);
+  EXPECT_NE(small.first_line.find("--prefix-reuse"), std::string::npos) << small.first_line;
+}
+
 // Item 4: nonsense is refused where it is parsed.
 TEST(CommandLine, FlagsThatDoNotApplyAreRefused) {
   expect_errors({

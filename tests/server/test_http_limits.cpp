@@ -6,6 +6,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <thread>
 
@@ -299,6 +302,27 @@ TEST(HttpPolicy, HostsAndOrigins) {
   EXPECT_TRUE(server::origin_allowed("https://y.example", "h", {"*"}));
   EXPECT_FALSE(server::origin_allowed("null", "h", {"https://x.example"}));
   EXPECT_EQ(server::printable(std::string("a\0b\n", 4)), "a\\x00b\\x0a");
+}
+
+// A connection whose peer is still there with nothing sent is Waiting, not Gone (the watch of a request
+// being answered used to take "no bytes available" for a hang-up and dropped the request); bytes sent
+// are HasData and stay unread; an orderly close or a reset is Gone.
+TEST(HttpPolicy, PeerStateTellsAHangUpFromNothingToRead) {
+  int sv[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  EXPECT_EQ(server::peer_state(sv[0]), server::PeerState::Waiting);
+  ASSERT_EQ(send(sv[1], "x", 1, 0), 1);
+  EXPECT_EQ(server::peer_state(sv[0]), server::PeerState::HasData);
+  EXPECT_EQ(server::peer_state(sv[0]), server::PeerState::HasData);  // peeked, not consumed
+  char c = 0;
+  ASSERT_EQ(recv(sv[0], &c, 1, 0), 1);
+  EXPECT_EQ(c, 'x');
+  EXPECT_EQ(server::peer_state(sv[0]), server::PeerState::Waiting);
+  ASSERT_EQ(shutdown(sv[1], SHUT_WR), 0);
+  EXPECT_EQ(server::peer_state(sv[0]), server::PeerState::Gone);
+  close(sv[0]);
+  close(sv[1]);
+  EXPECT_EQ(server::peer_state(-1), server::PeerState::Gone);  // not a socket: an error, not a wait
 }
 
 }  // namespace
