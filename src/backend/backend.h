@@ -147,6 +147,14 @@ struct KvPageInfo {
   int64_t capacity = 0;      // pages in the pool (0: grows as needed)
   int64_t used = 0;          // pages held by slots and snapshots
   int64_t paged_groups = 0;  // page tables per sequence that take pages (main stack, compressed MTP blocks)
+  int64_t page_bytes = 0;    // storage of one page (0: not reported)
+  std::string storage;       // what a page holds ("compact records", "float32 rows"; empty: not reported)
+  // KV bytes one token of context takes in the pages of every paged group (0: not reported).
+  double bytes_per_token() const { return page_tokens > 0 ? double(paged_groups * page_bytes) / double(page_tokens) : 0; }
+  // Tokens of context the whole pool holds for one sequence (-1: unbounded; 0 pages per token: -1).
+  int64_t capacity_tokens() const {
+    return capacity == 0 || paged_groups == 0 ? -1 : capacity / paged_groups * page_tokens;
+  }
   int64_t free_pages() const { return capacity == 0 ? -1 : capacity - used; }  // -1: unbounded
   // Pages a sequence holds after `tokens` tokens of context.
   int64_t pages_needed(int64_t tokens) const {
@@ -165,6 +173,15 @@ class SlotSnapshot {
   virtual uint64_t bytes() const = 0;
   virtual uint64_t copied_bytes() const { return bytes(); }  // its copies alone: O(window), any context
   virtual int64_t shared_pages() const { return 0; }          // KV pages it holds a reference to
+  // Which pages those are: the pool's ids (pool names the pool: ids of two pools differ) and one page's
+  // storage, so that a holder of several snapshots sharing pages counts each page once. Empty ids: not
+  // reported (a holder then counts bytes() whole).
+  struct PageList {
+    const void* pool = nullptr;
+    std::vector<int32_t> ids;
+    uint64_t page_bytes = 0;
+  };
+  virtual PageList page_list() const { return {}; }
   int64_t pos = 0;                     // the main position the slot was at
   int64_t mtp_pos = 0;                 // the MTP blocks' position
 };

@@ -127,7 +127,7 @@ void register_logits(CLI::App& app) {
   c->add_option("-m,--model", a->model, "Model directory (config.json + *.safetensors)")
       ->capture_default_str()
       ->check(existing_dir());
-  c->add_option("--tokens", a->tokens, "JSON array of token ids, or a safetensors file with tensor input_ids")
+  c->add_option("--tokens", a->tokens, "File of the input: a JSON array of token ids, or a safetensors file with tensor input_ids")
       ->required();
   c->add_option("--schedule", a->schedule, "full | decode:P (prefill P, then one per step) | chunks:A,B,...")
       ->capture_default_str();

@@ -112,6 +112,13 @@ void serve(ServeArgs& a) {
               ctx.model_name.c_str(), numerics_name(parse_numerics(a.numerics)), cuda ? "cuda" : "cpu",
               (long long)engine.max_context(), a.engine.max_num_seqs, prefix.c_str(), a.http.host.c_str(), port);
   std::fflush(stdout);
+  const KvPageInfo kv = runner->model().backend().kv_pages();
+  if (kv.page_bytes > 0) {
+    const int64_t cap = kv.capacity_tokens();
+    std::fprintf(stderr, "dsv4 serve: KV cache %.6g B per token of context (%s, pages of %lld tokens), %s\n",
+                 kv.bytes_per_token(), kv.storage.c_str(), (long long)kv.page_tokens,
+                 cap < 0 ? "the pool grows as needed" : cat("the pool holds ", cap, " tokens of context").c_str());
+  }
 
   int sig = 0;
   sigwait(&stop_signals, &sig);

@@ -140,12 +140,22 @@ bool PrefixCache::insert(std::span<const int32_t> prefix, std::shared_ptr<const 
     lru_.splice(lru_.begin(), lru_, it);
     return false;
   }
-  const uint64_t bytes = entry_bytes(*snap, len, carry.get());
-  if (bytes > opt_.budget_bytes) return false;
-  evict_to(opt_.budget_bytes - bytes);
-  lru_.push_front(Entry{.hash = h, .tokens = {prefix.begin(), prefix.end()}, .snap = std::move(snap), .carry = std::move(carry), .bytes = bytes});
+  const uint64_t alone = entry_bytes(*snap, len, carry.get());
+  if (alone > opt_.budget_bytes) return false;
+  SlotSnapshot::PageList pages = snap->page_list();
+  const uint64_t shared = uint64_t(pages.ids.size()) * pages.page_bytes;
+  if (shared > alone) fail("prefix cache: a snapshot shares ", shared, " bytes of pages but holds ", alone);
+  const uint64_t own = alone - shared;
+  // Evict until it fits: its own bytes and the pages no remaining entry holds (evicting an entry that
+  // shares pages with it makes those pages its charge).
+  while (!lru_.empty() && st_.bytes + own + new_page_bytes(pages) > opt_.budget_bytes) drop_oldest();
+  st_.entries = lru_.size();
+  for (int32_t id : pages.ids)
+    if (page_refs_[{pages.pool, id}]++ == 0) st_.bytes += pages.page_bytes;
+  lru_.push_front(Entry{.hash = h, .tokens = {prefix.begin(), prefix.end()}, .snap = std::move(snap),
+                        .carry = std::move(carry), .bytes = own, .pages = std::move(pages)});
   index_.emplace(h, lru_.begin());
-  st_.bytes += bytes;
+  st_.bytes += own;
   st_.entries = lru_.size();
   ++st_.inserts;
   return true;
@@ -159,9 +169,11 @@ bool PrefixCache::evict_oldest() {
   return true;
 }
 
-void PrefixCache::evict_to(uint64_t budget) {
-  while (st_.bytes > budget && !lru_.empty()) drop_oldest();
-  st_.entries = lru_.size();
+uint64_t PrefixCache::new_page_bytes(const SlotSnapshot::PageList& p) const {
+  uint64_t n = 0;
+  for (int32_t id : p.ids)
+    if (!page_refs_.count({p.pool, id})) n += p.page_bytes;
+  return n;
 }
 
 void PrefixCache::drop_oldest() {
@@ -173,6 +185,13 @@ void PrefixCache::drop_oldest() {
       break;
     }
   st_.bytes -= e.bytes;
+  for (int32_t id : e.pages.ids) {
+    auto it = page_refs_.find({e.pages.pool, id});
+    if (--it->second == 0) {
+      page_refs_.erase(it);
+      st_.bytes -= e.pages.page_bytes;
+    }
+  }
   lru_.pop_back();  // a request holding the snapshot keeps it alive
   ++st_.evictions;
 }
@@ -194,6 +213,7 @@ void PrefixCache::clear() {
   lru_.clear();
   seen_.clear();
   seen_lru_.clear();
+  page_refs_.clear();
   st_.bytes = 0;
   st_.entries = 0;
 }

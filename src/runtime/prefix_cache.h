@@ -16,8 +16,11 @@
 // Lookup returns the longest cached prefix of length <= tokens.size() - 1 (one token at least must be
 // fed, to have logits). Entries are shared_ptr'd: a running request that restored from an entry keeps
 // its snapshot alive after the cache evicted it. Eviction: least recently used (a lookup hit or a
-// repeated insert makes an entry recent) while the bytes held exceed the budget. Bytes of an entry: its
-// snapshot's bytes() + 4 per token of its prefix (the tokens kept for the check).
+// repeated insert makes an entry recent) while the bytes held exceed the budget. Bytes held: every
+// entry's own bytes (its snapshot's copies, 4 per token of its prefix for the check, its carry) plus the
+// KV pages the snapshots share, each page counted once however many entries share it (the turns of one
+// conversation share all their earlier pages; SlotSnapshot::page_list). An evicted entry gives back its
+// own bytes and the pages no other entry holds.
 //
 // The cache also remembers the chain hashes of recent lookups (no state; about 64 bytes a block with the
 // hash map's node, LRU-bounded by seen_blocks): lookup reports how far a prompt agrees with an earlier
@@ -30,6 +33,7 @@
 #include <cstdint>
 #include <functional>
 #include <list>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -102,7 +106,8 @@ class PrefixCache {
   // engine calls it when the backend's KV page pool runs short (snapshots hold pages).
   bool evict_oldest();
 
-  // Entry bytes of a snapshot for a prefix of `tokens` tokens (what insert charges to the budget).
+  // Bytes of a snapshot for a prefix of `tokens` tokens on its own, its shared pages counted whole (an
+  // entry larger than the budget is refused).
   static uint64_t entry_bytes(const SlotSnapshot& s, int64_t tokens, const Tensor* carry = nullptr) {
     return s.bytes() + uint64_t(tokens) * 4 + (carry ? uint64_t(carry->numel()) * sizeof(float) : 0);
   }
@@ -113,21 +118,24 @@ class PrefixCache {
     std::vector<int32_t> tokens;
     std::shared_ptr<const SlotSnapshot> snap;
     std::shared_ptr<const Tensor> carry;
-    uint64_t bytes = 0;
+    uint64_t bytes = 0;  // its own: entry_bytes less the shared pages
+    SlotSnapshot::PageList pages;
   };
+  using PageKey = std::pair<const void*, int32_t>;  // (pool, page id)
   using Lru = std::list<Entry>;  // most recent first
 
   // h_1 .. h_n of the first n blocks of tokens.
   std::vector<uint64_t> chain(std::span<const int32_t> tokens, int64_t n) const;
   Lru::iterator find(uint64_t h, std::span<const int32_t> prefix) const;  // lru_.end(): none
   void remember(const std::vector<uint64_t>& hashes);
-  void evict_to(uint64_t budget);
   void drop_oldest();  // under mu_, lru_ not empty
+  uint64_t new_page_bytes(const SlotSnapshot::PageList& p) const;  // of its pages no entry holds yet
 
   PrefixCacheOptions opt_;
   mutable std::mutex mu_;
   mutable Lru lru_;
   std::unordered_multimap<uint64_t, Lru::iterator> index_;
+  std::map<PageKey, int64_t> page_refs_;  // entries holding each shared page
   std::list<uint64_t> seen_lru_;  // most recent first
   std::unordered_map<uint64_t, std::list<uint64_t>::iterator> seen_;
   PrefixCacheStats st_;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "io/kv_size.h"
 #include "model/model.h"
 #include "support/test_paths.h"
 
@@ -217,6 +218,49 @@ TEST_P(KvPages, ABoundedPoolRunsOutWithAOneLineError) {
   EXPECT_EQ(be.kv_pages().free_pages(), 3);
   const Tensor l = m->forward(1, 0, ids(10, 1, V_));
   EXPECT_EQ(l.data, m_->forward(0, 0, ids(10, 1, V_)).data);  // the unbounded pool's model agrees
+}
+
+// What a page holds (backend/kv_page_format.h): in official numerics the compact records of
+// docs/kv-records.md, so a token of context takes the bytes io/kv_size.h counts for them (an independent
+// sum over the layers); in reference numerics float32 rows, twice the bf16 count. The window rings are
+// records too: a snapshot at a page boundary copies a ring of records per layer.
+TEST_P(KvPages, PagesHoldCompactRecordsInOfficialNumerics) {
+  const ModelConfig& cfg = m_->config();
+  EXPECT_EQ(info_.storage, "compact records");
+  EXPECT_DOUBLE_EQ(info_.bytes_per_token(), kv_bytes(cfg, KvStorage::Compact).per_token());
+  EXPECT_LT(info_.bytes_per_token(), kv_bytes(cfg, KvStorage::Bf16).per_token() / 1.5);
+  auto ref = Model::load(dir_, Numerics::Reference);
+  const KvPageInfo r = ref->backend().kv_pages();
+  EXPECT_EQ(r.storage, "float32 rows");
+  EXPECT_DOUBLE_EQ(r.bytes_per_token(), 2 * kv_bytes(cfg, KvStorage::Bf16).per_token());
+
+  // A snapshot's shared page counts one page's storage; the rest it copies (rings of records in
+  // official numerics) is smaller than the reference's float32 rings by the record ratio at least.
+  m_->forward(0, 0, ids(128, 5, V_), {.all_logits = false});
+  ref->forward(0, 0, ids(128, 5, V_), {.all_logits = false});
+  const auto s = m_->backend().snapshot(0, 128, 0), sr = ref->backend().snapshot(0, 128, 0);
+  EXPECT_EQ(s->bytes() - s->copied_bytes(), uint64_t(info_.page_bytes));
+  EXPECT_EQ(sr->bytes() - sr->copied_bytes(), uint64_t(r.page_bytes));
+  const KvBytes rec = kv_bytes(cfg, KvStorage::Compact);
+  const uint64_t rings = uint64_t(rec.window_layers) * uint64_t(cfg.sliding_window) * uint64_t(rec.entry_bytes);
+  const uint64_t rings_f32 = uint64_t(rec.window_layers) * uint64_t(cfg.sliding_window * cfg.head_dim) * 4;
+  EXPECT_EQ(sr->copied_bytes() - s->copied_bytes(), rings_f32 - rings);  // the same partial windows
+}
+
+// The records are exact on the official grid: a sequence fed across many pages in chunks, restored from
+// a snapshot and continued, equals the same sequence fed at once, bit for bit (the pages are read back
+// through unpack at every step).
+TEST_P(KvPages, RecordsReadBackTheSameLogitsAfterRestore) {
+  const std::vector<int32_t> a = ids(700, 3, V_);
+  const Tensor whole = m_->forward(0, 0, a);
+  Backend& be = m_->backend();
+  m_->forward(1, 0, std::vector<int32_t>(a.begin(), a.begin() + 384), {.all_logits = false});
+  const auto snap = be.snapshot(1, 384, 0);
+  be.restore(2, *snap);
+  const Tensor rest = m_->forward(2, 384, std::vector<int32_t>(a.begin() + 384, a.end()));
+  const int64_t V = V_, n = 700 - 384;
+  ASSERT_EQ(rest.numel(), n * V);
+  for (int64_t i = 0; i < n * V; ++i) ASSERT_EQ(rest.data[size_t(i)], whole.data[size_t(384 * V + i)]) << i;
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, KvPages, ::testing::Values("bundled", "tiny-q"),

@@ -191,6 +191,74 @@ TEST(PrefixCache, BudgetInBytes) {
   EXPECT_EQ(c.lookup(a).tokens, 0);
 }
 
+// Snapshots that share KV pages (the turns of one conversation): each page counts once in the bytes
+// held, and an eviction gives back only the pages no other entry holds.
+struct PagedSnapshot final : SlotSnapshot {
+  PagedSnapshot(int64_t at, uint64_t own_, std::vector<int32_t> ids_, const void* pool_) : own(own_), ids(std::move(ids_)), pool(pool_) {
+    pos = at;
+  }
+  uint64_t bytes() const override { return own + ids.size() * kPage; }
+  int64_t shared_pages() const override { return int64_t(ids.size()); }
+  PageList page_list() const override { return {.pool = pool, .ids = ids, .page_bytes = kPage}; }
+  static constexpr uint64_t kPage = 10000;
+  uint64_t own;
+  std::vector<int32_t> ids;
+  const void* pool;
+};
+
+TEST(PrefixCache, SharedPagesCountOnce) {
+  const auto a = seq(1000, 1);
+  const int pool_a = 0, pool_b = 0;
+  PrefixCache c({.budget_bytes = 100000});
+  // Turn 1 at 256 tokens holds pages 0, 1; turn 2 at 512 holds 0 .. 3: 4 pages held, not 6.
+  ASSERT_TRUE(c.insert(first(a, 256), std::make_shared<PagedSnapshot>(256, 100, std::vector<int32_t>{0, 1}, &pool_a)));
+  EXPECT_EQ(c.stats().bytes, 100 + 4 * 256 + 2 * PagedSnapshot::kPage);
+  ASSERT_TRUE(c.insert(first(a, 512), std::make_shared<PagedSnapshot>(512, 100, std::vector<int32_t>{0, 1, 2, 3}, &pool_a)));
+  const uint64_t own = 2 * 100 + 4 * (256 + 512);
+  EXPECT_EQ(c.stats().bytes, own + 4 * PagedSnapshot::kPage);
+  // The same ids of another pool are other pages.
+  ASSERT_TRUE(c.insert(first(seq(300, 2), 128), std::make_shared<PagedSnapshot>(128, 100, std::vector<int32_t>{0}, &pool_b)));
+  EXPECT_EQ(c.stats().bytes, own + 100 + 4 * 128 + 5 * PagedSnapshot::kPage);
+  // Turn 3 at 768 (pages 0 .. 5) adds its own 3,172 bytes and 2 new pages to the 53,884 held: 77,056
+  // fits the budget, nothing is evicted (its 63,172 bytes alone would, with the 6 pages counted whole).
+  ASSERT_TRUE(c.insert(first(a, 768), std::make_shared<PagedSnapshot>(768, 100, std::vector<int32_t>{0, 1, 2, 3, 4, 5}, &pool_a)));
+  EXPECT_EQ(c.stats().evictions, 0u);
+  const uint64_t held = own + 100 + 4 * 128 + 100 + 4 * 768 + 7 * PagedSnapshot::kPage;
+  EXPECT_EQ(c.stats().bytes, held);
+  // Evicting the oldest (turn 1) frees none of its pages: turns 2 and 3 hold them.
+  ASSERT_TRUE(c.evict_oldest());
+  EXPECT_EQ(c.stats().bytes, held - (100 + 4 * 256));
+  // Turn 2 next: pages 0 .. 3 stay with turn 3.
+  ASSERT_TRUE(c.evict_oldest());
+  EXPECT_EQ(c.stats().bytes, held - (100 + 4 * 256) - (100 + 4 * 512));
+  // The other pool's entry: its page goes with it.
+  ASSERT_TRUE(c.evict_oldest());
+  EXPECT_EQ(c.stats().bytes, 100 + 4 * 768 + 6 * PagedSnapshot::kPage);
+  ASSERT_TRUE(c.evict_oldest());
+  EXPECT_EQ(c.stats().bytes, 0u);
+  EXPECT_FALSE(c.evict_oldest());
+}
+
+// Under a budget an insert evicts until its own bytes and the pages no remaining entry holds fit: an
+// evicted entry's pages that the new one shares become its charge.
+TEST(PrefixCache, BudgetCountsThePagesAnEvictionLeavesToTheNewEntry) {
+  const auto a = seq(1000, 3);
+  const int pool = 0;
+  const uint64_t kP = PagedSnapshot::kPage;
+  // Turn 1 (pages 0, 1) and an unrelated entry (pages 7, 8), then turn 2 (pages 0 .. 3) under a budget
+  // of 5 pages and 3,000 bytes: turn 2 adds pages 2, 3 (6 pages held), so the least recent, turn 1, goes;
+  PrefixCache c({.budget_bytes = 5 * kP + 3000});
+  ASSERT_TRUE(c.insert(first(a, 256), std::make_shared<PagedSnapshot>(256, 0, std::vector<int32_t>{0, 1}, &pool)));
+  ASSERT_TRUE(c.insert(first(seq(300, 4), 256), std::make_shared<PagedSnapshot>(256, 0, std::vector<int32_t>{7, 8}, &pool)));
+  EXPECT_EQ(c.stats().bytes, 4 * kP + 2 * 4 * 256);
+  ASSERT_TRUE(c.insert(first(a, 512), std::make_shared<PagedSnapshot>(512, 0, std::vector<int32_t>{0, 1, 2, 3}, &pool)));
+  // that leaves pages 7, 8 and turn 2's 0 .. 3, still 6: the unrelated entry goes too.
+  EXPECT_EQ(c.stats().evictions, 2u);
+  EXPECT_EQ(c.stats().entries, 1u);
+  EXPECT_EQ(c.stats().bytes, 4 * kP + 4 * 512);
+  EXPECT_EQ(c.lookup(first(a, 600)).tokens, 512);
+}
+
 TEST(PrefixCache, AHeldSnapshotOutlivesItsEviction) {
   const auto a = seq(300, 1);
   PrefixCache c({.budget_bytes = PrefixCache::entry_bytes(*fake(128), 128)});

@@ -67,7 +67,7 @@ void compress_chunk(const CompressorF& w, CompressorState& st, EntryView out, co
       q.indexer_key(entry.data(), dc);
     else
       q.kv(entry.data(), dc - int64_t(inv_freq.size()) * 2);
-    std::memcpy(out.emit(st.n_entries, m), entry.data(), size_t(dc) * sizeof(float));
+    out.emit(st.n_entries, m, entry.data());
     ++st.n_entries;
   }
 }

@@ -25,7 +25,7 @@ void CpuBackend::attn_qkv(int64_t layer) {
   // group's pages back.
   for (const Run& r : runs_) {
     if (r.p0 != 0) continue;
-    state(r, layer) = make_layer_state(cfg_, cfg_.layer_at(layer));
+    state(r, layer) = make_layer_state(cfg_, cfg_.layer_at(layer), pages_->format());
     if (pages_->geometry().first_of_group(layer)) entries(r, layer, false).table->release_all(pages_->pool());
   }
 
@@ -86,19 +86,32 @@ void CpuBackend::attend(int64_t layer) {
   const float scale = float(1.0 / std::sqrt(double(d)));
   o_ = Tensor({T, H * d});
   std::vector<const float*> keys;
+  const KvPageFormat& fmt = pages_->format();
+  std::vector<float> ring(size_t(Wn * d)), hca, picked;  // rows read from their storage (records unpacked)
   for (const Run& r : runs_) {
     LayerState& st = state(r, layer);
+    // The ring's rows of the positions before the run.
+    for (int64_t p = std::max<int64_t>(0, r.p0 - Wn + 1); p < r.p0; ++p)
+      load_kv_row(fmt, false, d, &st.ring[size_t((p % Wn) * fmt.entry_bytes)], &ring[size_t((p % Wn) * d)]);
     const EntryView ent = spec.attn == AttnKind::Sliding ? EntryView{} : entries(r, layer, false);
+    if (spec.attn == AttnKind::HCA) {  // every entry any query of the run sees, read once
+      const int64_t n = std::min((r.p0 + r.n) / spec.ratio, st.comp->n_entries);
+      hca.resize(size_t(n * d));
+      ent.read(0, n, hca.data());
+    }
     for (int64_t i = 0; i < r.n; ++i) {
       const int64_t t = r.t0 + i, pos = r.p0 + i;
       keys.clear();
       for (int64_t p = std::max<int64_t>(0, pos - Wn + 1); p <= pos; ++p)
-        keys.push_back(p >= r.p0 ? kv_.row(r.t0 + p - r.p0) : &st.ring[size_t((p % Wn) * d)]);
+        keys.push_back(p >= r.p0 ? kv_.row(r.t0 + p - r.p0) : &ring[size_t((p % Wn) * d)]);
       if (spec.attn == AttnKind::HCA) {
         const int64_t nvis = std::min((pos + 1) / spec.ratio, st.comp->n_entries);
-        for (int64_t j = 0; j < nvis; ++j) keys.push_back(ent.at(j));
+        for (int64_t j = 0; j < nvis; ++j) keys.push_back(&hca[size_t(j * d)]);
       } else if (spec.attn == AttnKind::CSA) {
-        for (int64_t j : topk_[size_t(t)]) keys.push_back(ent.at(j));
+        const std::vector<int64_t>& pick = topk_[size_t(t)];
+        picked.resize(pick.size() * size_t(d));
+        for (size_t k = 0; k < pick.size(); ++k) ent.read(pick[k], 1, &picked[k * size_t(d)]);
+        for (size_t k = 0; k < pick.size(); ++k) keys.push_back(&picked[k * size_t(d)]);
       }
       for (int64_t h = 0; h < H; ++h)
         attend_with_sink(q_.row(t) + h * d, keys.data(), int64_t(keys.size()), d, scale, w.attn_sink.ptr()[h],
@@ -108,7 +121,7 @@ void CpuBackend::attend(int64_t layer) {
       q.bf16(o_.row(t), H * d);
     }
     for (int64_t i = 0; i < r.n; ++i)
-      std::memcpy(&st.ring[size_t(((r.p0 + i) % Wn) * d)], kv_.row(r.t0 + i), size_t(d) * sizeof(float));
+      store_kv_row(fmt, false, d, kv_.row(r.t0 + i), &st.ring[size_t(((r.p0 + i) % Wn) * fmt.entry_bytes)]);
   }
 }
 

@@ -34,7 +34,7 @@ CpuBackend::CpuBackend(const ModelConfig& cfg, const Weights& w, uint64_t total_
       w_(to_cpu_weights(w, total_bytes, progress, experts_)) {
   for (int64_t i = 0; i < cfg_.num_layers + num_mtp(); ++i)
     inv_freq_.push_back(rope_inv_freq(cfg_.rope_dim, cfg_.rope_for(cfg_.layer_at(i))));
-  pages_ = std::make_shared<CpuKvPool>(cfg_, num_mtp(), cap_.kv_pages);
+  pages_ = std::make_shared<CpuKvPool>(cfg_, num_mtp(), cap_.kv_pages, numerics_);
 }
 
 const BlockF& CpuBackend::block_w(int64_t layer) const {
@@ -52,7 +52,7 @@ Tensor CpuBackend::rows_of(const Tensor& x, const Run& r) const {
 SlotState& CpuBackend::slot_state(int slot) {
   if (slot < 0 || slot >= cap_.max_seqs) fail("cpu backend: slot ", slot, " outside [0, ", cap_.max_seqs, ")");
   if (size_t(slot) >= slots_.size()) slots_.resize(size_t(slot) + 1);
-  if (!slots_[size_t(slot)]) slots_[size_t(slot)] = std::make_unique<SlotState>(cfg_, num_mtp());
+  if (!slots_[size_t(slot)]) slots_[size_t(slot)] = std::make_unique<SlotState>(cfg_, num_mtp(), pages_->format());
   return *slots_[size_t(slot)];
 }
 
@@ -67,8 +67,8 @@ struct CpuSnapshot final : SlotSnapshot {
       std::vector<int32_t>& pages = state.tables[g].pages;
       const size_t full = std::min(pages.size(), size_t(kv->complete_pages(state, int64_t(g))));
       for (size_t i = full; i < pages.size(); ++i) {
-        const float* src = kv->page(pages[i]);
-        partial[g].emplace_back(src, src + kv->page_floats());
+        const uint8_t* src = kv->page(pages[i]);
+        partial[g].emplace_back(src, src + kv->page_bytes());
       }
       pages.resize(full);
       for (int32_t p : pages) kv->pool().retain(p);
@@ -83,12 +83,12 @@ struct CpuSnapshot final : SlotSnapshot {
   uint64_t copied_bytes() const override {
     uint64_t n = 0;
     for (const LayerState& l : state.layers) {
-      n += l.ring.size() * sizeof(float);
+      n += l.ring.size();
       if (l.comp) n += l.comp->bytes();
       if (l.idx_comp) n += l.idx_comp->bytes();
     }
     for (const auto& g : partial)
-      for (const auto& p : g) n += p.size() * sizeof(float);
+      for (const auto& p : g) n += p.size();
     return n;
   }
   int64_t shared_pages() const override {
@@ -97,12 +97,19 @@ struct CpuSnapshot final : SlotSnapshot {
     return n;
   }
   uint64_t bytes() const override {
-    return copied_bytes() + uint64_t(shared_pages()) * uint64_t(kv->page_floats()) * sizeof(float);
+    return copied_bytes() + uint64_t(shared_pages()) * uint64_t(kv->page_bytes());
+  }
+  PageList page_list() const override {
+    PageList l;
+    l.pool = kv.get();
+    l.page_bytes = uint64_t(kv->page_bytes());
+    for (const PageTable& t : state.tables) l.ids.insert(l.ids.end(), t.pages.begin(), t.pages.end());
+    return l;
   }
 
   SlotState state;  // its tables hold the shared pages only
   std::shared_ptr<CpuKvPool> kv;
-  std::vector<std::vector<std::vector<float>>> partial;  // [group][page after the shared ones] copies
+  std::vector<std::vector<std::vector<uint8_t>>> partial;  // [group][page after the shared ones] copies
 };
 
 }  // namespace
@@ -121,7 +128,7 @@ void CpuBackend::restore(int slot, const SlotSnapshot& s) {
   for (size_t g = 0; g < next.tables.size(); ++g) {
     PageTable& t = next.tables[g];
     for (int32_t p : t.pages) pages_->pool().retain(p);
-    for (const std::vector<float>& copy : c->partial[g]) {
+    for (const std::vector<uint8_t>& copy : c->partial[g]) {
       t.pages.push_back(pages_->pool().alloc());
       std::copy(copy.begin(), copy.end(), pages_->page(t.pages.back()));
     }
@@ -133,12 +140,14 @@ void CpuBackend::restore(int slot, const SlotSnapshot& s) {
 void CpuBackend::release(int slot) {
   SlotState& st = slot_state(slot);
   for (PageTable& t : st.tables) t.release_all(pages_->pool());
-  st = SlotState(cfg_, num_mtp());
+  st = SlotState(cfg_, num_mtp(), pages_->format());
 }
 
 KvPageInfo CpuBackend::kv_pages() const {
   return {.page_tokens = pages_->geometry().page_tokens, .capacity = pages_->pool().capacity(),
-          .used = pages_->pool().used_pages(), .paged_groups = pages_->geometry().paged_groups()};
+          .used = pages_->pool().used_pages(), .paged_groups = pages_->geometry().paged_groups(),
+          .page_bytes = pages_->page_bytes(),
+          .storage = pages_->format().records ? "compact records" : "float32 rows"};
 }
 
 void CpuBackend::begin(const Batch& b) {

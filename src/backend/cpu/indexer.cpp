@@ -23,6 +23,10 @@ std::vector<std::vector<int64_t>> index_topk(const IndexerF& w, const Compressor
   const float wscale = float(1.0 / std::sqrt(double(dI)) / std::sqrt(double(HI)));
   std::vector<std::vector<int64_t>> out(static_cast<size_t>(T));
   std::vector<float> score;
+  // The keys any query of the chunk can see, read once (records unpacked).
+  const int64_t nkeys = std::min((p0 + T) / m, keys.n_entries);
+  std::vector<float> key(size_t(nkeys * dI));
+  key_rows.read(0, nkeys, key.data());
   for (int64_t t = 0; t < T; ++t) {
     const int64_t pos = p0 + t;
     float* qt = qi.row(t);
@@ -31,7 +35,7 @@ std::vector<std::vector<int64_t>> index_topk(const IndexerF& w, const Compressor
     const int64_t nvis = std::min((pos + 1) / m, keys.n_entries);
     score.assign(size_t(nvis), 0.0f);
     for (int64_t s = 0; s < nvis; ++s) {
-      const float* k = key_rows.at(s);
+      const float* k = &key[size_t(s * dI)];
       float total = 0;
       for (int64_t h = 0; h < HI; ++h) {
         float dot = 0;

@@ -366,6 +366,13 @@ struct CudaSnapshot final : SlotSnapshot {
     for (const PageTable& t : shared) n += int64_t(t.pages.size());
     return n;
   }
+  PageList page_list() const override {
+    PageList l;
+    l.pool = pool.get();
+    l.page_bytes = page_bytes;
+    for (const PageTable& t : shared) l.ids.insert(l.ids.end(), t.pages.begin(), t.pages.end());
+    return l;
+  }
   const void* owner = nullptr;  // the backend it belongs to
   std::shared_ptr<PagePool> pool;
   std::vector<PageTable> shared;   // [group] the complete pages
@@ -462,7 +469,7 @@ void CudaBackend::release(int slot) {
 
 KvPageInfo CudaBackend::kv_pages() const {
   return {.page_tokens = geo_.page_tokens, .capacity = pool_->capacity(), .used = pool_->used_pages(),
-          .paged_groups = geo_.paged_groups()};
+          .paged_groups = geo_.paged_groups(), .page_bytes = 0, .storage = "bf16 rows"};
 }
 
 // ---- outputs

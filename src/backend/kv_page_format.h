@@ -1,0 +1,45 @@
+// How a backend stores one compressed entry and one indexer key in its KV pages (docs/kv-pages.md,
+// docs/kv-records.md). In official numerics every entry the forward attends over is on the grid of the
+// compact records (the nope dims FP8 in 64-blocks with power-of-two scales, the rope dims bf16; indexer
+// keys FP4 in 32-blocks), so a record holds it exactly: pack then unpack gives the same floats, and the
+// logits do not change. In reference numerics the entries are plain float32 and are kept as such.
+#pragma once
+#include <cstdint>
+
+#include "backend/backend.h"
+#include "core/kv_record_layout.h"
+#include "io/config.h"
+
+namespace dsv4 {
+
+struct KvPageFormat {
+  bool records = false;     // compact records (else float32 rows)
+  KvEntryLayout entry;      // records: the main entries' layout
+  IndexerKeyLayout key;     // records: the indexer keys' layout
+  int64_t entry_bytes = 0;  // one main entry in a page
+  int64_t key_bytes = 0;    // one indexer key in a page
+};
+
+// Records in official numerics whenever the widths fit the record blocks (head_dim - rope_dim a multiple
+// of 64; index_head_dim a multiple of 32); float32 rows otherwise (reference numerics, or a config whose
+// widths the records do not cover, which the official quantization does not cover either).
+inline KvPageFormat kv_page_format(const ModelConfig& cfg, Numerics n) {
+  KvPageFormat f;
+  const int64_t nope = cfg.head_dim - cfg.rope_dim, dI = cfg.index_head_dim;
+  const bool fits = cfg.rope_dim >= 0 && nope > 0 && nope % kFp8KvBlock == 0 && dI >= 0 && dI % kFp4Block == 0;
+  f.records = n == Numerics::Official && fits;
+  if (f.records) {
+    f.entry = kv_entry_layout(cfg.head_dim, cfg.rope_dim);
+    f.entry_bytes = f.entry.bytes();
+    if (dI > 0) {  // 0: no CSA layer, no keys
+      f.key = indexer_key_layout(dI);
+      f.key_bytes = f.key.bytes();
+    }
+  } else {
+    f.entry_bytes = cfg.head_dim * int64_t(sizeof(float));
+    f.key_bytes = dI * int64_t(sizeof(float));
+  }
+  return f;
+}
+
+}  // namespace dsv4
