@@ -8,8 +8,8 @@
 //   3. P.V: each thread owns two output dims and walks all keys with bf16(p_s).
 // The exact max is known before any p is formed, so bf16(p) is rounded exactly where the reference
 // rounds it (an online softmax would round rescaled values instead). This is the correctness-first
-// decode kernel: it re-reads the key rows once per head group from L2; a split-K, tensor-core version
-// comes with the model's decode step.
+// decode kernel of the exact tier: it re-reads the key rows once per head group from L2; the fast tier
+// takes the split-K kernel (attention_split.cu) for calls of few tokens.
 #include <cstdint>
 
 #include "backend/cuda/check.h"
@@ -158,6 +158,8 @@ void sparse_attention(const DeviceContext& ctx, const SparseAttentionParams& p) 
   // Prefill chunks above the exact-linear limit (the forward is not bit-exact there anyway) take the
   // tensor-core kernel; every call up to it stays on the exact kernel below.
   if (p.tokens > kExactLinearMaxTokens && sparse_attention_mma_supported(ctx, p)) return sparse_attention_mma(ctx, p);
+  // Decode and verify calls of the fast tier: the split-K kernel (the exact tier keeps the kernel below).
+  if (ctx.kernels() == KernelTier::Fast && sparse_attention_split_supported(ctx, p)) return sparse_attention_split(ctx, p);
   switch (p.dim) {
     case 128: return dispatch_group<128>(ctx, p);
     case 256: return dispatch_group<256>(ctx, p);

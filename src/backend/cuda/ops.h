@@ -144,5 +144,13 @@ void sparse_attention(const DeviceContext& ctx, const SparseAttentionParams& p);
 // running max), within Tol::Attention of the twin, not bit-exact. Heads a multiple of 64, dim 512.
 bool sparse_attention_mma_supported(const DeviceContext& ctx, const SparseAttentionParams& p);
 void sparse_attention_mma(const DeviceContext& ctx, const SparseAttentionParams& p);
+// The fast tier's kernel for calls of up to kSplitAttentionMaxTokens tokens (decode and verify steps;
+// attention_split.cu): the key list split into chunks fixed by max_keys (a row's result does not depend
+// on the call's other rows), a partial softmax per chunk and one combine; bf16(p) rounded against the
+// chunk's max; within Tol::Attention of the twin, not bit-exact. sparse_attention takes it under
+// KernelTier::Fast when supported (dim 128 / 256 / 512, partials within the context's workspace).
+inline constexpr int64_t kSplitAttentionMaxTokens = 16;
+bool sparse_attention_split_supported(const DeviceContext& ctx, const SparseAttentionParams& p);
+void sparse_attention_split(const DeviceContext& ctx, const SparseAttentionParams& p);
 
 }  // namespace dsv4::cuda

@@ -1,5 +1,6 @@
-// The tensor-core sparse attention (prefill, > kExactLinearMaxTokens tokens) against
-// cpu::attend_with_sink(round_p = true) within Tol::Attention, and sparse_attention's dispatch.
+// The fast sparse attention kernels against cpu::attend_with_sink(round_p = true) within Tol::Attention:
+// the tensor-core kernel (prefill, > kExactLinearMaxTokens tokens), the split-K kernel (the fast tier's
+// calls of up to kSplitAttentionMaxTokens tokens, row-independent), and sparse_attention's dispatch.
 #include <gtest/gtest.h>
 #include <cuda_runtime.h>
 
@@ -225,8 +226,124 @@ TEST(CudaAttentionMma, PeakedLogitsAndHeadBlocks) {
   check_mma("heads=128 keys=77", d);
 }
 
-// Up to kExactLinearMaxTokens tokens sparse_attention is the exact kernel (bit-identical to the twin);
-// above, it is the tensor-core kernel (bit-identical to sparse_attention_mma).
+// ---- The split-K kernel (attention_split.cu), reached through sparse_attention under the fast tier.
+
+template <typename Fn>
+std::vector<float> run_fast(const Case& c, const Inputs& in, Fn fn) {
+  DeviceContext ctx;
+  ctx.set_kernels(KernelTier::Fast);
+  DeviceInputs d(in);
+  Guarded<uint16_t> out(size_t(c.tokens * c.heads * c.dim));
+  fn(ctx, d.params(c, out.get()));
+  ctx.synchronize();
+  return from_bf16(out.download("sparse_attention_split"));
+}
+
+void check_split(const std::string& what, Case c, bool elementwise = true) {
+  c.check_every = 1;
+  const Inputs in = make_inputs(c);
+  DeviceContext probe;
+  SparseAttentionParams sp;
+  sp.tokens = c.tokens;
+  sp.heads = c.heads;
+  sp.dim = c.dim;
+  sp.max_keys = c.max_keys;
+  ASSERT_TRUE(sparse_attention_split_supported(probe, sp)) << what;
+  const auto dispatched =
+      run_fast(c, in, [](const DeviceContext& ctx, const SparseAttentionParams& p) { sparse_attention(ctx, p); });
+  const auto direct =
+      run_fast(c, in, [](const DeviceContext& ctx, const SparseAttentionParams& p) { sparse_attention_split(ctx, p); });
+  const CompareResult same = compare("fast-tier sparse_attention == sparse_attention_split " + what, dispatched, direct,
+                                     Tol::Exact);
+  EXPECT_TRUE(same.ok) << same.line;
+  compare_twin("sparse_attention_split " + what, c, in, dispatched, elementwise);
+
+  // Row independence: the last token alone gives its row of the whole call, bit for bit (a decode step
+  // and a verify call agree).
+  Case one = c;
+  one.tokens = 1;
+  one.empty_token = -1;
+  const size_t row = size_t(c.heads) * size_t(c.dim);
+  const int64_t t = c.tokens - 1;
+  Inputs in1 = in;
+  in1.q.assign(in.q.begin() + int64_t(size_t(t) * row), in.q.begin() + int64_t(size_t(t + 1) * row));
+  in1.idx.assign(in.idx.begin() + t * c.max_keys, in.idx.begin() + (t + 1) * c.max_keys);
+  const auto alone =
+      run_fast(one, in1, [](const DeviceContext& ctx, const SparseAttentionParams& p) { sparse_attention(ctx, p); });
+  const std::vector<float> last(dispatched.begin() + int64_t(size_t(t) * row), dispatched.end());
+  const CompareResult r = compare("split row of token " + std::to_string(t) + " alone == in the call " + what, alone,
+                                  last, Tol::Exact);
+  EXPECT_TRUE(r.ok) << r.line;
+}
+
+TEST(CudaAttentionSplit, SlidingWindowWithAnEmptyToken) {
+  DSV4_REQUIRE_HOPPER();
+  Case c;
+  c.tokens = 3;
+  c.max_keys = 128;
+  c.entries = 2000;
+  c.missing = 9;
+  c.empty_token = 1;
+  c.seed = 81;
+  check_split("sliding keys=128", c);
+}
+TEST(CudaAttentionSplit, CsaWindowPlusSelected) {
+  DSV4_REQUIRE_HOPPER();
+  Case c;
+  c.tokens = 16;
+  c.max_keys = 640;
+  c.missing = 40;
+  c.empty_token = 7;
+  c.seed = 82;
+  check_split("csa keys=640 tokens=16", c);
+}
+TEST(CudaAttentionSplit, HcaLongListsOfAMillionTokenContext) {
+  DSV4_REQUIRE_HOPPER();
+  Case a;  // 128 window + 8192 compressed slots (1M tokens at ratio 128), the trailing ones empty
+  a.tokens = 2;
+  a.max_keys = 8320;
+  a.entries = 20000;
+  a.valid_prefix = 3000;
+  a.seed = 83;
+  check_split("hca keys=8320 (3000 valid)", a);
+  a.tokens = 4;
+  a.valid_prefix = -1;
+  a.seed = 84;
+  check_split("hca keys=8320 (all valid)", a);
+}
+TEST(CudaAttentionSplit, PeakedLogitsOtherHeadsAndDims) {
+  DSV4_REQUIRE_HOPPER();
+  Case c;  // large q: a few keys dominate, the chunks' maxima differ widely
+  c.tokens = 8;
+  c.max_keys = 640;
+  c.q_sigma = 3.0f;
+  c.seed = 85;
+  check_split("peaked q_sigma=3", c, false);
+  Case d;  // 128 heads, a short list with a partial chunk
+  d.tokens = 16;
+  d.heads = 128;
+  d.max_keys = 77;
+  d.entries = 500;
+  d.missing = 7;
+  d.empty_token = 3;
+  d.seed = 86;
+  check_split("heads=128 keys=77", d);
+  Case e;  // head dim 128 and 256 (small configs)
+  e.tokens = 5;
+  e.dim = 128;
+  e.max_keys = 300;
+  e.entries = 900;
+  e.missing = 11;
+  e.seed = 87;
+  check_split("dim=128 keys=300", e);
+  e.dim = 256;
+  e.seed = 88;
+  check_split("dim=256 keys=300", e);
+}
+
+// Up to kExactLinearMaxTokens tokens sparse_attention of the exact tier (the context's default) is the
+// exact kernel (bit-identical to the twin); above, it is the tensor-core kernel (bit-identical to
+// sparse_attention_mma).
 TEST(CudaAttentionMma, Dispatch) {
   DSV4_REQUIRE_HOPPER();
   Case c;

@@ -1,0 +1,207 @@
+// Split-K sparse decode attention with sinks: the fast tier's kernel for calls of few tokens (contract in
+// ops.h; MODEL.md §4.4).
+//
+// The exact kernel (attention.cu) runs one block per (token, head group) and walks the token's whole key
+// list in it: at batch 1 that is 64 blocks on 132 SMs, ~0.13 µs per key (an HCA layer at 128K context,
+// 1,152 keys: 150 µs; at 1M, 8,320 keys: ~1.1 ms; docs/perf-log.md). Here the key list is cut into
+// `splits` chunks of `chunk` keys (both from max_keys alone, so a query's result does not depend on the
+// other queries of the call: a decode step and a verify call give the same row), one block per
+// (token, head, chunk):
+//   partial: logits with a warp per key (16-byte loads of the row, fp32 dot, warp sum), the chunk's max
+//            m_j, p = exp(z - m_j), l_j = sum p, o_j = sum bf16(p) v (the reference's bf16 P, rounded
+//            against the chunk's max as the tensor-core kernel rounds against its running max);
+//   combine: M = max m_j, den = exp(sink - M) + sum_j exp(m_j - M) l_j, out = sum_j exp(m_j - M) o_j / den.
+// A token with no key gives zeros, as the exact kernel does. Partials live in the context's workspace
+// ([tokens * heads][splits][dim + 2] floats), written and read within this op on the context's stream.
+#include <cstdint>
+
+#include "backend/cuda/check.h"
+#include "backend/cuda/kernel_util.cuh"
+#include "backend/cuda/ops.h"
+
+namespace dsv4::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kKeysPerSplit = 128;  // target chunk: enough blocks at batch 1 for the long lists
+constexpr int kMaxSplits = 16;
+
+struct SplitGeom {
+  int splits = 1, chunk = 0;
+};
+
+SplitGeom split_geom(int max_keys) {
+  SplitGeom g;
+  g.splits = int(std::min<int64_t>(kMaxSplits, ceil_div(max_keys, kKeysPerSplit)));
+  g.chunk = int(ceil_div(max_keys, g.splits));
+  return g;
+}
+
+size_t partial_bytes(const SparseAttentionParams& p, const SplitGeom& g) {
+  return size_t(p.tokens) * size_t(p.heads) * size_t(g.splits) * size_t(p.dim + 2) * sizeof(float);
+}
+
+size_t smem_bytes(int dim, const SplitGeom& g) { return (size_t(dim) + 2 * size_t(g.chunk)) * sizeof(float); }
+
+template <int DIM>
+__global__ void __launch_bounds__(kThreads) split_partial_kernel(SparseAttentionParams p, int chunk, int splits,
+                                                                  float* part) {
+  extern __shared__ float smem[];
+  float* qs = smem;                                             // [DIM] q as fp32
+  float* z = qs + DIM;                                          // [chunk] logits, then p
+  int32_t* idx = reinterpret_cast<int32_t*>(z + chunk);         // [chunk] the chunk's rows
+  __shared__ float red[kWarps];
+  __shared__ float m_s, l_s;
+
+  const int64_t th = blockIdx.x;  // token * heads + head
+  const int split = blockIdx.y;
+  const int64_t token = th / p.heads;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int i = threadIdx.x; i < DIM; i += kThreads) qs[i] = __bfloat162float(p.q[th * DIM + i]);
+  const int s0 = split * chunk;
+  const int n = max(0, min(chunk, p.max_keys - s0));
+  const int32_t* ind = p.indices + token * p.max_keys + s0;
+  for (int s = threadIdx.x; s < n; s += kThreads) idx[s] = ind[s];
+  __syncthreads();
+
+  // Logits: a warp per key, each lane 8 dims per 16-byte load.
+  for (int s = warp; s < n; s += kWarps) {
+    const int32_t e = idx[s];
+    float acc = 0.0f;
+    if (e >= 0) {
+      const bf16* krow = p.kv + int64_t(e) * DIM;
+#pragma unroll
+      for (int c = lane * 8; c < DIM; c += 32 * 8) {
+        const uint4 raw = *reinterpret_cast<const uint4*>(krow + c);
+        const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const float2 f = __bfloat1622float2(h[i]);
+          acc = fmaf(qs[c + 2 * i], f.x, acc);
+          acc = fmaf(qs[c + 2 * i + 1], f.y, acc);
+        }
+      }
+      acc = warp_sum(acc);
+    }
+    if (lane == 0) z[s] = e >= 0 ? acc * p.scale : -INFINITY;
+  }
+  __syncthreads();
+
+  // The chunk's max.
+  float m = -INFINITY;
+  for (int s = threadIdx.x; s < n; s += kThreads) m = fmaxf(m, z[s]);
+  m = warp_max(m);
+  if (lane == 0) red[warp] = m;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float mm = -INFINITY;
+    for (int w = 0; w < kWarps; ++w) mm = fmaxf(mm, red[w]);
+    m_s = mm;
+  }
+  __syncthreads();
+  m = m_s;
+
+  // p = exp(z - m) and their sum (a chunk without keys: m = -inf, every p 0).
+  float l = 0.0f;
+  for (int s = threadIdx.x; s < n; s += kThreads) {
+    const float pe = m == -INFINITY ? 0.0f : expf(z[s] - m);
+    z[s] = pe;
+    l += pe;
+  }
+  l = warp_sum(l);
+  if (lane == 0) red[warp] = l;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float ll = 0.0f;
+    for (int w = 0; w < kWarps; ++w) ll += red[w];
+    l_s = ll;
+  }
+
+  // P.V: two dims per thread, bf16(p) as the reference rounds P.
+  float* out = part + (th * splits + split) * (DIM + 2);
+  const int d = threadIdx.x * 2;
+  if (d < DIM) {
+    float a0 = 0.0f, a1 = 0.0f;
+#pragma unroll 4
+    for (int s = 0; s < n; ++s) {
+      const int32_t e = idx[s];
+      if (e < 0) continue;
+      const float pr = __bfloat162float(__float2bfloat16_rn(z[s]));
+      const float2 v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p.kv + int64_t(e) * DIM + d));
+      a0 = fmaf(pr, v.x, a0);
+      a1 = fmaf(pr, v.y, a1);
+    }
+    out[d] = a0;
+    out[d + 1] = a1;
+  }
+  __syncthreads();  // l_s
+  if (threadIdx.x == 0) {
+    out[DIM] = m_s;
+    out[DIM + 1] = l_s;
+  }
+}
+
+template <int DIM>
+__global__ void __launch_bounds__(DIM / 2) split_combine_kernel(SparseAttentionParams p, int splits, const float* part) {
+  const int64_t th = blockIdx.x;
+  const int h = int(th % p.heads);
+  const float* base = part + th * splits * (DIM + 2);
+  float M = -INFINITY;
+  for (int j = 0; j < splits; ++j) M = fmaxf(M, base[j * (DIM + 2) + DIM]);
+  const int d = threadIdx.x * 2;
+  float o0 = 0.0f, o1 = 0.0f;
+  if (M != -INFINITY) {
+    float den = expf(p.sinks[h] - M), a0 = 0.0f, a1 = 0.0f;
+    for (int j = 0; j < splits; ++j) {
+      const float* q = base + j * (DIM + 2);
+      if (q[DIM] == -INFINITY) continue;
+      const float w = expf(q[DIM] - M);
+      den = fmaf(w, q[DIM + 1], den);
+      a0 = fmaf(w, q[d], a0);
+      a1 = fmaf(w, q[d + 1], a1);
+    }
+    o0 = a0 / den;
+    o1 = a1 / den;
+  }
+  *reinterpret_cast<__nv_bfloat162*>(p.out + th * DIM + d) = __floats2bfloat162_rn(o0, o1);
+}
+
+template <int DIM>
+void launch(const DeviceContext& ctx, const SparseAttentionParams& p, const SplitGeom& g) {
+  float* part = static_cast<float*>(ctx.workspace());
+  const size_t smem = smem_bytes(DIM, g);
+  auto partial = split_partial_kernel<DIM>;
+  if (smem > 48 * 1024) allow_max_dynamic_smem(ctx, partial);
+  const unsigned rows = unsigned(narrow_int(p.tokens * p.heads, "sparse_attention_split rows"));
+  partial<<<dim3(rows, unsigned(g.splits)), kThreads, smem, ctx.stream()>>>(p, g.chunk, g.splits, part);
+  DSV4_CUDA_CHECK_LAUNCH();
+  split_combine_kernel<DIM><<<rows, DIM / 2, 0, ctx.stream()>>>(p, g.splits, part);
+  DSV4_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+bool sparse_attention_split_supported(const DeviceContext& ctx, const SparseAttentionParams& p) {
+  if (p.tokens < 1 || p.tokens > kSplitAttentionMaxTokens || p.max_keys < 1 || p.heads < 1) return false;
+  if (p.dim != 128 && p.dim != 256 && p.dim != 512) return false;
+  const SplitGeom g = split_geom(p.max_keys);
+  return ctx.workspace() && partial_bytes(p, g) <= ctx.workspace_bytes() &&
+         smem_bytes(p.dim, g) + 2 * sizeof(float) * kWarps <= ctx.max_smem_per_block();
+}
+
+void sparse_attention_split(const DeviceContext& ctx, const SparseAttentionParams& p) {
+  if (!p.q || !p.kv || !p.indices || !p.sinks || !p.out) fail("sparse_attention_split: null pointer");
+  if (!sparse_attention_split_supported(ctx, p))
+    fail("sparse_attention_split: ", p.tokens, " tokens x ", p.heads, " heads x ", p.max_keys, " keys of dim ", p.dim,
+         " not supported (at most ", kSplitAttentionMaxTokens, " tokens, dim 128 / 256 / 512, partials within the ",
+         ctx.workspace_bytes(), "-byte workspace)");
+  const SplitGeom g = split_geom(p.max_keys);
+  switch (p.dim) {
+    case 128: return launch<128>(ctx, p, g);
+    case 256: return launch<256>(ctx, p, g);
+    default: return launch<512>(ctx, p, g);
+  }
+}
+
+}  // namespace dsv4::cuda
