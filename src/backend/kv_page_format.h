@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "backend/backend.h"
+#include "core/error.h"
 #include "core/kv_record_layout.h"
 #include "io/config.h"
 
@@ -20,24 +21,27 @@ struct KvPageFormat {
   int64_t key_bytes = 0;    // one indexer key in a page
 };
 
-// Records in official numerics whenever the widths fit the record blocks (head_dim - rope_dim a multiple
-// of 64; index_head_dim a multiple of 32); float32 rows otherwise (reference numerics, or a config whose
-// widths the records do not cover, which the official quantization does not cover either).
+// Records in official numerics whenever the record layouts take the widths (core/kv_record_layout.h
+// decides: head_dim - rope_dim a multiple of 64, index_head_dim a multiple of 32); float32 rows otherwise
+// (reference numerics, or a config whose widths the records do not cover, which the official
+// quantization does not cover either).
 inline KvPageFormat kv_page_format(const ModelConfig& cfg, Numerics n) {
   KvPageFormat f;
-  const int64_t nope = cfg.head_dim - cfg.rope_dim, dI = cfg.index_head_dim;
-  const bool fits = cfg.rope_dim >= 0 && nope > 0 && nope % kFp8KvBlock == 0 && dI >= 0 && dI % kFp4Block == 0;
-  f.records = n == Numerics::Official && fits;
-  if (f.records) {
-    f.entry = kv_entry_layout(cfg.head_dim, cfg.rope_dim);
-    f.entry_bytes = f.entry.bytes();
-    if (dI > 0) {  // 0: no CSA layer, no keys
-      f.key = indexer_key_layout(dI);
-      f.key_bytes = f.key.bytes();
+  if (n == Numerics::Official) {
+    try {
+      f.entry = kv_entry_layout(cfg.head_dim, cfg.rope_dim);
+      if (cfg.index_head_dim > 0) f.key = indexer_key_layout(cfg.index_head_dim);  // 0: no CSA, no keys
+      f.records = true;
+    } catch (const Error&) {
+      f.records = false;  // the layouts' own check said no: rows stay float32
     }
+  }
+  if (f.records) {
+    f.entry_bytes = f.entry.bytes();
+    f.key_bytes = cfg.index_head_dim > 0 ? f.key.bytes() : 0;
   } else {
     f.entry_bytes = cfg.head_dim * int64_t(sizeof(float));
-    f.key_bytes = dI * int64_t(sizeof(float));
+    f.key_bytes = cfg.index_head_dim * int64_t(sizeof(float));
   }
   return f;
 }

@@ -247,9 +247,11 @@ TEST_P(KvPages, PagesHoldCompactRecordsInOfficialNumerics) {
   EXPECT_EQ(sr->copied_bytes() - s->copied_bytes(), rings_f32 - rings);  // the same partial windows
 }
 
-// The records are exact on the official grid: a sequence fed across many pages in chunks, restored from
-// a snapshot and continued, equals the same sequence fed at once, bit for bit (the pages are read back
-// through unpack at every step).
+// Pages of records copied and shared by a snapshot read back as they were written: a sequence fed over
+// several pages, snapshotted mid-way (its partial page copied as bytes), restored into another slot and
+// continued, equals the same sequence fed at once, bit for bit. (That records hold the official
+// numerics' rows exactly is the pack / unpack round trip of tests/backend/cpu/test_kv_record.cpp; the
+// logits equal float32 storage's was checked once by hand, commit 48e189f.)
 TEST_P(KvPages, RecordsReadBackTheSameLogitsAfterRestore) {
   const std::vector<int32_t> a = ids(700, 3, V_);
   const Tensor whole = m_->forward(0, 0, a);
