@@ -5,6 +5,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "io/kv_size.h"
 
 namespace dsv4 {
 
@@ -231,19 +232,28 @@ const GpuPlan& MemoryPlan::largest() const {
 uint64_t kv_bytes(const ModelConfig& cfg, int64_t seqs, int64_t context, int64_t max_tokens, int64_t mtp_blocks) {
   const uint64_t S = uint64_t(seqs), d = uint64_t(cfg.head_dim), dI = uint64_t(cfg.index_head_dim);
   const uint64_t W = uint64_t(cfg.sliding_window);
+  // The pool holds compact records (io/kv_size.h); bf16 rows where the records do not take the widths
+  // (the GPU's official numerics need them anyway).
+  KvBytes rec;
+  try {
+    rec = dsv4::kv_bytes(cfg, KvStorage::Compact);
+  } catch (const Error&) {
+    rec = dsv4::kv_bytes(cfg, KvStorage::Bf16);
+  }
+  const uint64_t entry = uint64_t(rec.entry_bytes), key = uint64_t(rec.index_key_bytes);
   uint64_t total = 0;
   std::vector<LayerSpec> specs = cfg.layers;
   for (int64_t k = 0; k < mtp_blocks; ++k) specs.push_back(cfg.layer_at(cfg.num_layers + k));
   for (const LayerSpec& l : specs) {
     const uint64_t E = uint64_t(max_entries(l, context)), m = uint64_t(l.ratio);
-    total += (S * W + round16(uint64_t(max_tokens)) + S * E) * d * kBf16;  // ring | chunk | compressed pool
+    total += (S * W + round16(uint64_t(max_tokens))) * d * kBf16 + S * E * entry;  // ring | chunk, pool
     if (l.attn != AttnKind::Sliding) {
       const uint64_t c = l.attn == AttnKind::CSA ? 2 : 1;
       total += 2 * S * m * c * d * kF32;                                // cur_a, cur_g
       if (c == 2) total += 2 * S * m * d * kF32;                        // prev_a, prev_g
     }
     if (l.attn == AttnKind::CSA)
-      total += 2 * S * m * 2 * dI * kF32 + 2 * S * m * dI * kF32 + S * E * dI * kBf16;  // indexer state + keys
+      total += 2 * S * m * 2 * dI * kF32 + 2 * S * m * dI * kF32 + S * E * key;  // indexer state + keys
   }
   return total;
 }

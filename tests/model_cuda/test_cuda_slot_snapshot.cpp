@@ -9,6 +9,7 @@
 
 #include "backend/cuda/harness.h"
 #include "core/error.h"
+#include "io/kv_size.h"
 #include "model/golden.h"
 #include "model_steps.h"
 #include "support/test_paths.h"
@@ -62,6 +63,22 @@ TEST_P(CudaSlotSnapshot, RestoredSlotContinuesBitForBit) {
   m_->forward(0, 198, ids(30, 3, V));
   be.restore(0, *snap);
   cuda::test::compare("rolled-back slot", m_->forward(0, 128, more).data, cold.data, cuda::test::Tol::Exact);
+}
+
+// The pool's pages hold the compact records of docs/kv-records.md (main entries FP8 + bf16 rope, indexer
+// keys FP4): a token of context takes the bytes io/kv_size.h counts for them, an independent sum over
+// the layers, and a snapshot's shared page counts one page's storage. (That the records read back as
+// the rows the CPU keeps is the bit-identity of every logits test here.)
+TEST_P(CudaSlotSnapshot, PagesHoldCompactRecords) {
+  const ModelConfig& cfg = m_->config();
+  const KvPageInfo info = m_->backend().kv_pages();
+  EXPECT_EQ(info.storage, "compact records");
+  ASSERT_EQ(info.paged_groups, 1) << "the fixtures' MTP blocks are sliding layers";
+  EXPECT_DOUBLE_EQ(info.bytes_per_token(), kv_bytes(cfg, KvStorage::Compact).per_token());
+  EXPECT_LT(info.bytes_per_token(), kv_bytes(cfg, KvStorage::Bf16).per_token() / 1.5);
+  m_->forward(2, 0, ids(128, 5, cfg.vocab_size), {.all_logits = false});
+  const auto s = m_->backend().snapshot(2, 128, 0);
+  EXPECT_EQ(s->bytes() - s->copied_bytes(), uint64_t(info.page_bytes));
 }
 
 // A snapshot is a copy: the slot it came from moving on does not change it.

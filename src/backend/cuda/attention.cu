@@ -6,7 +6,8 @@
 //   2. per head: M = max z, p_s = exp(z_s - M) in double rounded once (glibc's expf), the denominator
 //      summed in the twin's order (sink term first, then the keys in list order);
 //   3. P.V: each thread owns two output dims and walks all keys with bf16(p_s).
-// The exact max is known before any p is formed, so bf16(p) is rounded exactly where the reference
+// Rows of the page pool are read from their compact records in place (kv_record.cuh: the same bf16
+// values). The exact max is known before any p is formed, so bf16(p) is rounded exactly where the reference
 // rounds it (an online softmax would round rescaled values instead). This is the correctness-first
 // decode kernel of the exact tier: it re-reads the key rows once per head group from L2; the fast tier
 // takes the split-K kernel (attention_split.cu) for calls of few tokens.
@@ -15,6 +16,7 @@
 #include "backend/cuda/check.h"
 #include "backend/cuda/cpu_math.cuh"
 #include "backend/cuda/kernel_util.cuh"
+#include "backend/cuda/kv_record.cuh"
 #include "backend/cuda/linear_exact.h"
 #include "backend/cuda/ops.h"
 
@@ -35,6 +37,7 @@ __global__ void __launch_bounds__(kThreads) sparse_attention_kernel(SparseAttent
   const int64_t token = blockIdx.x / groups;
   const int h0 = (blockIdx.x % groups) * G;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const rec::KvRows<DIM> rows{p.kv, p.records, p.record_base, p.rec};
 
   // q of the G heads in shared memory as fp32 (exact bf16 values).
   float* qs = reinterpret_cast<float*>(idx + p.max_keys);  // [G][DIM]
@@ -53,12 +56,11 @@ __global__ void __launch_bounds__(kThreads) sparse_attention_kernel(SparseAttent
       for (int g = 0; g < G; ++g) z[g * p.max_keys + s] = -INFINITY;
       continue;
     }
-    const bf16* krow = p.kv + int64_t(e) * DIM;
     float acc[G];
 #pragma unroll
     for (int g = 0; g < G; ++g) acc[g] = 0.0f;
     for (int c = 0; c < DIM; c += 8) {
-      uint4 raw = *reinterpret_cast<const uint4*>(krow + c);
+      uint4 raw = rows.load8(e, c);
       const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
@@ -106,7 +108,7 @@ __global__ void __launch_bounds__(kThreads) sparse_attention_kernel(SparseAttent
   for (int s = 0; s < p.max_keys; ++s) {
     const int32_t e = idx[s];
     if (e < 0) continue;
-    const float2 kv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p.kv + int64_t(e) * DIM + d));
+    const float2 kv = rows.load2(e, d);
 #pragma unroll
     for (int g = 0; g < G; ++g) {
       const float pr = __bfloat162float(__float2bfloat16_rn(z[g * p.max_keys + s]));  // bf16(p) for P.V
@@ -150,9 +152,18 @@ void dispatch_group(const DeviceContext& ctx, const SparseAttentionParams& p) {
 
 }  // namespace
 
+void check_attention_records(const SparseAttentionParams& p, const char* what) {
+  if (!p.records) return;
+  if (p.rec.nope + p.rec.rope != p.dim || p.rec.nope % kFp8KvBlock != 0 || p.rec.bytes <= 0 ||
+      p.rec.bytes % kKvEntryAlign != 0 || p.record_base < 0 || reinterpret_cast<uintptr_t>(p.records) % kKvEntryAlign != 0)
+    fail(what, ": records of ", p.rec.nope, " + ", p.rec.rope, " dims in ", p.rec.bytes, " bytes from row ",
+         p.record_base, " do not fit rows of ", p.dim, " dims (8-byte aligned records of 64-dim FP8 blocks)");
+}
+
 void sparse_attention(const DeviceContext& ctx, const SparseAttentionParams& p) {
   if (p.tokens == 0) return;
   if (!p.q || !p.kv || !p.indices || !p.sinks || !p.out) fail("sparse_attention: null pointer");
+  check_attention_records(p, "sparse_attention");
   if (p.heads <= 0 || p.max_keys <= 0) fail("sparse_attention: heads and max_keys must be positive");
   narrow_int(p.entries, "sparse_attention entries");
   // Prefill chunks above the exact-linear limit (the forward is not bit-exact there anyway) take the

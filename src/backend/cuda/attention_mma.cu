@@ -4,7 +4,8 @@
 // One block per (token, 64 heads), 8 warps: warp w owns heads 16 (w % 4) .. +15 and output dims
 // 256 (w / 4) .. +255 (O: 16 x 256 fp32 = 128 registers per thread). The block first compacts the
 // token's key list (valid indices in list order), then walks it in chunks of 32 keys whose rows are
-// gathered into shared memory with cp.async (kStages-deep pipeline); q [64, 512] stays in shared memory.
+// gathered into shared memory with cp.async (kStages-deep pipeline; rows of the page pool decoded from
+// their compact records with plain loads and stores instead); q [64, 512] stays in shared memory.
 // Per chunk, bf16 mma.sync.m16n8k16 with fp32 accumulation:
 //   S = Q . K^T: each warp dots over its 256 dims, the two halves add their partial logits through
 //     shared memory (a + b in both warps: identical logits), z = S * scale;
@@ -22,6 +23,7 @@
 #include "backend/cuda/async_copy.cuh"
 #include "backend/cuda/check.h"
 #include "backend/cuda/kernel_util.cuh"
+#include "backend/cuda/kv_record.cuh"
 #include "backend/cuda/ops.h"
 
 namespace dsv4::cuda {
@@ -84,6 +86,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_mma_kernel(Spars
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int hg = warp & 3, half = warp >> 2;
   const int g = lane >> 2, q2 = (lane & 3) * 2;
+  const rec::KvRows<kDim> rows{p.kv, p.records, p.record_base, p.rec};
 
   // Compact the key list: the valid indices in list order.
   const int32_t* ind = p.indices + token * p.max_keys;
@@ -124,7 +127,12 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_mma_kernel(Spars
       const int r = i / (kDim / 8), v = (i % (kDim / 8)) * 8;
       const int key = c * kKeys + r;
       const bool valid = key < n;
-      const bf16* src = valid ? p.kv + int64_t(list[key]) * kDim + v : p.kv;
+      const int64_t e = valid ? list[key] : 0;
+      if (valid && rows.record(e)) {  // a pool record: decoded in place, stored synchronously
+        *reinterpret_cast<uint4*>(dst + r * kLd + v) = rows.load8(e, v);
+        continue;
+      }
+      const bf16* src = valid ? p.kv + e * kDim + v : p.kv;
       cp_async16(dst + r * kLd + v, src, valid);  // rows past the list are zero (and masked below)
     }
   };
@@ -265,6 +273,7 @@ bool sparse_attention_mma_supported(const DeviceContext& ctx, const SparseAttent
 void sparse_attention_mma(const DeviceContext& ctx, const SparseAttentionParams& p) {
   if (p.tokens == 0) return;
   if (!p.q || !p.kv || !p.indices || !p.sinks || !p.out) fail("sparse_attention_mma: null pointer");
+  check_attention_records(p, "sparse_attention_mma");
   if (!sparse_attention_mma_supported(ctx, p))
     fail("sparse_attention_mma: takes heads a multiple of 64 of dim 512 and a key list that fits shared memory; got ",
          p.heads, " x ", p.dim, ", ", p.max_keys, " keys");

@@ -11,12 +11,13 @@
 //            m_j, p = exp(z - m_j), l_j = sum p, o_j = sum bf16(p) v (the reference's bf16 P, rounded
 //            against the chunk's max as the tensor-core kernel rounds against its running max);
 //   combine: M = max m_j, den = exp(sink - M) + sum_j exp(m_j - M) l_j, out = sum_j exp(m_j - M) o_j / den.
-// A token with no key gives zeros, as the exact kernel does. Partials live in the context's workspace
+// Pool rows are read from their compact records in place (kv_record.cuh). A token with no key gives zeros, as the exact kernel does. Partials live in the context's workspace
 // ([tokens * heads][splits][dim + 2] floats), written and read within this op on the context's stream.
 #include <cstdint>
 
 #include "backend/cuda/check.h"
 #include "backend/cuda/kernel_util.cuh"
+#include "backend/cuda/kv_record.cuh"
 #include "backend/cuda/ops.h"
 
 namespace dsv4::cuda {
@@ -58,6 +59,7 @@ __global__ void __launch_bounds__(kThreads) split_partial_kernel(SparseAttention
   const int split = blockIdx.y;
   const int64_t token = th / p.heads;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const rec::KvRows<DIM> rows{p.kv, p.records, p.record_base, p.rec};
   for (int i = threadIdx.x; i < DIM; i += kThreads) qs[i] = __bfloat162float(p.q[th * DIM + i]);
   const int s0 = split * chunk;
   const int n = max(0, min(chunk, p.max_keys - s0));
@@ -70,10 +72,9 @@ __global__ void __launch_bounds__(kThreads) split_partial_kernel(SparseAttention
     const int32_t e = idx[s];
     float acc = 0.0f;
     if (e >= 0) {
-      const bf16* krow = p.kv + int64_t(e) * DIM;
 #pragma unroll
       for (int c = lane * 8; c < DIM; c += 32 * 8) {
-        const uint4 raw = *reinterpret_cast<const uint4*>(krow + c);
+        const uint4 raw = rows.load8(e, c);
         const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
@@ -128,7 +129,7 @@ __global__ void __launch_bounds__(kThreads) split_partial_kernel(SparseAttention
       const int32_t e = idx[s];
       if (e < 0) continue;
       const float pr = __bfloat162float(__float2bfloat16_rn(z[s]));
-      const float2 v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p.kv + int64_t(e) * DIM + d));
+      const float2 v = rows.load2(e, d);
       a0 = fmaf(pr, v.x, a0);
       a1 = fmaf(pr, v.y, a1);
     }
@@ -192,6 +193,7 @@ bool sparse_attention_split_supported(const DeviceContext& ctx, const SparseAtte
 
 void sparse_attention_split(const DeviceContext& ctx, const SparseAttentionParams& p) {
   if (!p.q || !p.kv || !p.indices || !p.sinks || !p.out) fail("sparse_attention_split: null pointer");
+  check_attention_records(p, "sparse_attention_split");
   if (!sparse_attention_split_supported(ctx, p))
     fail("sparse_attention_split: ", p.tokens, " tokens x ", p.heads, " heads x ", p.max_keys, " keys of dim ", p.dim,
          " not supported (at most ", kSplitAttentionMaxTokens, " tokens, dim 128 / 256 / 512, partials within the ",

@@ -42,9 +42,12 @@ AttentionLayerState::AttentionLayerState(const ModelConfig& cfg, const LayerSpec
   if (max_seqs <= 0 || max_ctx <= 0 || max_tokens <= 0) fail("AttentionLayerState: empty capacity");
   if (spec.attn != AttnKind::Sliding && (page_tokens <= 0 || page_tokens % spec.ratio != 0))
     fail("AttentionLayerState: ", page_tokens, " tokens per page for compress ratio ", spec.ratio);
-  kv = DeviceBuffer<bf16>(size_t((pool_base() + pool_rows()) * head_dim));
+  kv = DeviceBuffer<bf16>(size_t(pool_base() * head_dim));
   zero(kv);
   if (spec.attn != AttnKind::Sliding) {
+    entry_rec = record_geom(kv_entry_layout(cfg.head_dim, cfg.rope_dim));
+    entry_records = DeviceBuffer<uint8_t>(size_t(std::max<int64_t>(pool_rows(), 1) * entry_rec.bytes));
+    zero(entry_records);
     const int64_t m = spec.ratio, c = spec.attn == AttnKind::CSA ? 2 : 1, d = head_dim;
     cur_a = DeviceBuffer<float>(size_t(max_seqs * m * c * d));
     cur_g = DeviceBuffer<float>(size_t(max_seqs * m * c * d));
@@ -59,8 +62,9 @@ AttentionLayerState::AttentionLayerState(const ModelConfig& cfg, const LayerSpec
     icur_g = DeviceBuffer<float>(size_t(max_seqs * m * 2 * dI));
     iprev_a = DeviceBuffer<float>(size_t(max_seqs * m * dI));
     iprev_g = DeviceBuffer<float>(size_t(max_seqs * m * dI));
-    index_keys = DeviceBuffer<bf16>(size_t(std::max<int64_t>(pool_rows(), 1) * dI));
-    zero(index_keys);
+    key_rec = record_geom(indexer_key_layout(dI));
+    key_records = DeviceBuffer<uint8_t>(size_t(std::max<int64_t>(pool_rows(), 1) * key_rec.bytes));
+    zero(key_records);
   }
 }
 
@@ -83,12 +87,10 @@ std::vector<AttentionLayerState::Piece> AttentionLayerState::slot_pieces(int64_t
 std::vector<AttentionLayerState::Piece> AttentionLayerState::page_pieces(int32_t page) {
   if (per_page == 0) return {};
   if (page < 0 || page >= pool_pages) fail("attention state: page ", page, " outside [0, ", pool_pages, ")");
-  std::vector<Piece> out{{kv.get() + (pool_base() + int64_t(page) * per_page) * head_dim,
-                          size_t(per_page * head_dim) * sizeof(bf16)}};
-  if (index_keys.size() > 0) {
-    const size_t dI = index_keys.size() / size_t(std::max<int64_t>(pool_rows(), 1));
-    out.push_back({index_keys.get() + size_t(page) * size_t(per_page) * dI, size_t(per_page) * dI * sizeof(bf16)});
-  }
+  const size_t rows = size_t(page) * size_t(per_page);
+  std::vector<Piece> out{{entry_records.get() + rows * size_t(entry_rec.bytes), size_t(per_page) * size_t(entry_rec.bytes)}};
+  if (key_records.size() > 0)
+    out.push_back({key_records.get() + rows * size_t(key_rec.bytes), size_t(per_page) * size_t(key_rec.bytes)});
   return out;
 }
 
@@ -213,8 +215,8 @@ void run_rope(const DeviceContext& ctx, bf16* x, const AttentionBatch& b, const 
 // The compressor of compress_chunk: fp32 projections, pooling into the slot state, entry emission.
 void run_compressor(const DeviceContext& ctx, const ModelConfig& cfg, AttentionWorkspace& ws,
                     const DevCompressorWeights& w, const AttentionBatch& b, const bf16* x, float* cur_a, float* cur_g,
-                    float* prev_a, float* prev_g, bf16* entries, const PagedRows& rows, const float* inv_freq,
-                    bool indexer) {
+                    float* prev_a, float* prev_g, uint8_t* records, const KvRecordGeom& kv_rec,
+                    const IndexerRecordGeom& key_rec, const PagedRows& rows, const float* inv_freq, bool indexer) {
   const int width = (w.overlap ? 2 : 1) * w.dc, in = int(cfg.hidden_size);
   // wkv and wgate read the same x: one fast_gemv launch where the table's fast_gemv takes both.
   const LinearKernel k = linear_kernel(LinearSite::CompressorF32, b.tokens, ctx.kernels());
@@ -233,7 +235,8 @@ void run_compressor(const DeviceContext& ctx, const ModelConfig& cfg, AttentionW
                         .prev_a = prev_a, .prev_g = prev_g, .pooled = ws.pooled.get(), .positions = b.positions,
                         .slots = b.slots, .tokens = b.tokens, .run_len = b.run_len, .ratio = w.ratio, .dc = w.dc,
                         .overlap = w.overlap});
-  compressor_emit(ctx, {.pooled = ws.pooled.get(), .norm = w.norm.get(), .inv_freq = inv_freq, .entries = entries,
+  compressor_emit(ctx, {.pooled = ws.pooled.get(), .norm = w.norm.get(), .inv_freq = inv_freq, .records = records,
+                        .kv_rec = kv_rec, .key_rec = key_rec,
                         .entry_rows = rows, .positions = b.positions, .slots = b.slots, .tokens = b.tokens,
                         .ratio = w.ratio, .dc = w.dc, .rope_dim = int(cfg.rope_dim), .indexer = indexer,
                         .eps = float(cfg.rms_norm_eps)});
@@ -305,13 +308,12 @@ void attn_compress(const DeviceContext& ctx, const AttentionCall& a, const bf16*
   if (kind == CompressorKind::Main) {
     if (!w.compressor) fail("attention: a sliding layer has no compressor");
     run_compressor(ctx, a.cfg, a.ws, *w.compressor, a.b, x, st.cur_a.get(), st.cur_g.get(), st.prev_a.get(),
-                   st.prev_g.get(), st.kv.get() + st.pool_base() * a.cfg.head_dim, st.pages, w.inv_freq.get(),
-                   false);
+                   st.prev_g.get(), st.entry_records.get(), st.entry_rec, {}, st.pages, w.inv_freq.get(), false);
     return;
   }
   if (!w.indexer) fail("attention: only CSA layers have an indexer");
   run_compressor(ctx, a.cfg, a.ws, w.indexer->compressor, a.b, x, st.icur_a.get(), st.icur_g.get(), st.iprev_a.get(),
-                 st.iprev_g.get(), st.index_keys.get(), st.pages, w.inv_freq.get(), true);
+                 st.iprev_g.get(), st.key_records.get(), {}, st.key_rec, st.pages, w.inv_freq.get(), true);
 }
 
 // Indexer queries, head weights, scores over the visible keys, top-k.
@@ -328,7 +330,8 @@ void attn_index_topk(const DeviceContext& ctx, const AttentionCall& a, const bf1
   hadamard_fp4(ctx, {.x = ws.qi.get(), .vectors = b.tokens * HI, .stride = dI, .n = int(dI)});
   run_linear_f32(ctx, ws, LinearSite::WeightsProj, x, cfg.hidden_size, w.weights_proj.get(), b.tokens,
                  int(cfg.hidden_size), int(HI), nullptr, ws.wi.get());
-  indexer_scores(ctx, {.q = ws.qi.get(), .w = ws.wi.get(), .keys = a.st.index_keys.get(), .key_rows = a.st.pages,
+  indexer_scores(ctx, {.q = ws.qi.get(), .w = ws.wi.get(), .keys = a.st.key_records.get(), .key_rec = a.st.key_rec,
+                       .key_rows = a.st.pages,
                        .scores = ws.scores.get(),
                        .positions = b.positions, .slots = b.slots, .tokens = b.tokens,
                        .max_entries = a.st.max_entries, .heads = int(HI), .dim = int(dI), .ratio = w.compressor.ratio,
@@ -354,8 +357,9 @@ void attn_attend(const DeviceContext& ctx, const AttentionCall& a) {
                        .topk = int(cfg.index_topk), .ratio = kind == AttnKind::Sliding ? 0 : w.spec.ratio,
                        .ring_base = st.ring_base(), .chunk_base = st.chunk_base(), .pool_base = st.pool_base(),
                        .max_entries = st.max_entries, .entry_rows = st.pages, .pool_rows = st.pool_rows()});
-  sparse_attention(ctx, {.q = ws.q.get(), .kv = st.kv.get(), .indices = ws.indices.get(), .sinks = w.attn_sink.get(),
-                         .out = ws.o.get(), .tokens = T, .entries = st.pool_base() + st.pool_rows(),
+  sparse_attention(ctx, {.q = ws.q.get(), .kv = st.kv.get(), .indices = ws.indices.get(),
+                         .records = st.entry_records.get(), .record_base = st.pool_base(), .rec = st.entry_rec,
+                         .sinks = w.attn_sink.get(), .out = ws.o.get(), .tokens = T, .entries = st.pool_base() + st.pool_rows(),
                          .heads = int(H), .dim = int(d), .max_keys = int(max_keys),
                          .scale = float(1.0 / std::sqrt(double(d)))});
   run_rope(ctx, ws.o.get(), b, w.inv_freq.get(), H, d, cfg.rope_dim, true);

@@ -30,6 +30,7 @@
 #include "backend/cuda/buffer.h"
 #include "backend/cuda/context.h"
 #include "backend/cuda/gemm.h"
+#include "backend/cuda/kv_record.h"
 #include "backend/backend.h"
 #include "io/config.h"
 #include "io/weight_tree.h"
@@ -91,12 +92,13 @@ void finish_attention_weights(DevAttentionWeights& d, const AttentionWeights& w,
                               const LayerSpec& spec);
 
 // Device state of one layer for up to `max_seqs` sequences (slots) of up to `max_ctx` positions.
-// kv rows: [ring: max_seqs * W][chunk: max_tokens_padded][pool: pool_pages * per_page], all [.., d] bf16;
-// the chunk rows hold the current call's KV (queries of a prefill chunk longer than W must not read
-// ring slots the chunk itself overwrote); the ring is written after the attention. The pool rows are
-// this layer's part of the KV page pool (backend/kv_pages.h): page p holds entries [p * per_page, (p +
-// 1) * per_page) of whichever sequence's page table names p (`pages`, the backend's table of the layer's
-// group); index_keys likewise for the indexer keys.
+// Rows a key list names: [ring: max_seqs * W][chunk: max_tokens_padded] bf16 rows [.., d] in `kv`, then
+// [pool: pool_pages * per_page] compact records (kv_record.h) in `entry_records`; the chunk rows hold
+// the current call's KV (queries of a prefill chunk longer than W must not read ring slots the chunk
+// itself overwrote); the ring is written after the attention. The pool is this layer's part of the KV
+// page pool (backend/kv_pages.h): page p holds entries [p * per_page, (p + 1) * per_page) of whichever
+// sequence's page table names p (`pages`, the backend's table of the layer's group); `key_records`
+// likewise for the indexer keys (FP4 records).
 // No reset is needed when a slot starts a new sequence at position 0: every piece of state is written
 // before it is read (block slots, the CSA previous block from block 1 on, ring slots within the window,
 // the fresh pages the backend takes for it).
@@ -112,13 +114,16 @@ struct AttentionLayerState {
   int64_t chunk_base() const { return max_seqs * window; }
   int64_t pool_base() const { return chunk_base() + chunk_rows; }
   PagedRows pages;              // the page table of the layer's group (set by the backend)
-  DeviceBuffer<bf16> kv;        // [rows, d] as above
+  DeviceBuffer<bf16> kv;        // [ring + chunk rows, d] as above
+  KvRecordGeom entry_rec;       // main entries' records (compressed layers)
+  DeviceBuffer<uint8_t> entry_records;  // [pool_rows, entry_rec.bytes]
   // Main compressor partial state (CSA / HCA).
   DeviceBuffer<float> cur_a, cur_g;    // [max_seqs, ratio, c*d]
   DeviceBuffer<float> prev_a, prev_g;  // [max_seqs, ratio, d] (CSA)
   // Indexer (CSA).
   DeviceBuffer<float> icur_a, icur_g, iprev_a, iprev_g;  // as above with dc = dI
-  DeviceBuffer<bf16> index_keys;       // [pool_rows, dI] Hadamard + FP4 keys
+  IndexerRecordGeom key_rec;           // Hadamard + FP4 keys' records
+  DeviceBuffer<uint8_t> key_records;   // [pool_rows, key_rec.bytes]
 
   // What slot `slot` owns outside the pool, as contiguous device byte ranges (ring rows, compressor and
   // indexer partial windows): a slot snapshot copies these.

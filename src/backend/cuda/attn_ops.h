@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "backend/cuda/context.h"
+#include "backend/cuda/kv_record.h"
 
 namespace dsv4::cuda {
 
@@ -104,13 +105,17 @@ struct CompressorPoolParams {
 void compressor_pool(const DeviceContext& ctx, const CompressorPoolParams& p);
 
 // ---- Compressor, part 2: each pooled row of a completing token t becomes entry j = pos / ratio of its
-// slot (row entry_rows.row(slot, j) of the pool; a slot without that page writes nothing): RMSNorm(norm) -> bf16 -> RoPE at j * ratio on the trailing rope dims -> bf16 -> main: fp8_sim of
-// dims [0, dc - rope_dim) in 64-blocks; indexer: Hadamard(dc) + FP4 (32-blocks).
+// slot (row entry_rows.row(slot, j) of the pool; a slot without that page writes nothing): RMSNorm(norm)
+// -> bf16 -> RoPE at j * ratio on the trailing rope dims -> bf16 -> main: fp8_sim of dims
+// [0, dc - rope_dim) in 64-blocks; indexer: Hadamard(dc) + FP4 (32-blocks); stored as that row's
+// compact record (kv_record.h: main entries kv_rec, indexer keys key_rec).
 struct CompressorEmitParams {
   const bf16* pooled = nullptr;      // [tokens, dc]
   const float* norm = nullptr;       // [dc]
   const float* inv_freq = nullptr;   // [rope_dim / 2]
-  bf16* entries = nullptr;           // the pool's rows [pages * per_page, dc]
+  uint8_t* records = nullptr;        // the pool's records [pages * per_page, record bytes], 8-byte aligned
+  KvRecordGeom kv_rec;               // main entries (dc = kv_rec.nope + kv_rec.rope)
+  IndexerRecordGeom key_rec;         // indexer keys (dc = key_rec.dim)
   PagedRows entry_rows;
   const int32_t* positions = nullptr;
   const int32_t* slots = nullptr;
@@ -128,7 +133,8 @@ void compressor_emit(const DeviceContext& ctx, const CompressorEmitParams& p);
 struct IndexerScoreParams {
   const bf16* q = nullptr;     // [tokens, heads, dim] (rotated, Hadamard + FP4)
   const bf16* w = nullptr;     // [tokens, heads] weights_proj output (bf16)
-  const bf16* keys = nullptr;  // the pool's key rows [pages * per_page, dim]
+  const uint8_t* keys = nullptr;  // the pool's key records [pages * per_page, key_rec.bytes], 4-byte aligned
+  IndexerRecordGeom key_rec;      // key_rec.dim == dim
   PagedRows key_rows;          // the visible entries must have pages
   float* scores = nullptr;     // [tokens, max_entries]
   const int32_t* positions = nullptr;

@@ -8,6 +8,7 @@
 #include "backend/cuda/check.h"
 #include "backend/cuda/cpu_math.cuh"
 #include "backend/cuda/kernel_util.cuh"
+#include "backend/cuda/kv_record.cuh"
 #include "backend/cuda/quant_sim.cuh"
 #include "core/hadamard.h"
 
@@ -168,7 +169,17 @@ __global__ void compressor_emit_kernel(CompressorEmitParams p, float hscale) {
   } else {
     out = v[i];
   }
-  p.entries[row * p.dc + i] = __float2bfloat16_rn(out);
+  // The finished row (bf16 values) as its record, packed by warp 0.
+  __syncthreads();  // every thread is done reading v
+  v[i] = qsim::bf16r(out);
+  __syncthreads();
+  if (warp != 0) return;
+  const float* row_v = v;
+  auto value = [row_v](int k) { return row_v[k]; };
+  if (p.indexer)
+    rec::pack_indexer_row(value, p.records + row * p.key_rec.bytes, p.key_rec, lane);
+  else
+    rec::pack_kv_row(value, p.records + row * p.kv_rec.bytes, p.kv_rec, lane);
 }
 
 }  // namespace
@@ -192,14 +203,19 @@ void compressor_pool(const DeviceContext& ctx, const CompressorPoolParams& p) {
 
 void compressor_emit(const DeviceContext& ctx, const CompressorEmitParams& p) {
   if (p.tokens == 0) return;
-  if (!p.pooled || !p.norm || !p.inv_freq || !p.entries || !p.positions || !p.slots || !p.entry_rows.pages)
+  if (!p.pooled || !p.norm || !p.inv_freq || !p.records || !p.positions || !p.slots || !p.entry_rows.pages)
     fail("compressor_emit: null pointer");
+  if (reinterpret_cast<uintptr_t>(p.records) % kKvEntryAlign != 0) fail("compressor_emit: records must be 8-byte aligned");
   if (p.entry_rows.per_page <= 0) fail("compressor_emit: ", p.entry_rows.per_page, " entries per page");
   if (p.dc < 64 || p.dc > 1024 || p.dc % 64 != 0 || p.rope_dim % 2 != 0 || p.rope_dim > p.dc)
     fail("compressor_emit: dc ", p.dc, " must be a multiple of 64 up to 1024, rope_dim ", p.rope_dim);
   if (!p.indexer && (p.dc - p.rope_dim) % kFp8KvBlock != 0)
     fail("compressor_emit: ", p.dc - p.rope_dim, " non-rope dims are not a multiple of 64");
   if (p.indexer && (p.dc & (p.dc - 1)) != 0) fail("compressor_emit: indexer dc ", p.dc, " must be a power of two");
+  if (p.indexer ? p.key_rec.dim != p.dc || p.key_rec.bytes <= 0 || p.key_rec.bytes % kIndexerKeyAlign != 0
+                : p.kv_rec.nope + p.kv_rec.rope != p.dc || p.kv_rec.rope != p.rope_dim || p.kv_rec.bytes <= 0 ||
+                      p.kv_rec.bytes % kKvEntryAlign != 0)
+    fail("compressor_emit: the record geometry does not match dc ", p.dc, " and rope_dim ", p.rope_dim);
   compressor_emit_kernel<<<narrow_int(p.tokens, "compressor_emit grid"), p.dc, size_t(p.dc) * sizeof(float),
                            ctx.stream()>>>(p, p.indexer ? hadamard_scale(p.dc) : 1.0f);
   DSV4_CUDA_CHECK_LAUNCH();

@@ -395,8 +395,7 @@ std::shared_ptr<const SlotSnapshot> CudaBackend::snapshot(int slot, int64_t pos,
   s->owner = this;
   s->pool = pool_;
   s->fed = fed_[size_t(slot)];
-  for (AttentionLayerState& st : states_)
-    for (const auto& q : st.page_pieces(0)) s->page_bytes += q.bytes;
+  s->page_bytes = page_bytes();
   for (size_t g = 0; g < tables_[size_t(slot)].size(); ++g) {
     const std::vector<int32_t>& pages = tables_[size_t(slot)][g].pages;
     const size_t full = std::min(pages.size(), size_t(s->fed[g] / geo_.page_tokens));
@@ -467,9 +466,18 @@ void CudaBackend::release(int slot) {
   for (size_t g = 0; g < tables_[size_t(slot)].size(); ++g) upload_table(slot, int64_t(g));
 }
 
+// Every layer reserves each page's rows (a page id names the same rows in every layer): one page's
+// storage is its records in all of them.
+uint64_t CudaBackend::page_bytes() const {
+  uint64_t n = 0;
+  for (const AttentionLayerState& st : states_)
+    n += uint64_t(st.per_page) * uint64_t(st.entry_rec.bytes + st.key_rec.bytes);
+  return n;
+}
+
 KvPageInfo CudaBackend::kv_pages() const {
   return {.page_tokens = geo_.page_tokens, .capacity = pool_->capacity(), .used = pool_->used_pages(),
-          .paged_groups = geo_.paged_groups(), .page_bytes = 0, .storage = "bf16 rows"};
+          .paged_groups = geo_.paged_groups(), .page_bytes = int64_t(page_bytes()), .storage = "compact records"};
 }
 
 // ---- outputs

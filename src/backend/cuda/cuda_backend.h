@@ -78,6 +78,7 @@ class CudaBackend final : public Backend {
   void restore(int slot, const SlotSnapshot& s) override;
   void release(int slot) override;
   KvPageInfo kv_pages() const override;
+  uint64_t page_bytes() const;  // one page of the pool over all layers
 
   int64_t max_logit_rows() const override { return logit_rows_; }
   Tensor logits(int64_t rows) override;

@@ -1,11 +1,13 @@
 // Lightning indexer scores (contracts in attn_ops.h, kernel choices in indexer_kernels.h; CPU twin:
-// index_topk in src/model/indexer.cpp). The top-k is in indexer_topk.cu.
+// index_topk in src/model/indexer.cpp). The keys are read from their compact records in place
+// (kv_record.cuh: the FP4 grid values as bf16). The top-k is in indexer_topk.cu.
 #include <cmath>
 
 #include "backend/cuda/attn_ops.h"
 #include "backend/cuda/check.h"
 #include "backend/cuda/indexer_kernels.h"
 #include "backend/cuda/kernel_util.cuh"
+#include "backend/cuda/kv_record.cuh"
 #include "backend/cuda/quant_sim.cuh"
 
 namespace dsv4::cuda {
@@ -36,11 +38,11 @@ __global__ void __launch_bounds__(kScoreWarps * 32) indexer_scores_kernel(Indexe
     if (lane == 0) p.scores[t * p.max_entries + s] = -INFINITY;
     return;
   }
-  const bf16* k = p.keys + row * p.dim;
+  const uint8_t* k = p.keys + row * p.key_rec.bytes;
   float total = 0.0f;
   for (int h = 0; h < p.heads; ++h) {
     float dot = 0.0f;
-    for (int i = lane; i < p.dim; i += 32) dot = fmaf(sq[h * p.dim + i], __bfloat162float(k[i]), dot);
+    for (int i = lane; i < p.dim; i += 32) dot = fmaf(sq[h * p.dim + i], rec::indexer_value(k, p.key_rec, i), dot);
     dot = warp_sum(dot);
     const float term = qsim::bf16r(__fmul_rn(qsim::bf16r(fmaxf(dot, 0.0f)), sw[h]));
     total = __fadd_rn(total, term);
@@ -97,7 +99,7 @@ __global__ void __launch_bounds__(kMmaThreads) indexer_scores_mma_kernel(Indexer
     const int r = i / kVec, c = (i % kVec) * 8;
     uint4 v = make_uint4(0, 0, 0, 0);
     const int64_t row = s0 + r < send ? p.key_rows.row(slot, s0 + r) : -1;
-    if (row >= 0) v = *reinterpret_cast<const uint4*>(p.keys + row * DIM + c);
+    if (row >= 0) v = rec::indexer_load8(p.keys + row * p.key_rec.bytes, p.key_rec, c);
     *reinterpret_cast<uint4*>(ks + r * LD + c) = v;
   }
   for (int h = tid; h < H; h += kMmaThreads)
@@ -164,7 +166,11 @@ void indexer_scores_with(const DeviceContext& ctx, const IndexerScoreParams& p, 
   if (!p.q || !p.w || !p.keys || !p.scores || !p.positions || !p.slots || !p.key_rows.pages)
     fail("indexer_scores: null pointer");
   if (p.key_rows.per_page <= 0) fail("indexer_scores: ", p.key_rows.per_page, " entries per page");
-  if (p.ratio <= 0 || p.heads <= 0 || p.dim <= 0) fail("indexer_scores: bad shape");
+  if (p.ratio <= 0 || p.heads <= 0 || p.dim <= 0 || p.dim % 8 != 0) fail("indexer_scores: bad shape");
+  if (p.key_rec.dim != p.dim || p.key_rec.bytes <= 0 || p.key_rec.bytes % kIndexerKeyAlign != 0 ||
+      reinterpret_cast<uintptr_t>(p.keys) % kIndexerKeyAlign != 0)
+    fail("indexer_scores: key records of ", p.key_rec.dim, " dims in ", p.key_rec.bytes,
+         " bytes do not fit keys of ", p.dim, " dims (4-byte aligned records)");
   if (kernel == IndexerScoreKernel::Auto)
     kernel = indexer_scores_mma_supported(p) ? IndexerScoreKernel::Mma : IndexerScoreKernel::Warp;
   if (kernel == IndexerScoreKernel::Mma) {

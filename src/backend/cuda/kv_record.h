@@ -5,6 +5,8 @@
 //           indexer keys e2m1 + E8M0 per 32), zero padding; lossless on rows already on the grid.
 //   unpack: code * 2^(scale - 127) rounded to bf16, which is exact for every record pack writes
 //           (FP8 values >= 2^-31, FP4 values >= 2^-127 with <= 4 significant bits).
+// The kernels that read records in place (attention, indexer scores, compressor emission: kv_record.cuh)
+// take a record's offsets as the plain-int geometry below.
 // Conventions as in ops.h: enqueued on ctx.stream(), no sync, launch-time checks throw dsv4::Error.
 #pragma once
 #include <cuda_bf16.h>
@@ -17,6 +19,21 @@
 namespace dsv4::cuda {
 
 using bf16 = __nv_bfloat16;
+
+// A KV entry record's offsets (core/kv_record_layout.h) as kernels read them; bytes 0: no records.
+struct KvRecordGeom {
+  int nope = 0, rope = 0, blocks = 0, rope_off = 0, scales_off = 0, used = 0, bytes = 0;
+};
+// An indexer key record's offsets; bytes 0: no records.
+struct IndexerRecordGeom {
+  int dim = 0, blocks = 0, scales_off = 0, used = 0, bytes = 0;
+};
+inline KvRecordGeom record_geom(const KvEntryLayout& l) {
+  return {l.nope(), l.rope_dim, l.blocks(), l.rope_offset(), l.scales_offset(), l.used_bytes(), l.bytes()};
+}
+inline IndexerRecordGeom record_geom(const IndexerKeyLayout& l) {
+  return {l.dim, l.blocks(), l.scales_offset(), l.used_bytes(), l.bytes()};
+}
 
 struct PackKvEntriesParams {
   const bf16* x = nullptr;     // [rows, head_dim], row r at r * x_stride; 4-byte aligned, x_stride even

@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "backend/cuda/context.h"
+#include "backend/cuda/kv_record.h"
 
 namespace dsv4::cuda {
 
@@ -130,15 +131,22 @@ void mhc_post(const DeviceContext& ctx, const MhcPostParams& p);
 // No valid key -> o = 0. CPU twin: cpu::attend_with_sink(round_p = true) over the valid keys.
 struct SparseAttentionParams {
   const bf16* q = nullptr;          // [tokens, heads, dim]
-  const bf16* kv = nullptr;         // [entries, dim] key = value vectors (window ring + compressed pool)
-  const int32_t* indices = nullptr; // [tokens, max_keys] rows of kv each query sees; -1 = none
+  const bf16* kv = nullptr;         // [entries, dim] key = value vectors (window ring, chunk, pool rows)
+  const int32_t* indices = nullptr; // [tokens, max_keys] rows each query sees; -1 = none
+  // Rows >= record_base are compact records (kv_record.h; the page pool): row e at records + (e -
+  // record_base) * rec.bytes, 8-byte aligned; rows below are bf16 rows of kv. records null: all bf16.
+  const uint8_t* records = nullptr;
+  int64_t record_base = 0;
+  KvRecordGeom rec;
   const float* sinks = nullptr;     // [heads] sink logits
   bf16* out = nullptr;              // [tokens, heads, dim]
-  int64_t tokens = 0, entries = 0;
+  int64_t tokens = 0, entries = 0;  // entries: rows a key list may name (bf16 rows and records)
   int heads = 0, dim = 512, max_keys = 0;  // dim 128, 256 or 512
   float scale = 0;                  // 1/sqrt(dim)
 };
 void sparse_attention(const DeviceContext& ctx, const SparseAttentionParams& p);
+// Throws dsv4::Error naming `what` when p's records do not fit its rows (geometry of dim, alignment).
+void check_attention_records(const SparseAttentionParams& p, const char* what);
 // The tensor-core kernel sparse_attention takes for calls above kExactLinearMaxTokens tokens (prefill
 // chunks; attention_mma.cu): fp32 logits from bf16 MMAs, online softmax (bf16(p) rounded relative to the
 // running max), within Tol::Attention of the twin, not bit-exact. Heads a multiple of 64, dim 512.

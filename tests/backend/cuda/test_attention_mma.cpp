@@ -1,6 +1,7 @@
 // The fast sparse attention kernels against cpu::attend_with_sink(round_p = true) within Tol::Attention:
 // the tensor-core kernel (prefill, > kExactLinearMaxTokens tokens), the split-K kernel (the fast tier's
-// calls of up to kSplitAttentionMaxTokens tokens, row-independent), and sparse_attention's dispatch.
+// calls of up to kSplitAttentionMaxTokens tokens, row-independent), and sparse_attention's dispatch; and
+// every kernel reading the page pool's compact records in place of bf16 rows.
 #include <gtest/gtest.h>
 #include <cuda_runtime.h>
 
@@ -12,6 +13,7 @@
 
 #include "backend/cpu/ops.h"
 #include "backend/cuda/check.h"
+#include "backend/cuda/kv_record.h"
 #include "backend/cuda/ops.h"
 #include "harness.h"
 
@@ -339,6 +341,76 @@ TEST(CudaAttentionSplit, PeakedLogitsOtherHeadsAndDims) {
   e.dim = 256;
   e.seed = 88;
   check_split("dim=256 keys=300", e);
+}
+
+// ---- Rows of the page pool as compact records (kv_record.h): every kernel reads a record as the bf16
+// row it was packed from, bit for bit (the rows are first put on the records' grid: pack, then unpack);
+// the bf16 copies of those rows are poisoned (NaN) before the records run, so a kernel that read them
+// instead would fail.
+enum class Kernel { Exact, Split, Mma };
+
+void check_records(const std::string& what, const Case& c, int64_t base, Kernel kernel) {
+  const Inputs in = make_inputs(c);
+  DeviceContext ctx;
+  ctx.set_kernels(kernel == Kernel::Split ? KernelTier::Fast : KernelTier::Exact);
+  DeviceInputs d(in);
+  const KvEntryLayout layout = kv_entry_layout(c.dim, 64);
+  const int64_t n = c.entries - base;
+  bf16* pool = reinterpret_cast<bf16*>(d.kv.get()) + base * c.dim;
+  DeviceBuffer<uint8_t> records(size_t(n * layout.bytes()));
+  pack_kv_entries(ctx, {.x = pool, .records = records.get(), .rows = n, .x_stride = c.dim, .layout = layout});
+  unpack_kv_entries(ctx, {.records = records.get(), .x = pool, .rows = n, .x_stride = c.dim, .layout = layout});
+  auto attend = [&](const SparseAttentionParams& p) {
+    if (kernel == Kernel::Mma) {
+      sparse_attention_mma(ctx, p);
+    } else {
+      if (kernel == Kernel::Split) {
+        ASSERT_TRUE(sparse_attention_split_supported(ctx, p)) << what;
+      }
+      sparse_attention(ctx, p);
+    }
+  };
+  Guarded<uint16_t> want(size_t(c.tokens * c.heads * c.dim)), got(size_t(c.tokens * c.heads * c.dim));
+  attend(d.params(c, want.get()));
+  ctx.synchronize();
+  DSV4_CUDA_CHECK(cudaMemset(pool, 0xff, size_t(n * c.dim) * sizeof(uint16_t)));
+  SparseAttentionParams p = d.params(c, got.get());
+  p.records = records.get();
+  p.record_base = base;
+  p.rec = record_geom(layout);
+  attend(p);
+  ctx.synchronize();
+  const std::vector<float> w = from_bf16(want.download("bf16 rows")), g = from_bf16(got.download("records"));
+  size_t nan = 0;
+  for (float v : w) nan += std::isnan(v);
+  ASSERT_EQ(nan, 0u) << what;
+  const CompareResult r = compare("records == bf16 rows, " + what, g, w, Tol::Exact);
+  EXPECT_TRUE(r.ok) << r.line;
+}
+
+TEST(CudaAttentionRecords, EveryKernelReadsPoolRecordsAsTheirRows) {
+  DSV4_REQUIRE_HOPPER();
+  Case c;  // window rows below the base, pool rows above, a few holes and an empty query
+  c.tokens = 12;
+  c.max_keys = 640;
+  c.entries = 3000;
+  c.missing = 20;
+  c.empty_token = 4;
+  c.seed = 91;
+  check_records("exact kernel dim=512", c, 1000, Kernel::Exact);
+  check_records("split kernel dim=512", c, 1000, Kernel::Split);
+  Case s = c;  // the small configs' head dims (nope 64 and 192)
+  s.dim = 128;
+  s.seed = 92;
+  check_records("exact kernel dim=128", s, 700, Kernel::Exact);
+  check_records("split kernel dim=128", s, 700, Kernel::Split);
+  s.dim = 256;
+  s.seed = 93;
+  check_records("split kernel dim=256", s, 700, Kernel::Split);
+  Case m = c;  // a prefill chunk on the tensor-core kernel
+  m.tokens = 520;
+  m.seed = 94;
+  check_records("mma kernel dim=512", m, 1000, Kernel::Mma);
 }
 
 // Up to kExactLinearMaxTokens tokens sparse_attention of the exact tier (the context's default) is the

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backend/cuda/indexer_kernels.h"
+#include "backend/cuda/kv_record.h"
 #include "core/dtype.h"
 #include "harness.h"
 
@@ -63,10 +64,9 @@ void run_scores(const ScoreCase& c, bool grid, uint64_t seed) {
   Rng rng(seed);
   const size_t nq = size_t(c.T * kHeads * kDim), nk = size_t(c.slots * c.max_entries * kDim);
   const std::vector<float> q = grid ? fp4_grid(rng, nq) : rng.bf16_normal(nq);
-  const std::vector<float> keys = grid ? fp4_grid(rng, nk) : rng.bf16_normal(nk);
+  std::vector<float> keys = grid ? fp4_grid(rng, nk) : rng.bf16_normal(nk);
   const std::vector<float> w = rng.bf16_normal(size_t(c.T * kHeads), 2.0f);
   const float wscale = float(1.0 / std::sqrt(double(kDim)) / std::sqrt(double(kHeads)));
-  const std::vector<float> ref = scores_twin(c, q, w, keys, wscale);
 
   // The keys in pages of 32 entries (a page of 128 tokens at ratio 4), the slots' pages in reverse
   // order of the pool: the kernels find them through the page table.
@@ -83,13 +83,39 @@ void run_scores(const ScoreCase& c, bool grid, uint64_t seed) {
                     &pooled[size_t((int64_t(page) * kPerPage + e % kPerPage) * kDim)]);
     }
 
+  // The pool holds the keys as compact records (kv_record.h), packed here; the twin scores the values
+  // the records hold (the keys themselves on the FP4 grid: pack is lossless there).
   DeviceContext ctx;
+  const IndexerKeyLayout layout = indexer_key_layout(kDim);
+  const int64_t pool_rows = pool_pages * kPerPage;
   DeviceBuffer<uint16_t> dq = upload_bf16(q), dk = upload_bf16(pooled), dw = upload_bf16(w);
+  DeviceBuffer<uint8_t> records(size_t(pool_rows * layout.bytes()));
+  pack_indexer_keys(ctx, {.x = reinterpret_cast<const bf16*>(dk.get()), .records = records.get(), .rows = pool_rows,
+                          .x_stride = kDim, .layout = layout});
+  Guarded<uint16_t> held(size_t(pool_rows * kDim));
+  unpack_indexer_keys(ctx, {.records = records.get(), .x = reinterpret_cast<bf16*>(held.get()), .rows = pool_rows,
+                            .x_stride = kDim, .layout = layout});
+  ctx.synchronize();
+  const std::vector<uint16_t> held_bits = held.download("unpacked keys");
+  size_t changed = 0;
+  for (int64_t sl = 0; sl < c.slots; ++sl)
+    for (int64_t e = 0; e < c.max_entries; ++e) {
+      const int64_t row = int64_t(table[size_t(sl * max_pages + e / kPerPage)]) * kPerPage + e % kPerPage;
+      for (int i = 0; i < kDim; ++i) {
+        float& k = keys[size_t((sl * c.max_entries + e) * kDim + i)];
+        const float v = bf16_to_f32(held_bits[size_t(row * kDim + i)]);
+        changed += v != k;
+        k = v;
+      }
+    }
+  if (grid) EXPECT_EQ(changed, 0u) << "FP4-grid keys must pass through their records unchanged";
+  const std::vector<float> ref = scores_twin(c, q, w, keys, wscale);
   DeviceBuffer<int32_t> dpos(c.pos), dslot(c.slot), dtable(table);
   IndexerScoreParams p;
   p.q = reinterpret_cast<const bf16*>(dq.get());
   p.w = reinterpret_cast<const bf16*>(dw.get());
-  p.keys = reinterpret_cast<const bf16*>(dk.get());
+  p.keys = records.get();
+  p.key_rec = record_geom(layout);
   p.key_rows = {.pages = dtable.get(), .max_pages = max_pages, .per_page = kPerPage};
   p.positions = dpos.get();
   p.slots = dslot.get();
