@@ -225,6 +225,14 @@ nlohmann::ordered_json run_tier(const BenchArgs& a, KernelTier tier) {
   std::printf("dsv4 bench: %s, %lld layers, %s kernels, %s, weights %.2f GiB on device, %.1f GiB free\n",
               what.c_str(), (long long)cfg.num_layers, tier_name, info.device.c_str(),
               double(info.weight_bytes) / (1 << 30), double(info.free_bytes) / (1 << 30));
+  const KvPageInfo kv = be.kv_pages();
+  if (kv.page_bytes > 0) {
+    std::printf("kv cache: %.6g B per token of context over the %lld layers (%s), a pool of %lld pages of %lld tokens\n",
+                kv.bytes_per_token(), (long long)m.config().num_layers, kv.storage.c_str(), (long long)kv.capacity,
+                (long long)kv.page_tokens);
+    j["kv"] = {{"bytes_per_token", kv.bytes_per_token()}, {"storage", kv.storage}, {"pages", kv.capacity},
+               {"page_tokens", kv.page_tokens}, {"page_bytes", kv.page_bytes}};
+  }
 
   // Prefill.
   if (!a.prefills.empty())

@@ -67,7 +67,7 @@ TEST(Inspect, MemoryPlanOfFlashOnOneAndTwoGpus) {
   // One H200 has ~139.7 GiB free: Flash needs two (io/memory_plan.h; numbers in tests/io/test_memory_plan.cpp).
   auto one = run_command(bin() + " inspect --preset flash --gpus 1 --gpu-memory 139.7");
   EXPECT_EQ(one.exit_code, 1) << one.output;
-  EXPECT_NE(one.output.find("  - needs 150.39 GiB per GPU on 1 GPU(s) (weights 150.02, KV 0.05, workspace 0.32), "
+  EXPECT_NE(one.output.find("  - needs 150.37 GiB per GPU on 1 GPU(s) (weights 150.02, KV 0.04, workspace 0.32), "
                             "the GPU has 139.70 GiB; use --gpus 2 (--gpu-memory)\n"),
             std::string::npos)
       << one.output;
@@ -75,7 +75,7 @@ TEST(Inspect, MemoryPlanOfFlashOnOneAndTwoGpus) {
   EXPECT_EQ(two.exit_code, 0) << two.output;
   EXPECT_NE(two.output.find("128 of 256 routed experts per layer on each"), std::string::npos) << two.output;
   EXPECT_NE(two.output.find("  GPU 1     experts 128-255, "), std::string::npos) << two.output;
-  EXPECT_NE(two.output.find("  fits      80.33 GiB of 139.70 GiB (--gpu-memory)"), std::string::npos) << two.output;
+  EXPECT_NE(two.output.find("  fits      80.32 GiB of 139.70 GiB (--gpu-memory)"), std::string::npos) << two.output;
 }
 
 TEST(Inspect, MemoryPlanErrors) {

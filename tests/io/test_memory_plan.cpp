@@ -68,12 +68,14 @@ TEST(MemoryPlan, ACheckpointInThePublishedFormatsCountsAsItsConfigSays) {
 TEST(MemoryPlan, KvBytesFollowTheAttentionLayerStates) {
   if (!test::have_shared()) GTEST_SKIP() << "no shared fixtures";
   const ModelConfig cfg = load_config(tiny_q_dir());  // W 16, d 128, dI 128, ratios 0, 4, 16, 4
-  // 2 slots of 64 positions, calls of 8 tokens (chunk rows padded to 16), bytes by hand:
+  // 2 slots of 64 positions, calls of 8 tokens (chunk rows padded to 16), bytes by hand; ring and chunk
+  // rows bf16, the pool's entries as records of 64 FP8 codes + 64 bf16 rope dims + 1 scale = 193 -> 200
+  // bytes, indexer keys 64 + 4 = 68 bytes (docs/kv-records.md):
   //   sliding: (2 x 16 ring + 16 chunk) x 128 x 2                                  = 12288
-  //   CSA (4): (32 + 16 + 2 x 16 entries) x 256 = 20480; cur_a/g 2x2x4x2x128x4 = 16384; prev 8192;
-  //            indexer cur 16384, prev 8192, keys 2 x 16 x 128 x 2 = 8192        = 77824
-  //   HCA (16): (32 + 16 + 2 x 4) x 256 = 14336; cur_a/g 2 x 2 x 16 x 128 x 4 = 32768 = 47104
-  EXPECT_EQ(kv_bytes(cfg, 2, 64, 8), 12288u + 77824u + 47104u + 77824u);
+  //   CSA (4): (32 + 16) x 256 + 2 x 16 entries x 200 = 18688; cur_a/g 2x2x4x2x128x4 = 16384; prev 8192;
+  //            indexer cur 16384, prev 8192, keys 2 x 16 x 68 = 2176              = 70016
+  //   HCA (16): (32 + 16) x 256 + 2 x 4 x 200 = 13888; cur_a/g 2 x 2 x 16 x 128 x 4 = 32768 = 46656
+  EXPECT_EQ(kv_bytes(cfg, 2, 64, 8), 12288u + 70016u + 46656u + 70016u);
   EXPECT_EQ(kv_bytes(cfg, 1, 64, 8) * 2 - kv_bytes(cfg, 2, 64, 8), 4u * 16u * 128u * 2u);  // chunk rows once per layer
   // mtp.0 (compress ratio 0: a sliding block) has its own ring and chunk rows: (2 x 16 + 16) x 128 x 2.
   EXPECT_EQ(kv_bytes(cfg, 2, 64, 8, 1) - kv_bytes(cfg, 2, 64, 8), 12288u);
@@ -85,12 +87,13 @@ TEST(MemoryPlan, KvBytesFollowTheAttentionLayerStates) {
 }
 
 TEST(MemoryPlan, FlashKvPerSequence) {
-  // 43 layers: ring 128 rows each; 21 CSA layers 1024 entries at 4096 positions, 20 HCA layers 32.
+  // 43 layers: ring 128 rows each; 21 CSA layers 1024 entries at 4096 positions, 20 HCA layers 32; ring
+  // and chunk rows bf16, entries 584-byte records, indexer keys 68-byte records.
   const ModelConfig c = preset_config("flash");
   const uint64_t d = 512 * 2;
   uint64_t want = 43 * (128 + 256) * d;                                           // rings + chunk rows
-  want += 21 * (1024 * d + 2 * 4 * 2 * 512 * 4 + 2 * 4 * 512 * 4 + 2 * 4 * 2 * 128 * 4 + 2 * 4 * 128 * 4 + 1024 * 256);
-  want += 20 * (32 * d + 2 * 128 * 512 * 4);
+  want += 21 * (1024 * 584 + 2 * 4 * 2 * 512 * 4 + 2 * 4 * 512 * 4 + 2 * 4 * 2 * 128 * 4 + 2 * 4 * 128 * 4 + 1024 * 68);
+  want += 20 * (32 * 584 + 2 * 128 * 512 * 4);
   EXPECT_EQ(kv_bytes(c, 1, 4096, 256), want);
 }
 

@@ -195,6 +195,27 @@ TEST(CudaModel, BeginChecksTheBatch) {
             "cuda backend: 3 tokens do not split into runs of 2");
 }
 
+// A capacity the GPU cannot hold fails before any weight moves, with the memory plan's one line (what it
+// needs per GPU, split into weights / KV / workspace, and what the GPU has); the GPU then loads a model
+// that fits as before (nothing was left allocated).
+TEST(CudaModel, ACapacityThatCannotFitFailsAtOnceWithThePlan) {
+  DSV4_REQUIRE_HOPPER();
+  std::string msg = "no error";
+  try {
+    test::load_cuda(test::bundled_model_dir(), KernelTier::Exact, int64_t(1) << 30, 16, 256);
+  } catch (const Error& e) {
+    msg = e.what();
+  }
+  EXPECT_NE(msg.find("cuda backend ("), std::string::npos) << msg;
+  EXPECT_NE(msg.find("256 sequence(s) of 1073741824 positions"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("GiB per GPU on 1 GPU(s) (weights "), std::string::npos) << msg;
+  EXPECT_NE(msg.find(", KV "), std::string::npos) << msg;
+  EXPECT_NE(msg.find("the GPU has "), std::string::npos) << msg;
+  EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+  auto gpu = test::load_cuda(test::bundled_model_dir(), KernelTier::Exact, 256, 16, 2);
+  EXPECT_EQ(gpu->forward(0, 0, {1, 2, 3}).shape[0], 3);
+}
+
 // Dummy weights: every tensor a checkpoint of the preset would hold, with its format (no GPU).
 TEST(DummyWeights, FlashLayerHasTheCheckpointFormats) {
   ModelConfig cfg = preset_config("flash");

@@ -12,6 +12,7 @@
 #include "backend/cuda/sampling.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "io/memory_plan.h"
 
 namespace dsv4::cuda {
 
@@ -24,6 +25,7 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const Weights& w, uint64_t tota
   cap_.max_tokens = std::max(cap_.max_tokens, cap_.max_seqs);  // a decode batch is one call
   ctx_ = std::make_unique<DeviceContext>(o.gpu);
   ctx_->set_kernels(o.kernels);
+  check_fits(w);
   w_ = upload_weights(*ctx_, cfg_, w, total_bytes, progress);
 
   const int64_t T = cap_.max_tokens, n = cfg_.hc_mult, D = cfg_.hidden_size, V = cfg_.vocab_size;
@@ -82,6 +84,21 @@ CudaBackend::~CudaBackend() {
   if (samp_host_) cudaFreeHost(samp_host_);
   if (samp_ids_host_) cudaFreeHost(samp_ids_host_);
   if (samp_mask_host_) cudaFreeHost(samp_mask_host_);
+}
+
+// The memory plan (io/memory_plan.h) of this GPU's share against its free memory, before any weight
+// moves: a model or a capacity that cannot fit fails here with one line naming what it needs.
+void CudaBackend::check_fits(const Weights& w) const {
+  size_t free_b = 0, total_b = 0;
+  DSV4_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  const MemoryPlanOptions plan{.gpus = 1, .context = cap_.max_ctx, .sequences = cap_.max_seqs,
+                               .max_tokens = cap_.max_tokens};
+  try {
+    check_memory(cfg_, weight_inventory(cfg_, w), plan, uint64_t(free_b));
+  } catch (const Error& e) {
+    fail("cuda backend (", ctx_->name(), ", ", cap_.max_seqs, " sequence(s) of ", cap_.max_ctx,
+         " positions, calls of ", cap_.max_tokens, " tokens): ", e.what());
+  }
 }
 
 std::string CudaBackend::name() const { return std::string("cuda (") + kernel_tier_name(opt_.kernels) + " kernels)"; }

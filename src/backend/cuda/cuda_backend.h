@@ -93,6 +93,7 @@ class CudaBackend final : public Backend {
   const DeviceWeights& weights() const { return w_; }
 
  private:
+  void check_fits(const Weights& w) const;  // the memory plan against the free memory (throws)
   void prepare(const StepShape& shape);  // GEMM plans of a shape (before its capture)
   const DevBlockWeights& block(int64_t layer, const char* op) const;
   DevHeadWeights head_weights(int64_t head) const;  // 0 main, 1 + k MTP block k (a view)
