@@ -147,7 +147,8 @@ void indexer_scores(const DeviceContext& ctx, const IndexerScoreParams& p);
 
 // ---- Top-k of each token's visible scores, best first, ties to the lower index; -1 past
 // min(k, visible). Any max_entries (a bitonic sort in shared memory up to 2048 entries, a radix select
-// above; indexer_kernels.h); k <= 4096.
+// above, split over several blocks per token for few tokens over long lists; indexer_kernels.h);
+// k <= 4096. The split radix uses the context's workspace.
 struct IndexerTopkParams {
   const float* scores = nullptr;  // [tokens, max_entries]
   int32_t* selected = nullptr;    // [tokens, k]

@@ -14,7 +14,10 @@
 // * Radix: one block per token selects the k-th key with four 8-bit radix passes over the scores,
 //   compacts the winners (ties at the threshold to the lower index, in index order), then sorts only
 //   those k: any max_entries (1M-token contexts: 262,144 CSA entries), k <= 4096.
-// Both give the same list: best score first, ties to the lower index, -1 past min(k, visible).
+// * RadixSplit: for few tokens over long lists (Auto: <= 32 tokens, >= 16,384 entries): blocks (token,
+//   split) each radix-select the k best of a chunk of >= 8,192 entries, one block per token sorts the
+//   splits' candidates (<= 8,192 sort keys, in the context's workspace) and keeps the k first.
+// All give the same list: best score first, ties to the lower index, -1 past min(k, visible).
 #pragma once
 #include "backend/cuda/attn_ops.h"
 
@@ -24,7 +27,7 @@ enum class IndexerScoreKernel { Auto, Warp, Mma };
 void indexer_scores_with(const DeviceContext& ctx, const IndexerScoreParams& p, IndexerScoreKernel kernel);
 bool indexer_scores_mma_supported(const IndexerScoreParams& p);
 
-enum class IndexerTopkKernel { Auto, Bitonic, Radix };
+enum class IndexerTopkKernel { Auto, Bitonic, Radix, RadixSplit };
 void indexer_topk_with(const DeviceContext& ctx, const IndexerTopkParams& p, IndexerTopkKernel kernel);
 
 }  // namespace dsv4::cuda

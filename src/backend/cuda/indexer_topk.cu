@@ -62,25 +62,20 @@ __global__ void __launch_bounds__(kTopkThreads) indexer_topk_bitonic_kernel(Inde
     p.selected[t * p.k + i] = (i < nvis && i < cap) ? int32_t(uint32_t(keys[i])) : -1;
 }
 
-// Radix select, one block per token:
-//  1. four passes over the visible scores, 8 bits of desc_key each (most significant first), find the
-//     key value V of the k-th best entry and how many entries with key V are needed (`need`): the
-//     entries with key < V are all selected;
-//  2. compaction: every entry with key < V, then the first `need` entries with key == V in index
-//     order (a block-wide stable count over chunks of the index range);
-//  3. a bitonic sort of the k winners' (key, index).
-__global__ void __launch_bounds__(kTopkThreads) indexer_topk_radix_kernel(IndexerTopkParams p, int cap) {
-  extern __shared__ uint64_t win[];  // [cap] winners' sort keys
+// Radix select by one block of the k best of n scores sc[0, n) (entry i named base + i), the winners'
+// sort keys into win[0, k) unordered (win holds cap >= k slots, the rest ~0):
+//  1. four passes over the scores, 8 bits of desc_key each (most significant first), find the key value
+//     V of the k-th best entry and how many entries with key V are needed (`need`): the entries with key
+//     < V are all selected;
+//  2. compaction: every entry with key < V, then the first `need` entries with key == V in index order
+//     (a block-wide stable count over chunks of the index range).
+// k >= n selects every entry. Called by every thread of the block; ends with the block synchronized.
+__device__ void radix_select(const float* sc, int64_t n, uint32_t base, int k, uint64_t* win, int cap) {
   __shared__ int hist[256];
   __shared__ int warp_count[kTopkThreads / 32];
   __shared__ uint32_t s_prefix;
   __shared__ int s_need, s_count, s_base;
-  const int64_t t = blockIdx.x;
-  const int64_t nvis = visible(p, t);
-  const float* sc = p.scores + t * p.max_entries;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int k = int(imin64(p.k, nvis));
-
   for (int i = tid; i < cap; i += blockDim.x) win[i] = ~uint64_t(0);
   if (tid == 0) {
     s_prefix = 0;
@@ -88,13 +83,13 @@ __global__ void __launch_bounds__(kTopkThreads) indexer_topk_radix_kernel(Indexe
     s_count = 0;
   }
   __syncthreads();
-  if (k > 0 && k < nvis) {
+  if (k > 0 && k < n) {
     uint32_t mask = 0;
     for (int shift = 24; shift >= 0; shift -= 8) {
       for (int i = tid; i < 256; i += blockDim.x) hist[i] = 0;
       __syncthreads();
       const uint32_t prefix = s_prefix;
-      for (int64_t i = tid; i < nvis; i += blockDim.x) {
+      for (int64_t i = tid; i < n; i += blockDim.x) {
         const uint32_t v = desc_key(sc[i]);
         if ((v & mask) == prefix) atomicAdd(&hist[(v >> shift) & 255u], 1);
       }
@@ -110,11 +105,11 @@ __global__ void __launch_bounds__(kTopkThreads) indexer_topk_radix_kernel(Indexe
     }
   }
   const uint32_t V = s_prefix;
-  const bool all = k >= nvis;  // every visible entry is selected
-  // Entries strictly better than V (or every visible entry).
-  for (int64_t i = tid; i < nvis; i += blockDim.x) {
+  const bool all = k >= n;  // every entry is selected
+  // Entries strictly better than V (or every entry).
+  for (int64_t i = tid; i < n; i += blockDim.x) {
     const uint32_t v = desc_key(sc[i]);
-    if (all || v < V) win[atomicAdd(&s_count, 1)] = (uint64_t(v) << 32) | uint32_t(i);
+    if (all || v < V) win[atomicAdd(&s_count, 1)] = (uint64_t(v) << 32) | (base + uint32_t(i));
   }
   __syncthreads();
   // The first `need` entries with key V, in index order.
@@ -122,9 +117,9 @@ __global__ void __launch_bounds__(kTopkThreads) indexer_topk_radix_kernel(Indexe
     const int need = s_need;
     if (tid == 0) s_base = 0;
     __syncthreads();
-    for (int64_t c0 = 0; c0 < nvis; c0 += blockDim.x) {
+    for (int64_t c0 = 0; c0 < n; c0 += blockDim.x) {
       const int64_t i = c0 + tid;
-      const bool hit = i < nvis && desc_key(sc[i]) == V;
+      const bool hit = i < n && desc_key(sc[i]) == V;
       const unsigned ballot = __ballot_sync(0xffffffffu, hit);
       if (lane == 0) warp_count[warp] = __popc(ballot);
       __syncthreads();
@@ -133,23 +128,75 @@ __global__ void __launch_bounds__(kTopkThreads) indexer_topk_radix_kernel(Indexe
         if (w < warp) before += warp_count[w];
         total += warp_count[w];
       }
-      const int base = s_base;
-      const int rank = base + before + __popc(ballot & ((1u << lane) - 1u));
-      if (hit && rank < need) win[k - need + rank] = (uint64_t(V) << 32) | uint32_t(i);
+      const int b0 = s_base;
+      const int rank = b0 + before + __popc(ballot & ((1u << lane) - 1u));
+      if (hit && rank < need) win[k - need + rank] = (uint64_t(V) << 32) | (base + uint32_t(i));
       __syncthreads();
-      if (tid == 0) s_base = base + total;
+      if (tid == 0) s_base = b0 + total;
       __syncthreads();
       if (s_base >= need) break;
     }
   }
+  __syncthreads();
+}
+
+// One block per token: radix_select over the visible scores, then a bitonic sort of the k winners.
+__global__ void __launch_bounds__(kTopkThreads) indexer_topk_radix_kernel(IndexerTopkParams p, int cap) {
+  extern __shared__ uint64_t win[];  // [cap] winners' sort keys
+  const int64_t t = blockIdx.x;
+  const int64_t nvis = visible(p, t);
+  const int k = int(imin64(p.k, nvis));
+  radix_select(p.scores + t * p.max_entries, nvis, 0, k, win, cap);
   bitonic_sort(win, cap);
-  for (int i = tid; i < p.k; i += blockDim.x) p.selected[t * p.k + i] = i < k ? int32_t(uint32_t(win[i])) : -1;
+  for (int i = threadIdx.x; i < p.k; i += blockDim.x) p.selected[t * p.k + i] = i < k ? int32_t(uint32_t(win[i])) : -1;
+}
+
+// Split radix for few tokens over long lists (1M-token contexts: 262,144 entries in one block took
+// ~0.45 ms): block (token, split) selects the k best of its `chunk` entries into cand[token][split][cap]
+// (sort keys, ~0 padding); the merge block of a token sorts its splits' candidates and keeps the first k.
+// The global k best are among the splits' k best (the keys order entries strictly: score, then index),
+// so the list is the single-block one exactly.
+__global__ void __launch_bounds__(kTopkThreads) indexer_topk_split_kernel(IndexerTopkParams p, int cap, int64_t chunk,
+                                                                          uint64_t* cand) {
+  extern __shared__ uint64_t win[];  // [cap]
+  const int64_t t = blockIdx.x;
+  const int split = blockIdx.y;
+  const int64_t nvis = visible(p, t), c0 = int64_t(split) * chunk;
+  const int64_t n = c0 < nvis ? imin64(chunk, nvis - c0) : 0;
+  const int k = int(imin64(p.k, n));
+  radix_select(p.scores + t * p.max_entries + c0, n, uint32_t(c0), k, win, cap);
+  uint64_t* out = cand + (t * gridDim.y + split) * cap;
+  for (int i = threadIdx.x; i < cap; i += blockDim.x) out[i] = win[i];
+}
+
+__global__ void __launch_bounds__(kTopkThreads) indexer_topk_merge_kernel(IndexerTopkParams p, int all,
+                                                                          const uint64_t* cand) {
+  extern __shared__ uint64_t keys[];  // [all] = splits * cap, a power of two
+  const int64_t t = blockIdx.x;
+  const int64_t nvis = visible(p, t);
+  const int k = int(imin64(p.k, nvis));
+  for (int i = threadIdx.x; i < all; i += blockDim.x) keys[i] = cand[t * all + i];
+  bitonic_sort(keys, all);
+  for (int i = threadIdx.x; i < p.k; i += blockDim.x) p.selected[t * p.k + i] = i < k ? int32_t(uint32_t(keys[i])) : -1;
 }
 
 int pow2_at_least(int64_t n) {
   int cap = 2;
   while (cap < n) cap <<= 1;
   return cap;
+}
+
+// Splits of the split radix: chunks of at least kSplitMinChunk entries, all splits' candidates
+// (splits x pow2(k)) within the merge's sort of kSplitMaxCandidates; 1 when that leaves no split.
+constexpr int64_t kSplitMinChunk = 8192;
+constexpr int64_t kSplitMaxCandidates = 8192;  // 64 KiB of sort keys in the merge block
+constexpr int64_t kSplitMaxTokens = 32;        // more tokens than this fill the GPU with one block each
+
+int topk_splits(const IndexerTopkParams& p) {
+  const int64_t cap = pow2_at_least(p.k);
+  int splits = 1;
+  while (splits * 2 * cap <= kSplitMaxCandidates && p.max_entries / (splits * 2) >= kSplitMinChunk) splits *= 2;
+  return splits;
 }
 
 template <typename K>
@@ -166,15 +213,37 @@ void indexer_topk_with(const DeviceContext& ctx, const IndexerTopkParams& p, Ind
   if (p.tokens == 0) return;
   if (!p.scores || !p.selected || !p.positions) fail("indexer_topk: null pointer");
   if (p.k <= 0 || p.ratio <= 0) fail("indexer_topk: k and ratio must be positive");
-  if (kernel == IndexerTopkKernel::Auto)
-    kernel = p.max_entries <= kBitonicAutoMax ? IndexerTopkKernel::Bitonic : IndexerTopkKernel::Radix;
+  const bool chosen = kernel == IndexerTopkKernel::Auto;
+  if (chosen) kernel = p.max_entries <= kBitonicAutoMax ? IndexerTopkKernel::Bitonic : IndexerTopkKernel::Radix;
   if (kernel == IndexerTopkKernel::Bitonic) {
     if (p.max_entries > kBitonicMaxEntries)
       fail("indexer_topk: ", p.max_entries, " entries exceed the shared-memory sort (", kBitonicMaxEntries, ")");
     return launch_topk(ctx, indexer_topk_bitonic_kernel, p, pow2_at_least(p.max_entries));
   }
   if (p.k > kRadixMaxK) fail("indexer_topk: k = ", p.k, " exceeds ", kRadixMaxK);
-  launch_topk(ctx, indexer_topk_radix_kernel, p, pow2_at_least(p.k));
+  const int splits = topk_splits(p);
+  const int cap = pow2_at_least(p.k);
+  const size_t cand_bytes = size_t(p.tokens) * size_t(splits) * size_t(cap) * sizeof(uint64_t);
+  // Auto: the split radix for few tokens over lists long enough to split (a decode step at long context).
+  const bool split = kernel == IndexerTopkKernel::RadixSplit ||
+                     (chosen && splits > 1 && p.tokens <= kSplitMaxTokens && ctx.workspace() &&
+                      cand_bytes <= ctx.workspace_bytes());
+  if (!split) return launch_topk(ctx, indexer_topk_radix_kernel, p, cap);
+  if (!ctx.workspace() || cand_bytes > ctx.workspace_bytes())
+    fail("indexer_topk: the split radix's ", cand_bytes, " bytes of candidates exceed the ", ctx.workspace_bytes(),
+         "-byte workspace");
+  uint64_t* cand = static_cast<uint64_t*>(ctx.workspace());
+  const int64_t chunk = ceil_div(p.max_entries, int64_t(splits));
+  const size_t smem = size_t(cap) * sizeof(uint64_t);
+  if (smem > 48 * 1024) allow_max_dynamic_smem(ctx, indexer_topk_split_kernel);
+  indexer_topk_split_kernel<<<dim3(unsigned(narrow_int(p.tokens, "indexer_topk grid")), unsigned(splits)),
+                              kTopkThreads, smem, ctx.stream()>>>(p, cap, chunk, cand);
+  DSV4_CUDA_CHECK_LAUNCH();
+  const int all = splits * cap;
+  const size_t msmem = size_t(all) * sizeof(uint64_t);
+  if (msmem > 48 * 1024) allow_max_dynamic_smem(ctx, indexer_topk_merge_kernel);
+  indexer_topk_merge_kernel<<<unsigned(p.tokens), kTopkThreads, msmem, ctx.stream()>>>(p, all, cand);
+  DSV4_CUDA_CHECK_LAUNCH();
 }
 
 void indexer_topk(const DeviceContext& ctx, const IndexerTopkParams& p) {

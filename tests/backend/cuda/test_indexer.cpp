@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <numeric>
@@ -108,7 +109,9 @@ void run_scores(const ScoreCase& c, bool grid, uint64_t seed) {
         k = v;
       }
     }
-  if (grid) EXPECT_EQ(changed, 0u) << "FP4-grid keys must pass through their records unchanged";
+  if (grid) {
+    EXPECT_EQ(changed, 0u) << "FP4-grid keys must pass through their records unchanged";
+  }
   const std::vector<float> ref = scores_twin(c, q, w, keys, wscale);
   DeviceBuffer<int32_t> dpos(c.pos), dslot(c.slot), dtable(table);
   IndexerScoreParams p;
@@ -184,7 +187,12 @@ void run_topk(const std::string& what, const std::vector<float>& scores, const s
   DeviceContext ctx;
   DeviceBuffer<float> ds(scores);
   DeviceBuffer<int32_t> dp(pos);
-  for (IndexerTopkKernel kern : {IndexerTopkKernel::Radix, IndexerTopkKernel::Bitonic}) {
+  auto name = [](IndexerTopkKernel k) {
+    return k == IndexerTopkKernel::Radix ? "radix" : k == IndexerTopkKernel::Bitonic ? "bitonic"
+                                                    : k == IndexerTopkKernel::RadixSplit ? "radix-split" : "auto";
+  };
+  for (IndexerTopkKernel kern : {IndexerTopkKernel::Radix, IndexerTopkKernel::Bitonic, IndexerTopkKernel::RadixSplit,
+                                 IndexerTopkKernel::Auto}) {
     if (kern == IndexerTopkKernel::Bitonic && !bitonic_too) continue;
     DeviceBuffer<int32_t> sel(want.size());
     sel.fill_bytes(0x7f);  // -1 is a valid output: poison with 0x7f7f7f7f
@@ -202,11 +210,9 @@ void run_topk(const std::string& what, const std::vector<float>& scores, const s
     size_t bad = 0;
     for (size_t i = 0; i < want.size(); ++i)
       if (got[i] != want[i] && bad++ < 5)
-        std::printf("%s %s: slot %zu got %d want %d\n", what.c_str(),
-                    kern == IndexerTopkKernel::Radix ? "radix" : "bitonic", i, got[i], want[i]);
-    EXPECT_EQ(bad, 0u) << what << (kern == IndexerTopkKernel::Radix ? " radix" : " bitonic");
-    std::printf("[indexer_topk %s %s] %zu ids, %zu mismatches\n", what.c_str(),
-                kern == IndexerTopkKernel::Radix ? "radix" : "bitonic", want.size(), bad);
+        std::printf("%s %s: slot %zu got %d want %d\n", what.c_str(), name(kern), i, got[i], want[i]);
+    EXPECT_EQ(bad, 0u) << what << " " << name(kern);
+    std::printf("[indexer_topk %s %s] %zu ids, %zu mismatches\n", what.c_str(), name(kern), want.size(), bad);
   }
 }
 
@@ -227,6 +233,15 @@ TEST(CudaIndexer, TopkRadixAndBitonicMatchStableSort) {
   std::vector<float> coarse(size_t(int64_t(pos.size()) * E));
   for (auto& s : coarse) s = float(rng.uniform_int(0, 3));
   run_topk("coarse k=2048", coarse, pos, E, 2048, ratio, true);
+  // Lists long enough for the split radix's several splits (40,000 entries: 4 chunks of 10,000), ties
+  // across the chunk boundaries, k = 512 and 2048.
+  const int64_t L = 40000;
+  const std::vector<int32_t> lpos = {159999, 100000, 40003, 2047, 0};
+  std::vector<float> lties(size_t(int64_t(lpos.size()) * L)), lcoarse(lties.size());
+  for (auto& s : lties) s = dsv4::round_bf16(float(rng.uniform_int(-40, 40)) * 0.25f);
+  for (auto& s : lcoarse) s = float(rng.uniform_int(0, 3));
+  run_topk("ties E=40000", lties, lpos, L, k, ratio, false);
+  run_topk("coarse k=2048 E=40000", lcoarse, lpos, L, 2048, ratio, false);
 }
 
 TEST(CudaIndexer, TopkMillionTokenContext) {
@@ -237,6 +252,23 @@ TEST(CudaIndexer, TopkMillionTokenContext) {
   std::vector<float> scores(size_t(int64_t(pos.size()) * E));
   for (auto& s : scores) s = dsv4::round_bf16(rng.normal(2.0f));  // bf16 scores: many ties among 262K values
   run_topk("E=262144", scores, pos, E, 512, 4, false);
+  // Timing (printed, for docs/perf-log.md): one decode token at 1M context, single block vs split.
+  DeviceContext ctx;
+  DeviceBuffer<float> ds(scores);
+  DeviceBuffer<int32_t> dp(std::vector<int32_t>{1048575});
+  DeviceBuffer<int32_t> sel(size_t(512));
+  IndexerTopkParams p{.scores = ds.get(), .selected = sel.get(), .positions = dp.get(), .tokens = 1,
+                      .max_entries = E, .k = 512, .ratio = 4};
+  for (IndexerTopkKernel kern : {IndexerTopkKernel::Radix, IndexerTopkKernel::RadixSplit}) {
+    indexer_topk_with(ctx, p, kern);
+    ctx.synchronize();
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < 20; ++i) indexer_topk_with(ctx, p, kern);
+    ctx.synchronize();
+    const double us = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 20 * 1e6;
+    std::printf("[timing] indexer_topk %s, 1 token x 262,144 entries, k 512: %.1f us\n",
+                kern == IndexerTopkKernel::Radix ? "radix (one block)" : "radix-split", us);
+  }
 }
 
 }  // namespace
