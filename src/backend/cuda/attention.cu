@@ -24,7 +24,6 @@ namespace dsv4::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kWarps = kThreads / 32;
 
 template <int DIM, int G>
 __global__ void __launch_bounds__(kThreads) sparse_attention_kernel(SparseAttentionParams p) {

@@ -6,8 +6,9 @@
 // 1,152 keys: 150 µs; at 1M, 8,320 keys: ~1.1 ms; docs/perf-log.md). Here the key list is cut into
 // `splits` chunks of `chunk` keys (both from max_keys alone, so a query's result does not depend on the
 // other queries of the call: a decode step and a verify call give the same row), one block per
-// (token, head, chunk):
-//   partial: logits with a warp per key (16-byte loads of the row, fp32 dot, warp sum), the chunk's max
+// (token, group of G heads, chunk), so a key row is read and decoded once for G heads (4, or 1 where
+// that would leave too few blocks):
+//   partial: logits with a warp per key (8 dims per lane and load, fp32 dots, warp sums), the chunk's max
 //            m_j, p = exp(z - m_j), l_j = sum p, o_j = sum bf16(p) v (the reference's bf16 P, rounded
 //            against the chunk's max as the tensor-core kernel rounds against its running max);
 //   combine: M = max m_j, den = exp(sink - M) + sum_j exp(m_j - M) l_j, out = sum_j exp(m_j - M) o_j / den.
@@ -43,103 +44,114 @@ size_t partial_bytes(const SparseAttentionParams& p, const SplitGeom& g) {
   return size_t(p.tokens) * size_t(p.heads) * size_t(g.splits) * size_t(p.dim + 2) * sizeof(float);
 }
 
-size_t smem_bytes(int dim, const SplitGeom& g) { return (size_t(dim) + 2 * size_t(g.chunk)) * sizeof(float); }
+// Heads per block: each key row is read (and, for a pool record, decoded) once for G heads; 4 when that
+// still leaves 4 blocks per SM, else 1 (batch 1). Both give the same bits (each head's sums are the same
+// sequence either way), so a row does not depend on the call's other rows through this choice.
+int heads_per_block(const DeviceContext& ctx, const SparseAttentionParams& p, const SplitGeom& g) {
+  return p.heads % 4 == 0 && p.tokens * (p.heads / 4) * g.splits >= 4 * int64_t(ctx.sm_count()) ? 4 : 1;
+}
 
-template <int DIM>
+size_t smem_bytes(int dim, const SplitGeom& g, int G) {
+  return (size_t(G) * dim + size_t(G) * g.chunk + size_t(g.chunk)) * sizeof(float);
+}
+
+template <int DIM, int G>
 __global__ void __launch_bounds__(kThreads) split_partial_kernel(SparseAttentionParams p, int chunk, int splits,
                                                                   float* part) {
   extern __shared__ float smem[];
-  float* qs = smem;                                             // [DIM] q as fp32
-  float* z = qs + DIM;                                          // [chunk] logits, then p
-  int32_t* idx = reinterpret_cast<int32_t*>(z + chunk);         // [chunk] the chunk's rows
-  __shared__ float red[kWarps];
-  __shared__ float m_s, l_s;
+  float* qs = smem;                                             // [G][DIM] q as fp32
+  float* z = qs + G * DIM;                                      // [G][chunk] logits, then p
+  int32_t* idx = reinterpret_cast<int32_t*>(z + G * chunk);     // [chunk] the chunk's rows
+  __shared__ float m_s[G], l_s[G];
 
-  const int64_t th = blockIdx.x;  // token * heads + head
+  const int groups = p.heads / G;
+  const int64_t token = blockIdx.x / groups;
+  const int h0 = int(blockIdx.x % groups) * G;
   const int split = blockIdx.y;
-  const int64_t token = th / p.heads;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const rec::KvRows<DIM> rows{p.kv, p.records, p.record_base, p.rec};
-  for (int i = threadIdx.x; i < DIM; i += kThreads) qs[i] = __bfloat162float(p.q[th * DIM + i]);
+  const bf16* qg = p.q + (token * p.heads + h0) * DIM;  // the G heads' rows, contiguous
+  for (int i = threadIdx.x; i < G * DIM; i += kThreads) qs[i] = __bfloat162float(qg[i]);
   const int s0 = split * chunk;
   const int n = max(0, min(chunk, p.max_keys - s0));
   const int32_t* ind = p.indices + token * p.max_keys + s0;
   for (int s = threadIdx.x; s < n; s += kThreads) idx[s] = ind[s];
   __syncthreads();
 
-  // Logits: a warp per key, each lane 8 dims per 16-byte load.
+  // Logits: a warp per key, each lane 8 dims per load, the G heads' dots from the same values.
   for (int s = warp; s < n; s += kWarps) {
     const int32_t e = idx[s];
-    float acc = 0.0f;
+    float acc[G];
+#pragma unroll
+    for (int g = 0; g < G; ++g) acc[g] = 0.0f;
     if (e >= 0) {
 #pragma unroll
       for (int c = lane * 8; c < DIM; c += 32 * 8) {
-        const uint4 raw = rows.load8(e, c);
-        const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+        float v[8];
+        rows.load8f(e, c, v);
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const float2 f = __bfloat1622float2(h[i]);
-          acc = fmaf(qs[c + 2 * i], f.x, acc);
-          acc = fmaf(qs[c + 2 * i + 1], f.y, acc);
-        }
+        for (int g = 0; g < G; ++g)
+#pragma unroll
+          for (int i = 0; i < 8; ++i) acc[g] = fmaf(qs[g * DIM + c + i], v[i], acc[g]);
       }
-      acc = warp_sum(acc);
+#pragma unroll
+      for (int g = 0; g < G; ++g) acc[g] = warp_sum(acc[g]);
     }
-    if (lane == 0) z[s] = e >= 0 ? acc * p.scale : -INFINITY;
+    if (lane == 0)
+#pragma unroll
+      for (int g = 0; g < G; ++g) z[g * chunk + s] = e >= 0 ? acc[g] * p.scale : -INFINITY;
   }
   __syncthreads();
 
-  // The chunk's max.
-  float m = -INFINITY;
-  for (int s = threadIdx.x; s < n; s += kThreads) m = fmaxf(m, z[s]);
-  m = warp_max(m);
-  if (lane == 0) red[warp] = m;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    float mm = -INFINITY;
-    for (int w = 0; w < kWarps; ++w) mm = fmaxf(mm, red[w]);
-    m_s = mm;
+  // Per head (a warp each): the chunk's max m, p = exp(z - m) and l = sum p (no key: m = -inf, p 0).
+  for (int g = warp; g < G; g += kWarps) {
+    float* zg = z + g * chunk;
+    float m = -INFINITY;
+    for (int s = lane; s < n; s += 32) m = fmaxf(m, zg[s]);
+    m = warp_max(m);
+    float l = 0.0f;
+    for (int s = lane; s < n; s += 32) {
+      const float pe = m == -INFINITY ? 0.0f : expf(zg[s] - m);
+      zg[s] = pe;
+      l += pe;
+    }
+    l = warp_sum(l);
+    if (lane == 0) {
+      m_s[g] = m;
+      l_s[g] = l;
+    }
   }
   __syncthreads();
-  m = m_s;
 
-  // p = exp(z - m) and their sum (a chunk without keys: m = -inf, every p 0).
-  float l = 0.0f;
-  for (int s = threadIdx.x; s < n; s += kThreads) {
-    const float pe = m == -INFINITY ? 0.0f : expf(z[s] - m);
-    z[s] = pe;
-    l += pe;
-  }
-  l = warp_sum(l);
-  if (lane == 0) red[warp] = l;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    float ll = 0.0f;
-    for (int w = 0; w < kWarps; ++w) ll += red[w];
-    l_s = ll;
-  }
-
-  // P.V: two dims per thread, bf16(p) as the reference rounds P.
-  float* out = part + (th * splits + split) * (DIM + 2);
+  // P.V: two dims per thread for the G heads, bf16(p) as the reference rounds P.
   const int d = threadIdx.x * 2;
   if (d < DIM) {
-    float a0 = 0.0f, a1 = 0.0f;
-#pragma unroll 4
+    float a[G][2];
+#pragma unroll
+    for (int g = 0; g < G; ++g) a[g][0] = a[g][1] = 0.0f;
+#pragma unroll 2
     for (int s = 0; s < n; ++s) {
       const int32_t e = idx[s];
       if (e < 0) continue;
-      const float pr = __bfloat162float(__float2bfloat16_rn(z[s]));
       const float2 v = rows.load2(e, d);
-      a0 = fmaf(pr, v.x, a0);
-      a1 = fmaf(pr, v.y, a1);
+#pragma unroll
+      for (int g = 0; g < G; ++g) {
+        const float pr = __bfloat162float(__float2bfloat16_rn(z[g * chunk + s]));
+        a[g][0] = fmaf(pr, v.x, a[g][0]);
+        a[g][1] = fmaf(pr, v.y, a[g][1]);
+      }
     }
-    out[d] = a0;
-    out[d + 1] = a1;
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      float* out = part + ((token * p.heads + h0 + g) * splits + split) * (DIM + 2);
+      out[d] = a[g][0];
+      out[d + 1] = a[g][1];
+    }
   }
-  __syncthreads();  // l_s
-  if (threadIdx.x == 0) {
-    out[DIM] = m_s;
-    out[DIM + 1] = l_s;
+  if (threadIdx.x < G) {
+    float* out = part + ((token * p.heads + h0 + threadIdx.x) * splits + split) * (DIM + 2);
+    out[DIM] = m_s[threadIdx.x];
+    out[DIM + 1] = l_s[threadIdx.x];
   }
 }
 
@@ -168,14 +180,15 @@ __global__ void __launch_bounds__(DIM / 2) split_combine_kernel(SparseAttentionP
   *reinterpret_cast<__nv_bfloat162*>(p.out + th * DIM + d) = __floats2bfloat162_rn(o0, o1);
 }
 
-template <int DIM>
+template <int DIM, int G>
 void launch(const DeviceContext& ctx, const SparseAttentionParams& p, const SplitGeom& g) {
   float* part = static_cast<float*>(ctx.workspace());
-  const size_t smem = smem_bytes(DIM, g);
-  auto partial = split_partial_kernel<DIM>;
+  const size_t smem = smem_bytes(DIM, g, G);
+  auto partial = split_partial_kernel<DIM, G>;
   if (smem > 48 * 1024) allow_max_dynamic_smem(ctx, partial);
   const unsigned rows = unsigned(narrow_int(p.tokens * p.heads, "sparse_attention_split rows"));
-  partial<<<dim3(rows, unsigned(g.splits)), kThreads, smem, ctx.stream()>>>(p, g.chunk, g.splits, part);
+  const unsigned blocks = unsigned(p.tokens * (p.heads / G));
+  partial<<<dim3(blocks, unsigned(g.splits)), kThreads, smem, ctx.stream()>>>(p, g.chunk, g.splits, part);
   DSV4_CUDA_CHECK_LAUNCH();
   split_combine_kernel<DIM><<<rows, DIM / 2, 0, ctx.stream()>>>(p, g.splits, part);
   DSV4_CUDA_CHECK_LAUNCH();
@@ -188,7 +201,7 @@ bool sparse_attention_split_supported(const DeviceContext& ctx, const SparseAtte
   if (p.dim != 128 && p.dim != 256 && p.dim != 512) return false;
   const SplitGeom g = split_geom(p.max_keys);
   return ctx.workspace() && partial_bytes(p, g) <= ctx.workspace_bytes() &&
-         smem_bytes(p.dim, g) + 2 * sizeof(float) * kWarps <= ctx.max_smem_per_block();
+         smem_bytes(p.dim, g, heads_per_block(ctx, p, g)) + 2 * sizeof(float) * 4 <= ctx.max_smem_per_block();
 }
 
 void sparse_attention_split(const DeviceContext& ctx, const SparseAttentionParams& p) {
@@ -199,10 +212,11 @@ void sparse_attention_split(const DeviceContext& ctx, const SparseAttentionParam
          " not supported (at most ", kSplitAttentionMaxTokens, " tokens, dim 128 / 256 / 512, partials within the ",
          ctx.workspace_bytes(), "-byte workspace)");
   const SplitGeom g = split_geom(p.max_keys);
+  const bool four = heads_per_block(ctx, p, g) == 4;
   switch (p.dim) {
-    case 128: return launch<128>(ctx, p, g);
-    case 256: return launch<256>(ctx, p, g);
-    default: return launch<512>(ctx, p, g);
+    case 128: return four ? launch<128, 4>(ctx, p, g) : launch<128, 1>(ctx, p, g);
+    case 256: return four ? launch<256, 4>(ctx, p, g) : launch<256, 1>(ctx, p, g);
+    default: return four ? launch<512, 4>(ctx, p, g) : launch<512, 1>(ctx, p, g);
   }
 }
 

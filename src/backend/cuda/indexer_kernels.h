@@ -15,8 +15,8 @@
 //   compacts the winners (ties at the threshold to the lower index, in index order), then sorts only
 //   those k: any max_entries (1M-token contexts: 262,144 CSA entries), k <= 4096.
 // * RadixSplit: for few tokens over long lists (Auto: <= 32 tokens, >= 16,384 entries): blocks (token,
-//   split) each radix-select the k best of a chunk of >= 8,192 entries, one block per token sorts the
-//   splits' candidates (<= 8,192 sort keys, in the context's workspace) and keeps the k first.
+//   split) each radix-select and sort the k best of a chunk of >= 8,192 entries, one block per token
+//   merges the splits' sorted candidates (<= 8,192 sort keys, in the context's workspace) by rank.
 // All give the same list: best score first, ties to the lower index, -1 past min(k, visible).
 #pragma once
 #include "backend/cuda/attn_ops.h"

@@ -152,8 +152,9 @@ __global__ void __launch_bounds__(kTopkThreads) indexer_topk_radix_kernel(Indexe
 }
 
 // Split radix for few tokens over long lists (1M-token contexts: 262,144 entries in one block took
-// ~0.45 ms): block (token, split) selects the k best of its `chunk` entries into cand[token][split][cap]
-// (sort keys, ~0 padding); the merge block of a token sorts its splits' candidates and keeps the first k.
+// ~0.68 ms): block (token, split) selects and sorts the k best of its `chunk` entries into
+// cand[token][split][cap] (sort keys, ~0 padding); the merge block of a token places every candidate by
+// its rank among all splits' candidates and keeps the first k.
 // The global k best are among the splits' k best (the keys order entries strictly: score, then index),
 // so the list is the single-block one exactly.
 __global__ void __launch_bounds__(kTopkThreads) indexer_topk_split_kernel(IndexerTopkParams p, int cap, int64_t chunk,
@@ -165,19 +166,40 @@ __global__ void __launch_bounds__(kTopkThreads) indexer_topk_split_kernel(Indexe
   const int64_t n = c0 < nvis ? imin64(chunk, nvis - c0) : 0;
   const int k = int(imin64(p.k, n));
   radix_select(p.scores + t * p.max_entries + c0, n, uint32_t(c0), k, win, cap);
+  bitonic_sort(win, cap);  // the split's winners in order, ~0 padding last
   uint64_t* out = cand + (t * gridDim.y + split) * cap;
   for (int i = threadIdx.x; i < cap; i += blockDim.x) out[i] = win[i];
 }
 
-__global__ void __launch_bounds__(kTopkThreads) indexer_topk_merge_kernel(IndexerTopkParams p, int all,
+// The merge by rank: every real candidate's place in the token's list is its place in its split plus,
+// in every other split, the count of smaller keys (a binary search; the keys are distinct); those of
+// place < k are written there.
+__global__ void __launch_bounds__(kTopkThreads) indexer_topk_merge_kernel(IndexerTopkParams p, int splits, int cap,
                                                                           const uint64_t* cand) {
-  extern __shared__ uint64_t keys[];  // [all] = splits * cap, a power of two
+  extern __shared__ uint64_t keys[];  // [splits][cap], each split ascending
   const int64_t t = blockIdx.x;
   const int64_t nvis = visible(p, t);
-  const int k = int(imin64(p.k, nvis));
+  const int k = int(imin64(p.k, nvis)), all = splits * cap;
   for (int i = threadIdx.x; i < all; i += blockDim.x) keys[i] = cand[t * all + i];
-  bitonic_sort(keys, all);
-  for (int i = threadIdx.x; i < p.k; i += blockDim.x) p.selected[t * p.k + i] = i < k ? int32_t(uint32_t(keys[i])) : -1;
+  for (int i = threadIdx.x + k; i < p.k; i += blockDim.x) p.selected[t * p.k + i] = -1;
+  __syncthreads();
+  for (int i = threadIdx.x; i < all; i += blockDim.x) {
+    const uint64_t key = keys[i];
+    if (key == ~uint64_t(0)) continue;
+    const int mine = i / cap;
+    int place = i % cap;
+    for (int l = 0; l < splits && place < k; ++l) {
+      if (l == mine) continue;
+      const uint64_t* list = keys + l * cap;
+      int lo = 0, hi = cap;  // the count of list entries < key
+      while (lo < hi) {
+        const int mid = (lo + hi) >> 1;
+        if (list[mid] < key) lo = mid + 1; else hi = mid;
+      }
+      place += lo;
+    }
+    if (place < k) p.selected[t * p.k + place] = int32_t(uint32_t(key));
+  }
 }
 
 int pow2_at_least(int64_t n) {
@@ -239,10 +261,9 @@ void indexer_topk_with(const DeviceContext& ctx, const IndexerTopkParams& p, Ind
   indexer_topk_split_kernel<<<dim3(unsigned(narrow_int(p.tokens, "indexer_topk grid")), unsigned(splits)),
                               kTopkThreads, smem, ctx.stream()>>>(p, cap, chunk, cand);
   DSV4_CUDA_CHECK_LAUNCH();
-  const int all = splits * cap;
-  const size_t msmem = size_t(all) * sizeof(uint64_t);
+  const size_t msmem = size_t(splits) * size_t(cap) * sizeof(uint64_t);
   if (msmem > 48 * 1024) allow_max_dynamic_smem(ctx, indexer_topk_merge_kernel);
-  indexer_topk_merge_kernel<<<unsigned(p.tokens), kTopkThreads, msmem, ctx.stream()>>>(p, all, cand);
+  indexer_topk_merge_kernel<<<unsigned(p.tokens), kTopkThreads, msmem, ctx.stream()>>>(p, splits, cap, cand);
   DSV4_CUDA_CHECK_LAUNCH();
 }
 

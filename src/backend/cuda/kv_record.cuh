@@ -44,6 +44,18 @@ __device__ __forceinline__ float e2m1_value(uint8_t c) {
   return (c & 8) ? -m : m;
 }
 
+// Two e4m3 bytes (the low byte first) as floats, exact (one f16x2 conversion).
+__device__ __forceinline__ float2 e4m3x2_value(uint32_t two) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(two & 0xffffu), __NV_E4M3);
+  return __half22float2(__half2(h));
+}
+// Eight e2m1 nibbles (dim 2j in the low nibble of byte j, 2j + 1 in the high one) as e4m3 bytes of
+// value x 2^-6: `lo` the even dims, `hi` the odd ones (the nibble s|e1 e0|m becomes s|0 0 e1 e0|m 0 0).
+__device__ __forceinline__ void e2m1x8_to_e4m3(uint32_t w, uint32_t& lo, uint32_t& hi) {
+  lo = ((w << 4) & 0x80808080u) | ((w << 2) & 0x1c1c1c1cu);
+  hi = (w & 0x80808080u) | ((w >> 2) & 0x1c1c1c1cu);
+}
+
 __device__ __forceinline__ uint32_t bf16x2_bits(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&v);
@@ -95,9 +107,8 @@ __device__ __forceinline__ uint4 kv_load8(const uint8_t* r, const KvRecordGeom& 
     uint32_t* o = &out.x;
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-      const uint32_t w = k < 2 ? codes.x : codes.y;
-      const int sh = (k & 1) * 16;
-      o[k] = bf16x2_bits(__fmul_rn(e4m3_value(uint8_t(w >> sh)), s), __fmul_rn(e4m3_value(uint8_t(w >> (sh + 8))), s));
+      const float2 v = e4m3x2_value((k < 2 ? codes.x : codes.y) >> ((k & 1) * 16));
+      o[k] = bf16x2_bits(__fmul_rn(v.x, s), __fmul_rn(v.y, s));
     }
   } else {
     const uint2* src = reinterpret_cast<const uint2*>(r + g.rope_off + 2 * (c - g.nope));
@@ -106,26 +117,49 @@ __device__ __forceinline__ uint4 kv_load8(const uint8_t* r, const KvRecordGeom& 
   }
   return out;
 }
+// The same as floats.
+__device__ __forceinline__ void kv_load8f(const uint8_t* r, const KvRecordGeom& g, int c, float (&v)[8]) {
+  if (c < g.nope) {
+    const uint2 codes = *reinterpret_cast<const uint2*>(r + c);
+    const float s = e8m0_value(r[g.scales_off + c / kFp8KvBlock]);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float2 e = e4m3x2_value((k < 2 ? codes.x : codes.y) >> ((k & 1) * 16));
+      v[2 * k] = __fmul_rn(e.x, s);
+      v[2 * k + 1] = __fmul_rn(e.y, s);
+    }
+  } else {
+    const uint2* src = reinterpret_cast<const uint2*>(r + g.rope_off + 2 * (c - g.nope));
+    const uint2 a = src[0], b = src[1];
+    const uint32_t w[4] = {a.x, a.y, b.x, b.y};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      v[2 * k] = __uint_as_float(w[k] << 16);
+      v[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
+    }
+  }
+}
 // Dims d, d + 1 (d even).
 __device__ __forceinline__ float2 kv_load2(const uint8_t* r, const KvRecordGeom& g, int d) {
   if (d < g.nope) {
-    const uint16_t c = *reinterpret_cast<const uint16_t*>(r + d);
+    const float2 e = e4m3x2_value(*reinterpret_cast<const uint16_t*>(r + d));
     const float s = e8m0_value(r[g.scales_off + d / kFp8KvBlock]);
-    return make_float2(__fmul_rn(e4m3_value(uint8_t(c & 0xff)), s), __fmul_rn(e4m3_value(uint8_t(c >> 8)), s));
+    return make_float2(__fmul_rn(e.x, s), __fmul_rn(e.y, s));
   }
   return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(r + g.rope_off + 2 * (d - g.nope)));
 }
 
 // An indexer key record's dims [c, c + 8) as 8 bf16 (c a multiple of 8; the record 4-byte aligned).
 __device__ __forceinline__ uint4 indexer_load8(const uint8_t* r, const IndexerRecordGeom& g, int c) {
-  const uint32_t codes = *reinterpret_cast<const uint32_t*>(r + c / 2);
+  uint32_t lo, hi;
+  e2m1x8_to_e4m3(*reinterpret_cast<const uint32_t*>(r + c / 2), lo, hi);
   const float s = e8m0_value(r[g.scales_off + c / kFp4Block]);
   uint4 out;
   uint32_t* o = &out.x;
 #pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    const uint32_t b = (codes >> (8 * k)) & 0xffu;
-    o[k] = bf16x2_bits(__fmul_rn(e2m1_value(uint8_t(b & 0xf)), s), __fmul_rn(e2m1_value(uint8_t(b >> 4)), s));
+  for (int k = 0; k < 4; ++k) {  // dims c + 2k (byte k of lo), c + 2k + 1 (byte k of hi): value x 2^-6
+    const float2 e = e4m3x2_value(__byte_perm(lo, hi, uint32_t(k) | (uint32_t(k + 4) << 4)));
+    o[k] = bf16x2_bits(__fmul_rn(__fmul_rn(e.x, 64.0f), s), __fmul_rn(__fmul_rn(e.y, 64.0f), s));
   }
   return out;
 }
@@ -150,6 +184,17 @@ struct KvRows {
   __device__ __forceinline__ uint4 load8(int64_t e, int c) const {
     const uint8_t* r = record(e);
     return r ? kv_load8(r, g, c) : *reinterpret_cast<const uint4*>(kv + e * DIM + c);
+  }
+  __device__ __forceinline__ void load8f(int64_t e, int c, float (&v)[8]) const {
+    const uint8_t* r = record(e);
+    if (r) return kv_load8f(r, g, c, v);
+    const uint4 raw = *reinterpret_cast<const uint4*>(kv + e * DIM + c);
+    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      v[2 * k] = __uint_as_float(w[k] << 16);
+      v[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
+    }
   }
   __device__ __forceinline__ float2 load2(int64_t e, int d) const {
     const uint8_t* r = record(e);
