@@ -4,6 +4,7 @@
 // checkpoint.
 #include <CLI/CLI.hpp>
 
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <optional>
@@ -38,18 +39,20 @@ std::string human_bytes(double b) {
   return buf;
 }
 
-// KV cache per token of context (compact records vs today's bf16 rows) and the window rings every
-// sequence holds (io/kv_size.h, docs/kv-records.md).
+// KV cache per token of context (compact records, what both backends' pools hold in official numerics,
+// vs bf16 rows) and the window rings every sequence holds (records on the CPU, bf16 rows on the GPU)
+// (io/kv_size.h, docs/kv-records.md).
 void print_kv_cache(const ModelConfig& c) {
   const KvBytes bf = kv_bytes(c, KvStorage::Bf16);
   try {
     const KvBytes k = kv_bytes(c, KvStorage::Compact);
-    std::printf("kv cache    %.6g B per token of context in compact records (entry %lld B, indexer key %lld B); "
-                "bf16 rows today %.6g B\n",
+    std::printf("kv cache    %.6g B per token of context in compact records (entry %lld B, indexer key %lld B; "
+                "as bf16 rows %.6g B)\n",
                 k.per_token(), (long long)k.entry_bytes, (long long)k.index_key_bytes, bf.per_token());
-    std::printf("            window rings %s per sequence (%lld layers x %lld rows; bf16 today %s)\n",
-                human_bytes(double(k.window_per_sequence)).c_str(), (long long)k.window_layers,
-                (long long)c.sliding_window, human_bytes(double(bf.window_per_sequence)).c_str());
+    std::printf("            window rings %s per sequence as records (cpu), %s as bf16 rows (cuda) (%lld layers x "
+                "%lld rows)\n",
+                human_bytes(double(k.window_per_sequence)).c_str(), human_bytes(double(bf.window_per_sequence)).c_str(),
+                (long long)k.window_layers, (long long)c.sliding_window);
   } catch (const Error& e) {
     std::printf("kv cache    %.6g B per token of context as bf16 rows, window rings %s per sequence; %s\n",
                 bf.per_token(), human_bytes(double(bf.window_per_sequence)).c_str(), e.what());
@@ -190,6 +193,15 @@ void print_memory_plan(const ModelConfig& cfg, const WeightInventory& w, const I
     check_memory(cfg, w, o, have->first);
     std::printf("  fits      %s of %s (%s)\n", human_bytes(double(g.total())).c_str(),
                 human_bytes(double(have->first)).c_str(), have->second.c_str());
+    // What the rest of the memory holds of KV pages: tokens of context over all of this GPU's sequences.
+    try {
+      const double per_token = kv_bytes(cfg, KvStorage::Compact).per_token();
+      if (per_token > 0)
+        std::printf("  kv room   about %.0f more tokens of context in the memory left (%.6g B each, compact records)\n",
+                    std::floor(double(have->first - g.total()) / per_token), per_token);
+    } catch (const Error&) {
+      // no compact records for these widths: the pool holds rows; nothing to add
+    }
   } catch (const Error& e) {
     problems.push_back(cat(e.what(), " (", have->second, ")"));
   }

@@ -47,11 +47,12 @@ TEST(Inspect, KvCacheBytes) {
   // io/kv_size.h on the bundled model: 2 CSA + 2 HCA layers of 200-byte entries, 68-byte indexer keys.
   auto r = run_command(bin() + " inspect");
   EXPECT_NE(r.output.find("kv cache    146.5 B per token of context in compact records (entry 200 B, indexer key "
-                          "68 B); bf16 rows today 272 B"),
+                          "68 B; as bf16 rows 272 B)"),
             std::string::npos)
       << r.output;
   // 6 layers and the mtp.0 block, 32 rows of 200 B each.
-  EXPECT_NE(r.output.find("window rings 43.75 KiB per sequence (7 layers x 32 rows; bf16 today 56.00 KiB)"),
+  EXPECT_NE(r.output.find("window rings 43.75 KiB per sequence as records (cpu), 56.00 KiB as bf16 rows (cuda) "
+                          "(7 layers x 32 rows)"),
             std::string::npos)
       << r.output;
 }
@@ -76,6 +77,11 @@ TEST(Inspect, MemoryPlanOfFlashOnOneAndTwoGpus) {
   EXPECT_NE(two.output.find("128 of 256 routed experts per layer on each"), std::string::npos) << two.output;
   EXPECT_NE(two.output.find("  GPU 1     experts 128-255, "), std::string::npos) << two.output;
   EXPECT_NE(two.output.find("  fits      80.32 GiB of 139.70 GiB (--gpu-memory)"), std::string::npos) << two.output;
+  // The memory left, 139.70 - 80.32 = 59.38 GiB, holds ~18.14M tokens of 3,514.25 B (io/kv_size.h).
+  EXPECT_NE(two.output.find("  kv room   about 1814"), std::string::npos) << two.output;
+  EXPECT_NE(two.output.find(" more tokens of context in the memory left (3514.25 B each, compact records)"),
+            std::string::npos)
+      << two.output;
 }
 
 TEST(Inspect, MemoryPlanErrors) {
