@@ -42,6 +42,7 @@ struct RunnerRequest {
   int ranks = 1;                      // --ranks: in-process expert-parallel ranks (cpu only)
   bool data_parallel = false;         // ranks > 1: each rank its own sequences, max_seqs / ranks slots each
                                       // (rounded up; the engine: serve --ranks)
+  bool quiet = false;                 // cuda: no memory plan line on stderr before the load
 };
 
 // The runner of the model in `dir` for `r`, weights loaded with `progress`. With r.ranks > 1, or when

@@ -158,7 +158,7 @@ Loaded load_model_and_tokenizer(const ModelOptions& o, const char* command, int6
 std::unique_ptr<Runner> load_model(const ModelOptions& o, const char* command, int64_t max_ctx, int64_t chunk) {
   apply_threads(o.threads);
   const RunnerRequest r{.cuda = use_cuda(o.device, command), .numerics = o.numerics, .kernels = o.kernels,
-                        .max_seqs = 1, .max_ctx = max_ctx, .chunk = chunk, .ranks = o.ranks};
+                        .max_seqs = 1, .max_ctx = max_ctx, .chunk = chunk, .ranks = o.ranks, .quiet = o.quiet};
   return load_runner(o.model, r, o.quiet ? LoadProgress{} : terminal_load_progress(o.model));
 }
 
