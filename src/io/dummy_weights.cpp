@@ -6,87 +6,10 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "io/published_weights.h"
 
 namespace dsv4 {
 namespace {
-
-TensorView spec(DType t, Shape shape) {
-  TensorView v;
-  v.dtype = t;
-  v.shape = std::move(shape);
-  v.nbytes = size_t(v.numel()) * size_t(dtype_bits(t)) / 8;
-  return v;
-}
-
-LinearWeight fp8(int64_t out, int64_t in) {
-  LinearWeight w;
-  w.format = WeightFormat::FP8;
-  w.out = out;
-  w.in = in;
-  w.weight = spec(DType::F8_E4M3, {out, in});
-  w.scale = spec(DType::F8_E8M0, {(out + 127) / 128, (in + 127) / 128});
-  return w;
-}
-LinearWeight fp4(int64_t out, int64_t in) {
-  LinearWeight w;
-  w.format = WeightFormat::FP4;
-  w.out = out;
-  w.in = in;
-  w.weight = spec(DType::F4_E2M1, {out, in});  // as bind_weights presents packed FP4: logical shape
-  w.scale = spec(DType::F8_E8M0, {out, in / 32});
-  return w;
-}
-LinearWeight dense(int64_t out, int64_t in) {
-  LinearWeight w;
-  w.out = out;
-  w.in = in;
-  w.weight = spec(DType::BF16, {out, in});
-  return w;
-}
-HcWeights hc(int64_t rows, int64_t width, int64_t nscale) {
-  return {spec(DType::F32, {rows, width}), spec(DType::F32, {rows}), spec(DType::F32, {nscale})};
-}
-CompressorWeights compressor(int64_t ratio, int64_t dc, int64_t c, int64_t D) {
-  return {dense(c * dc, D), dense(c * dc, D), spec(DType::F32, {ratio, c * dc}), spec(DType::BF16, {dc})};
-}
-
-// Mirrors bind_block (io/weights.cpp) with the Flash / Pro checkpoint formats (FORMATS.md §3.3).
-BlockWeights block(const ModelConfig& cfg, const LayerSpec& ls) {
-  const int64_t D = cfg.hidden_size, n = cfg.hc_mult, H = cfg.num_heads, d = cfg.head_dim;
-  BlockWeights w;
-  w.hc_attn = hc((2 + n) * n, n * D, 3);
-  w.hc_ffn = hc((2 + n) * n, n * D, 3);
-  w.attn_norm = spec(DType::BF16, {D});
-  w.ffn_norm = spec(DType::BF16, {D});
-  AttentionWeights& a = w.attn;
-  a.wq_a = fp8(cfg.q_lora_rank, D);
-  a.q_norm = spec(DType::BF16, {cfg.q_lora_rank});
-  a.wq_b = fp8(H * d, cfg.q_lora_rank);
-  a.wkv = fp8(d, D);
-  a.kv_norm = spec(DType::BF16, {d});
-  a.wo_a = fp8(cfg.o_groups * cfg.o_lora_rank, H * d / cfg.o_groups);
-  a.wo_b = fp8(D, cfg.o_groups * cfg.o_lora_rank);
-  a.attn_sink = spec(DType::F32, {H});
-  if (ls.attn != AttnKind::Sliding) a.compressor = compressor(ls.ratio, d, ls.attn == AttnKind::CSA ? 2 : 1, D);
-  if (ls.attn == AttnKind::CSA) {
-    IndexerWeights ix;
-    ix.wq_b = fp8(cfg.index_n_heads * cfg.index_head_dim, cfg.q_lora_rank);
-    ix.weights_proj = dense(cfg.index_n_heads, D);
-    ix.compressor = compressor(ls.ratio, cfg.index_head_dim, 2, D);
-    a.indexer = ix;
-  }
-  MoeWeights& m = w.ffn;
-  const int64_t E = cfg.n_routed_experts, I = cfg.moe_inter_dim;
-  m.gate = dense(E, D);
-  if (ls.route == RouteKind::TopK)
-    m.bias = spec(DType::F32, {E});
-  else
-    m.tid2eid = spec(DType::I32, {cfg.vocab_size, cfg.experts_per_tok});
-  for (int64_t e = 0; e < E; ++e) m.experts.push_back({fp4(I, D), fp4(D, I), fp4(I, D)});
-  const int64_t Is = I * cfg.n_shared_experts;
-  if (Is > 0) m.shared = {fp8(Is, D), fp8(D, Is), fp8(Is, D)};
-  return w;
-}
 
 uint64_t mix(uint64_t x) {  // splitmix64
   x += 0x9e3779b97f4a7c15ull;
@@ -203,13 +126,13 @@ uint64_t weights_bytes(const Weights& w) {
   return total;
 }
 
-DummyWeights::DummyWeights(const ModelConfig& cfg, uint64_t seed) {
-  const int64_t D = cfg.hidden_size, n = cfg.hc_mult, V = cfg.vocab_size;
-  w_.embed = spec(DType::BF16, {V, D});
-  w_.head = dense(V, D);
-  w_.norm = spec(DType::BF16, {D});
-  w_.hc_head = hc(n, n * D, 1);
-  for (const LayerSpec& ls : cfg.layers) w_.layers.push_back(block(cfg, ls));
+DummyWeights::DummyWeights(const ModelConfig& cfg, uint64_t seed) : w_(published_weights(cfg, false)) {
+  // tid2eid as int32 (bind_weights takes I32 or I64): fill_pool writes valid expert ids of that width.
+  for (BlockWeights& b : w_.layers)
+    if (TensorView& t = b.ffn.tid2eid; t.nbytes) {
+      t.dtype = DType::I32;
+      t.nbytes = size_t(t.numel()) * 4;
+    }
 
   std::map<DType, size_t> largest;
   for_each_view(w_, [&](TensorView& v) { largest[v.dtype] = std::max(largest[v.dtype], v.nbytes); });
