@@ -80,6 +80,8 @@ struct BackendOptions {
   // the logits equal one rank's bit for bit). Every rank calls every op of every call in step with the
   // others: a rank with no tokens runs calls of 0 tokens. Null: one rank. Not owned.
   comm::Communicator* comm = nullptr;
+  // One-line notices of the load (cuda: the memory plan it checked before any weight moved); empty: none.
+  std::function<void(const std::string&)> report = {};
 };
 
 // One call's tokens: runs of `run_len` consecutive tokens, each run one sequence (decode: run_len 1,

@@ -8,8 +8,6 @@
 
 #include "cli/flags.h"
 #include "core/error.h"
-#include "io/safetensors.h"
-#include "io/memory_plan.h"
 #include "runtime/rank_group.h"
 
 namespace dsv4::cli {
@@ -65,19 +63,6 @@ RankSpec rank_spec(const RunnerRequest& r) {
   return {.ranks = r.ranks, .data_parallel = r.data_parallel};
 }
 
-// The memory plan of the one GPU for `cap` (io/memory_plan.h), on stderr before the load; the backend
-// checks the same plan against the GPU's free memory before any weight moves.
-void print_cuda_plan(const std::string& dir, const Capacity& cap) {
-  const ModelConfig cfg = load_config(dir);
-  const auto ckpt = Checkpoint::open(dir);
-  const MemoryPlanOptions o{.gpus = 1, .context = cap.max_ctx, .sequences = cap.max_seqs, .max_tokens = cap.max_tokens};
-  const GpuPlan g = plan_memory(cfg, weight_inventory(cfg, bind_weights(cfg, *ckpt)), o).largest();
-  std::fprintf(stderr, "dsv4: memory plan on 1 GPU: %.2f GiB (weights %.2f, KV %.2f for %lld sequence(s) of %lld "
-               "positions, workspace %.2f)\n",
-               gib(g.total()), gib(g.weights), gib(g.kv), (long long)cap.max_seqs, (long long)cap.max_ctx,
-               gib(g.workspace));
-}
-
 }  // namespace
 
 std::unique_ptr<Runner> load_runner(const std::string& dir, const RunnerRequest& r, const LoadProgress& progress) {
@@ -97,7 +82,7 @@ std::unique_ptr<Runner> load_runner(const std::string& dir, const RunnerRequest&
   const int64_t ctx =
       r.max_ctx > 0 ? r.max_ctx : std::min<int64_t>(load_config(dir).max_position_embeddings, kCudaDefaultContext);
   o.capacity = {.max_seqs = seqs, .max_ctx = ctx, .max_tokens = chunk};
-  if (!r.quiet) print_cuda_plan(dir, o.capacity);
+  if (!r.quiet) o.report = [](const std::string& line) { std::fprintf(stderr, "dsv4: %s\n", line.c_str()); };
   return Runner::load(dir, o, progress);
 }
 

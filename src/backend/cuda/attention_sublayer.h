@@ -135,6 +135,8 @@ struct AttentionLayerState {
   // This layer's rows of pool page `page` (entries, then indexer keys): what a snapshot copies of a
   // partial page.
   std::vector<Piece> page_pieces(int32_t page);
+  // Bytes of one page in this layer (the sum of page_pieces): its entry and key records.
+  size_t page_bytes() const { return size_t(per_page) * size_t(entry_rec.bytes + key_rec.bytes); }
 };
 
 // Scratch of the attention ops for up to `max_tokens` tokens per call, shared by all layers of a

@@ -3,6 +3,7 @@
 #include "backend/cuda/cuda_backend.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 
 #include "backend/cuda/check.h"
@@ -93,11 +94,21 @@ void CudaBackend::check_fits(const Weights& w) const {
   DSV4_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
   const MemoryPlanOptions plan{.gpus = 1, .context = cap_.max_ctx, .sequences = cap_.max_seqs,
                                .max_tokens = cap_.max_tokens};
+  GpuPlan g;
   try {
-    check_memory(cfg_, weight_inventory(cfg_, w), plan, uint64_t(free_b));
+    g = check_memory(cfg_, weight_inventory(cfg_, w), plan, uint64_t(free_b)).largest();
   } catch (const Error& e) {
     fail("cuda backend (", ctx_->name(), ", ", cap_.max_seqs, " sequence(s) of ", cap_.max_ctx,
          " positions, calls of ", cap_.max_tokens, " tokens): ", e.what());
+  }
+  if (opt_.report) {
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "memory plan on 1 GPU: %.2f GiB (weights %.2f, KV %.2f for %lld sequence(s) of %lld positions, "
+                  "workspace %.2f)",
+                  gib(g.total()), gib(g.weights), gib(g.kv), (long long)cap_.max_seqs, (long long)cap_.max_ctx,
+                  gib(g.workspace));
+    opt_.report(line);
   }
 }
 
@@ -488,7 +499,7 @@ void CudaBackend::release(int slot) {
 uint64_t CudaBackend::page_bytes() const {
   uint64_t n = 0;
   for (const AttentionLayerState& st : states_)
-    n += uint64_t(st.per_page) * uint64_t(st.entry_rec.bytes + st.key_rec.bytes);
+    n += st.page_bytes();
   return n;
 }
 

@@ -31,12 +31,6 @@ __device__ __forceinline__ uint4 load_stream(const uint8_t* p) {
   return v;
 }
 
-// Eight e2m1 nibbles -> two registers of four e4m3 bytes (value x 2^-6): `lo` from the low nibbles
-// (even k), `hi` from the high nibbles (odd k).
-__device__ __forceinline__ void e2m1x8_to_e4m3(uint32_t w, uint32_t& lo, uint32_t& hi) {
-  lo = ((w << 4) & 0x80808080u) | ((w << 2) & 0x1c1c1c1cu);
-  hi = (w & 0x80808080u) | ((w >> 2) & 0x1c1c1c1cu);
-}
 
 // Byte j of four E8M0 bytes -> 2^(b - 127) * 2^6 (the decode's 2^-6 undone), built from the exponent
 // bits: the byte goes to the top of a word (one byte permute), then down by one onto the exponent field.

@@ -63,13 +63,7 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 
-// Eight e2m1 nibbles -> two registers of four e4m3 bytes whose values are the e2m1 values x 2^-6: the
-// nibble s|e1 e0|m becomes the byte s|0 0 e1 e0|m 0 0 (normal and subnormal alike). `lo` from the low
-// nibbles (even k), `hi` from the high nibbles (odd k). The same decode as fp4_gemv.cu.
-__device__ __forceinline__ void e2m1x8_to_e4m3(uint32_t w, uint32_t& lo, uint32_t& hi) {
-  lo = ((w << 4) & 0x80808080u) | ((w << 2) & 0x1c1c1c1cu);
-  hi = (w & 0x80808080u) | ((w >> 2) & 0x1c1c1c1cu);
-}
+// e2m1x8_to_e4m3 (kernel_util.cuh) decodes the packed weights.
 // Byte j of four E8M0 bytes -> 2^(b - 127) * 2^6 (undoes the decode's 2^-6); b <= 248.
 __device__ __forceinline__ float e8m0_x64(uint32_t s4, int j) {
   return __uint_as_float((__byte_perm(s4, 0u, 0x0444u | (uint32_t(j) << 12)) >> 1) + (6u << 23));

@@ -62,9 +62,8 @@ __device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
 }
-// Eight consecutive bf16 values (one 16-byte load; p 16-byte aligned) as floats.
-__device__ __forceinline__ void load_bf16x8(const __nv_bfloat16* p, float (&v)[8]) {
-  const uint4 raw = *reinterpret_cast<const uint4*>(p);
+// Eight bf16 values (their bits, the first in the low half of raw.x) as floats.
+__device__ __forceinline__ void bf16x8_values(const uint4& raw, float (&v)[8]) {
   const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
@@ -72,6 +71,18 @@ __device__ __forceinline__ void load_bf16x8(const __nv_bfloat16* p, float (&v)[8
     v[2 * i] = f.x;
     v[2 * i + 1] = f.y;
   }
+}
+// Eight consecutive bf16 values (one 16-byte load; p 16-byte aligned) as floats.
+__device__ __forceinline__ void load_bf16x8(const __nv_bfloat16* p, float (&v)[8]) {
+  bf16x8_values(*reinterpret_cast<const uint4*>(p), v);
+}
+
+// Eight e2m1 nibbles -> two registers of four e4m3 bytes whose values are the e2m1 values x 2^-6: the
+// nibble s|e1 e0|m becomes the byte s|0 0 e1 e0|m 0 0 (normal and subnormal alike), 4 logic ops per 8
+// values. `lo` from the low nibbles (even k), `hi` from the high nibbles (odd k).
+__device__ __forceinline__ void e2m1x8_to_e4m3(uint32_t w, uint32_t& lo, uint32_t& hi) {
+  lo = ((w << 4) & 0x80808080u) | ((w << 2) & 0x1c1c1c1cu);
+  hi = (w & 0x80808080u) | ((w >> 2) & 0x1c1c1c1cu);
 }
 
 __device__ __forceinline__ float warp_max(float v) {

@@ -26,9 +26,6 @@ __device__ __forceinline__ float e8m0_value(uint8_t b) {
 
 // f32_to_e4m3 (RNE, saturating) of a value already clamped to +-448.
 __device__ __forceinline__ uint8_t e4m3_code(float q) { return __nv_cvt_float_to_fp8(q, __NV_SATFINITE, __NV_E4M3); }
-__device__ __forceinline__ float e4m3_value(uint8_t c) {
-  return __half2float(__half(__nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t(c), __NV_E4M3)));
-}
 
 // f32_to_e2m1 of a value clamped to +-6: the code of qsim::round_e2m1's grid value, sign bit 8 from
 // the sign of q (so -0 and negatives that round to zero give 8, as on the CPU).
@@ -48,12 +45,6 @@ __device__ __forceinline__ float e2m1_value(uint8_t c) {
 __device__ __forceinline__ float2 e4m3x2_value(uint32_t two) {
   const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(two & 0xffffu), __NV_E4M3);
   return __half22float2(__half2(h));
-}
-// Eight e2m1 nibbles (dim 2j in the low nibble of byte j, 2j + 1 in the high one) as e4m3 bytes of
-// value x 2^-6: `lo` the even dims, `hi` the odd ones (the nibble s|e1 e0|m becomes s|0 0 e1 e0|m 0 0).
-__device__ __forceinline__ void e2m1x8_to_e4m3(uint32_t w, uint32_t& lo, uint32_t& hi) {
-  lo = ((w << 4) & 0x80808080u) | ((w << 2) & 0x1c1c1c1cu);
-  hi = (w & 0x80808080u) | ((w >> 2) & 0x1c1c1c1cu);
 }
 
 __device__ __forceinline__ uint32_t bf16x2_bits(float lo, float hi) {
@@ -97,47 +88,35 @@ __device__ __forceinline__ void pack_indexer_row(const X& x, uint8_t* r, const I
   for (int i = g.used + lane; i < g.bytes; i += 32) r[i] = 0;
 }
 
-// ---- Reads in place. A KV entry record's dims [c, c + 8) as 8 bf16 (c a multiple of 8; the record
-// 8-byte aligned, as every record of a pool is).
-__device__ __forceinline__ uint4 kv_load8(const uint8_t* r, const KvRecordGeom& g, int c) {
-  uint4 out;
-  if (c < g.nope) {
-    const uint2 codes = *reinterpret_cast<const uint2*>(r + c);
-    const float s = e8m0_value(r[g.scales_off + c / kFp8KvBlock]);
-    uint32_t* o = &out.x;
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const float2 v = e4m3x2_value((k < 2 ? codes.x : codes.y) >> ((k & 1) * 16));
-      o[k] = bf16x2_bits(__fmul_rn(v.x, s), __fmul_rn(v.y, s));
-    }
-  } else {
-    const uint2* src = reinterpret_cast<const uint2*>(r + g.rope_off + 2 * (c - g.nope));
-    const uint2 a = src[0], b = src[1];
-    out = make_uint4(a.x, a.y, b.x, b.y);
-  }
-  return out;
+// ---- Reads in place (records 8-byte aligned, as every record of a pool is; c a multiple of 8).
+// The rope dims [c, c + 8) (c >= nope) as their bf16 bits.
+__device__ __forceinline__ uint4 kv_rope8(const uint8_t* r, const KvRecordGeom& g, int c) {
+  const uint2* src = reinterpret_cast<const uint2*>(r + g.rope_off + 2 * (c - g.nope));
+  const uint2 a = src[0], b = src[1];
+  return make_uint4(a.x, a.y, b.x, b.y);
 }
-// The same as floats.
-__device__ __forceinline__ void kv_load8f(const uint8_t* r, const KvRecordGeom& g, int c, float (&v)[8]) {
-  if (c < g.nope) {
-    const uint2 codes = *reinterpret_cast<const uint2*>(r + c);
-    const float s = e8m0_value(r[g.scales_off + c / kFp8KvBlock]);
+// The FP8 dims [c, c + 8) (c < nope) as floats.
+__device__ __forceinline__ void kv_fp8x8(const uint8_t* r, const KvRecordGeom& g, int c, float (&v)[8]) {
+  const uint2 codes = *reinterpret_cast<const uint2*>(r + c);
+  const float s = e8m0_value(r[g.scales_off + c / kFp8KvBlock]);
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const float2 e = e4m3x2_value((k < 2 ? codes.x : codes.y) >> ((k & 1) * 16));
-      v[2 * k] = __fmul_rn(e.x, s);
-      v[2 * k + 1] = __fmul_rn(e.y, s);
-    }
-  } else {
-    const uint2* src = reinterpret_cast<const uint2*>(r + g.rope_off + 2 * (c - g.nope));
-    const uint2 a = src[0], b = src[1];
-    const uint32_t w[4] = {a.x, a.y, b.x, b.y};
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      v[2 * k] = __uint_as_float(w[k] << 16);
-      v[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
-    }
+  for (int k = 0; k < 4; ++k) {
+    const float2 e = e4m3x2_value((k < 2 ? codes.x : codes.y) >> ((k & 1) * 16));
+    v[2 * k] = __fmul_rn(e.x, s);
+    v[2 * k + 1] = __fmul_rn(e.y, s);
   }
+}
+// A KV entry record's dims [c, c + 8) as floats.
+__device__ __forceinline__ void kv_load8f(const uint8_t* r, const KvRecordGeom& g, int c, float (&v)[8]) {
+  if (c < g.nope) return kv_fp8x8(r, g, c, v);
+  bf16x8_values(kv_rope8(r, g, c), v);
+}
+// The same as 8 bf16.
+__device__ __forceinline__ uint4 kv_load8(const uint8_t* r, const KvRecordGeom& g, int c) {
+  if (c >= g.nope) return kv_rope8(r, g, c);
+  float v[8];
+  kv_fp8x8(r, g, c, v);
+  return make_uint4(bf16x2_bits(v[0], v[1]), bf16x2_bits(v[2], v[3]), bf16x2_bits(v[4], v[5]), bf16x2_bits(v[6], v[7]));
 }
 // Dims d, d + 1 (d even).
 __device__ __forceinline__ float2 kv_load2(const uint8_t* r, const KvRecordGeom& g, int d) {
@@ -188,13 +167,7 @@ struct KvRows {
   __device__ __forceinline__ void load8f(int64_t e, int c, float (&v)[8]) const {
     const uint8_t* r = record(e);
     if (r) return kv_load8f(r, g, c, v);
-    const uint4 raw = *reinterpret_cast<const uint4*>(kv + e * DIM + c);
-    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      v[2 * k] = __uint_as_float(w[k] << 16);
-      v[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
-    }
+    load_bf16x8(kv + e * DIM + c, v);
   }
   __device__ __forceinline__ float2 load2(int64_t e, int d) const {
     const uint8_t* r = record(e);
