@@ -5,6 +5,7 @@
 #include "core/error.h"
 #if DSV4_HAVE_CUDA
 #include "backend/cuda/context.h"
+#include "backend/cuda/device.h"
 #include "backend/cuda/cuda_backend.h"
 #endif
 
@@ -43,6 +44,14 @@ bool cuda_available() {
   return cuda::have_hopper_device();
 #else
   return false;
+#endif
+}
+
+int cuda_device_count() {
+#if DSV4_HAVE_CUDA
+  return cuda::device_count();
+#else
+  return 0;
 #endif
 }
 

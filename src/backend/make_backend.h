@@ -18,5 +18,7 @@ std::unique_ptr<Backend> make_backend(const ModelConfig& cfg, const Weights& w, 
 
 // Whether make_backend can build Device::Cuda here: a CUDA build and a Hopper (sm_90) device.
 bool cuda_available();
+// CUDA devices this process sees (0 without a CUDA build, a driver or a GPU).
+int cuda_device_count();
 
 }  // namespace dsv4

@@ -55,7 +55,7 @@ std::vector<int32_t> read_tokens(const std::string& path) {
 struct LogitsArgs {
   std::string model, tokens, schedule = "full", numerics = "official", out, device = "auto", kernels;
   bool mtp = false;
-  int ranks = 1;
+  RankFlags ranks;
 };
 
 void run_logits(const LogitsArgs& a) {

@@ -35,7 +35,7 @@ struct ServeArgs {
   bool no_prefix_cache = false;
   bool stats = false;
   int64_t prefix_cache_mib = 0;  // 0: the device's default (prefix_cache_budget)
-  int ranks = 1;                 // --ranks: data-parallel sequences over in-process expert-parallel ranks
+  RankFlags ranks;               // --ranks / --gpus: data-parallel sequences over expert-parallel ranks
 };
 
 // The prefix cache's default budget: 1 GiB of host memory on the CPU (the bundled model's snapshots are
@@ -85,7 +85,7 @@ void serve(ServeArgs& a) {
   }
 
   const bool cuda = use_cuda(a.device, "serve");
-  if (a.engine.speculative != 0) refuse_rank_group(1, "dsv4 serve --speculative");
+  if (a.engine.speculative != 0) refuse_rank_group({}, "dsv4 serve --speculative");
   const Tokenizer tok = Tokenizer::load(a.model);
   // A slot per sequence, each of the engine's context (cuda: default the model's, capped), and Model
   // calls of the engine's prefill chunk (a decode batch of every sequence fits one).

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "backend/make_backend.h"
 #include "cli/flags.h"
 #include "core/error.h"
 #include "runtime/rank_group.h"
@@ -23,10 +24,14 @@ void add_device_option(CLI::App& c, std::string& device, std::string& kernels) {
       ->capture_default_str();
 }
 
-void add_ranks_option(CLI::App& c, int& ranks) {
-  ranks = 1;
-  c.add_option("--ranks", ranks,
-               "cpu: expert parallelism over N in-process ranks (each holds 1/N of the routed experts; same output)")
+void add_ranks_option(CLI::App& c, RankFlags& ranks) {
+  ranks = {};
+  c.add_option("--ranks", ranks.ranks,
+               "Expert parallelism over N in-process ranks, each holding 1/N of the routed experts (same output; "
+               "on cuda they share one GPU)")
+      ->capture_default_str();
+  c.add_option("--gpus", ranks.gpus,
+               "cuda: expert parallelism over N GPUs, rank r on GPU r (routed experts split, the rest replicated)")
       ->capture_default_str();
 }
 
@@ -53,14 +58,18 @@ namespace {
 RankSpec rank_spec(const RunnerRequest& r) {
   const char* world = std::getenv("WORLD_SIZE");
   const bool tcp = world && *world && std::string(world) != "1";
-  if (r.ranks < 1) fail("--ranks: expected a positive number of ranks, got ", r.ranks);
-  if (r.cuda && (r.ranks > 1 || tcp))
-    fail(r.ranks > 1 ? "--ranks" : "WORLD_SIZE",
-         ": multi-GPU runs need the two-GPU machine and --gpus, which is not there yet (ranks run on --device cpu)");
-  if (tcp && r.ranks > 1)
-    fail("--ranks ", r.ranks, " with WORLD_SIZE=", world, ": one or the other (a TCP group is one rank per process)");
+  const RankFlags& f = r.ranks;
+  if (f.ranks < 1) fail("--ranks: expected a positive number of ranks, got ", f.ranks);
+  if (f.gpus < 1) fail("--gpus: expected a positive number of GPUs, got ", f.gpus);
+  if (f.gpus > 1 && !r.cuda) fail("--gpus ", f.gpus, ": needs --device cuda (on the CPU, --ranks N runs the same split)");
+  if (f.gpus > 1 && f.ranks > 1) fail("--gpus ", f.gpus, " with --ranks ", f.ranks, ": one or the other");
+  if (f.gpus > 1 && f.gpus > cuda_device_count())
+    fail("--gpus ", f.gpus, ": this machine has ", cuda_device_count(), " GPU(s)");
+  if (tcp && f.count() > 1)
+    fail(f.gpus > 1 ? "--gpus " : "--ranks ", f.count(), " with WORLD_SIZE=", world,
+         ": one or the other (a TCP group is one rank per process)");
   if (tcp) return {.tcp = comm::rendezvous_from_env()};
-  return {.ranks = r.ranks, .data_parallel = r.data_parallel};
+  return {.ranks = f.count(), .data_parallel = r.data_parallel, .gpu_per_rank = f.gpus > 1};
 }
 
 }  // namespace
@@ -83,12 +92,13 @@ std::unique_ptr<Runner> load_runner(const std::string& dir, const RunnerRequest&
       r.max_ctx > 0 ? r.max_ctx : std::min<int64_t>(load_config(dir).max_position_embeddings, kCudaDefaultContext);
   o.capacity = {.max_seqs = seqs, .max_ctx = ctx, .max_tokens = chunk};
   if (!r.quiet) o.report = [](const std::string& line) { std::fprintf(stderr, "dsv4: %s\n", line.c_str()); };
-  return Runner::load(dir, o, progress);
+  if (ranks.tcp) o.gpu = ranks.tcp->local_rank;  // one process per GPU
+  return load_ranked(dir, o, ranks, progress);
 }
 
-void refuse_rank_group(int ranks, const std::string& what) {
+void refuse_rank_group(const RankFlags& ranks, const std::string& what) {
   const char* world = std::getenv("WORLD_SIZE");  // a TCP rank group (load_runner)
-  if (ranks > 1 || (world && *world && std::string(world) != "1"))
+  if (ranks.count() > 1 || (world && *world && std::string(world) != "1"))
     fail(what, ": not yet over ranks (the MTP block's calls are not announced to the other ranks)");
 }
 

@@ -17,8 +17,14 @@ namespace dsv4::cli {
 // --device (default "auto") and --kernels fast|exact (default "fast": the CUDA backend's linears,
 // docs/cuda.md "Kernel tiers"; exact is bit-identical to the CPU; the CPU has one tier and ignores it).
 void add_device_option(CLI::App& c, std::string& device, std::string& kernels);
-// --ranks N (default 1): expert parallelism over N in-process ranks on the CPU (runtime/rank_group.h).
-void add_ranks_option(CLI::App& c, int& ranks);
+// Expert-parallel ranks (runtime/rank_group.h, docs/multi-gpu.md): --ranks N in-process ranks (cpu; on
+// cuda they share the one GPU, a test of the decomposition), --gpus N one rank per GPU (cuda).
+struct RankFlags {
+  int ranks = 1;
+  int gpus = 1;
+  int count() const { return ranks > gpus ? ranks : gpus; }
+};
+void add_ranks_option(CLI::App& c, RankFlags& ranks);
 // True when `command` runs on the GPU. `supported`: whether that command has a CUDA path.
 bool use_cuda(const std::string& device, const char* command, bool supported = true);
 bool cuda_available();  // CUDA build and a Hopper device (Runner::cuda_available)
@@ -39,7 +45,7 @@ struct RunnerRequest {
   int64_t max_ctx = 0;                // cuda: positions per slot (0: the model's, capped at kCudaDefaultContext);
                                       // cpu: the model's
   int64_t chunk = 256;                // tokens per Model call (a prefill piece; at least max_seqs is taken)
-  int ranks = 1;                      // --ranks: in-process expert-parallel ranks (cpu only)
+  RankFlags ranks;                    // --ranks / --gpus: in-process expert-parallel ranks
   bool data_parallel = false;         // ranks > 1: each rank its own sequences, max_seqs / ranks slots each
                                       // (rounded up; the engine: serve --ranks)
   bool quiet = false;                 // cuda: no memory plan line on stderr before the load
@@ -54,6 +60,6 @@ std::unique_ptr<Runner> load_runner(const std::string& dir, const RunnerRequest&
 // The one refusal of what is not yet done over ranks (the MTP block's calls are made on the model
 // directly, not announced to the other ranks): fails "WHAT: not yet over ranks (...)" when ranks > 1 or
 // the environment makes this process a rank of a TCP group.
-void refuse_rank_group(int ranks, const std::string& what);
+void refuse_rank_group(const RankFlags& ranks, const std::string& what);
 
 }  // namespace dsv4::cli

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/device.h"
 #include "runtime/generate.h"
 #include "runtime/sampler.h"
 #include "runtime/runner.h"
@@ -23,7 +24,7 @@ struct ModelOptions {
   std::string numerics = "official";
   std::string device = "auto";  // --device cpu | cuda | auto (cli/device.h)
   std::string kernels = "fast";  // --kernels fast | exact: the CUDA kernel tier (cli/device.h)
-  int ranks = 1;                // --ranks N: in-process expert-parallel ranks (cli/device.h)
+  RankFlags ranks;              // --ranks N / --gpus N: expert-parallel ranks (cli/device.h)
   int threads = 0;              // --threads (0: OpenMP's default, OMP_NUM_THREADS or every core)
   bool quiet = false, verbose = false;
 

@@ -21,7 +21,8 @@ void idle_call(Model& m) { m.step(Batch{}, StepPlan{}); }
 // idle calls as were posted, and returns once stopped with none left.
 class ThreadPeers final : public RankPeers {
  public:
-  ThreadPeers(const std::string& dir, const BackendOptions& o, int ranks) : group_({.ranks = ranks}) {
+  ThreadPeers(const std::string& dir, const BackendOptions& o, int ranks, bool gpu_per_rank)
+      : group_({.ranks = ranks}), gpu_per_rank_(gpu_per_rank) {
     errors_.resize(size_t(ranks));
     for (int r = 1; r < ranks; ++r) threads_.emplace_back([this, dir, o, r] { follow(dir, o, r); });
   }
@@ -62,6 +63,7 @@ class ThreadPeers final : public RankPeers {
     std::string error;
     try {
       o.comm = &group_.rank(r);
+      if (gpu_per_rank_) o.gpu += r;
       m = Model::load(dir, o);
     } catch (const std::exception& e) {
       error = e.what();
@@ -88,6 +90,7 @@ class ThreadPeers final : public RankPeers {
   }
 
   comm::InProcessGroup group_;
+  bool gpu_per_rank_ = false;
   std::mutex mu_;
   std::condition_variable cv_;
   int64_t posted_ = 0;
@@ -101,8 +104,8 @@ class ThreadPeers final : public RankPeers {
 // thread r (rank 0: the caller's); each() hands every thread the same job and waits for all of them.
 class ThreadRanks final : public RankSet {
  public:
-  ThreadRanks(const std::string& dir, const BackendOptions& o, int ranks, const LoadProgress& progress)
-      : group_({.ranks = ranks}), runners_(size_t(ranks)), errors_(size_t(ranks)), load_errors_(size_t(ranks)) {
+  ThreadRanks(const std::string& dir, const BackendOptions& o, int ranks, bool gpu_per_rank, const LoadProgress& progress)
+      : group_({.ranks = ranks}), gpu_per_rank_(gpu_per_rank), runners_(size_t(ranks)), errors_(size_t(ranks)), load_errors_(size_t(ranks)) {
     for (int r = 1; r < ranks; ++r) threads_.emplace_back([this, dir, o, r] { follow(dir, o, r); });
     std::string mine;
     try {
@@ -158,6 +161,7 @@ class ThreadRanks final : public RankSet {
  private:
   std::unique_ptr<Runner> load(const std::string& dir, BackendOptions o, int r, const LoadProgress& progress) {
     o.comm = &group_.rank(r);
+    if (gpu_per_rank_) o.gpu += r;
     return std::make_unique<Runner>(Model::load(dir, o, progress));
   }
 
@@ -207,6 +211,7 @@ class ThreadRanks final : public RankSet {
   }
 
   comm::InProcessGroup group_;
+  bool gpu_per_rank_ = false;
   std::vector<std::unique_ptr<Runner>> runners_;  // after group_: their models go before the communicators
   std::mutex mu_;
   std::condition_variable cv_;
@@ -274,8 +279,8 @@ std::unique_ptr<Runner> load_ranked(const std::string& dir, const BackendOptions
   if (spec.tcp) return load_tcp(dir, o, *spec.tcp, progress);
   if (spec.ranks < 1) fail("ranks: expected at least 1, got ", spec.ranks);
   if (spec.ranks == 1) return Runner::load(dir, o, progress);
-  if (spec.data_parallel) return std::make_unique<Runner>(std::make_unique<ThreadRanks>(dir, o, spec.ranks, progress));
-  auto peers = std::make_unique<ThreadPeers>(dir, o, spec.ranks);
+  if (spec.data_parallel) return std::make_unique<Runner>(std::make_unique<ThreadRanks>(dir, o, spec.ranks, spec.gpu_per_rank, progress));
+  auto peers = std::make_unique<ThreadPeers>(dir, o, spec.ranks, spec.gpu_per_rank);
   std::unique_ptr<Model> m;
   std::string error;
   try {

@@ -31,6 +31,7 @@ struct RankSpec {
   int ranks = 1;                        // in-process ranks (threads), used when tcp is unset
   std::optional<comm::Rendezvous> tcp{};  // set: this process is tcp->rank of a TCP group of tcp->world_size
   bool data_parallel = false;           // in-process ranks > 1: each rank its own sequences (not with tcp)
+  bool gpu_per_rank = false;            // cuda, in-process ranks: rank r on GPU o.gpu + r (`--gpus N`); else all on o.gpu
 };
 
 // The runner of rank 0 over the group `spec` describes, each rank's model loaded from `dir` with `o`

@@ -140,6 +140,9 @@ TEST(Ranks, BadValuesAreOneLineErrors) {
   expect_one_line_error(bin() + " perplexity --device cpu -q --ranks -2 -f " + d / "text.txt",
                         "--ranks: expected a positive number of ranks, got -2");
   expect_one_line_error(bin() + logits_args(d, d / "x.safetensors") + " --ranks 3", "do not split evenly over 3 ranks");
+  expect_one_line_error(bin() + " run --device cpu -q -n 2 --gpus 0 x", "--gpus: expected a positive number of GPUs, got 0");
+  expect_one_line_error(bin() + " run --device cpu -q -n 2 --gpus 2 x",
+                        "--gpus 2: needs --device cuda (on the CPU, --ranks N runs the same split)");
   EXPECT_FALSE(fs::exists(d / "x.safetensors"));
 }
 

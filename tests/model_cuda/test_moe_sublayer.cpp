@@ -119,6 +119,7 @@ DevMoeWeights flash_moe_weights(const DeviceContext& ctx) {
   const int64_t E = 256, D = 4096, I = 2048, k = 6;
   DevMoeWeights w;
   w.E = E;
+  w.held = E;  // every expert on this GPU
   w.k = k;
   w.D = D;
   w.I = I;

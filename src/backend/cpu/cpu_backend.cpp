@@ -16,21 +16,10 @@
 
 namespace dsv4::cpu {
 
-namespace {
-
-ExpertRange experts_of(const ModelConfig& cfg, const comm::Communicator* c) {
-  if (!c || c->size() == 1) return {};
-  const int64_t E = cfg.n_routed_experts, N = c->size();
-  if (E % N != 0) fail("expert parallelism: ", E, " routed experts do not split evenly over ", N, " ranks");
-  return {.first = c->rank() * (E / N), .last = (c->rank() + 1) * (E / N)};
-}
-
-}  // namespace
-
 CpuBackend::CpuBackend(const ModelConfig& cfg, const Weights& w, uint64_t total_bytes, const BackendOptions& o,
                        const LoadProgress& progress)
     : cfg_(cfg), cap_(o.capacity), numerics_(o.numerics),
-      comm_(o.comm && o.comm->size() > 1 ? o.comm : nullptr), experts_(experts_of(cfg, o.comm)),
+      comm_(o.comm && o.comm->size() > 1 ? o.comm : nullptr), experts_(expert_range(cfg.n_routed_experts, o.comm)),
       w_(to_cpu_weights(w, total_bytes, progress, experts_)) {
   for (int64_t i = 0; i < cfg_.num_layers + num_mtp(); ++i)
     inv_freq_.push_back(rope_inv_freq(cfg_.rope_dim, cfg_.rope_for(cfg_.layer_at(i))));

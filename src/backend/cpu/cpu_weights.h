@@ -6,6 +6,7 @@
 #include <functional>
 #include <vector>
 
+#include "backend/comm/expert_range.h"
 #include "core/tensor.h"
 #include "io/weights.h"
 
@@ -37,13 +38,8 @@ using BlockF = BlockT<CpuLeaves>;
 using MtpF = MtpT<CpuLeaves>;
 using CpuWeights = ModelT<CpuLeaves>;
 
-// Routed experts a backend holds: [first, last) of every MoE layer (expert parallelism); the others stay
-// empty (their bytes are still counted as done).
-struct ExpertRange {
-  int64_t first = 0, last = INT64_MAX;
-};
-
-// Decodes every weight; `progress` (optional) is called after each tensor.
+// Decodes every weight; `progress` (optional) is called after each tensor. Routed experts outside
+// `experts` (expert parallelism) stay empty (their bytes are still counted as done).
 CpuWeights to_cpu_weights(const Weights& w, uint64_t total_bytes = 0, LoadProgress progress = {},
                           ExpertRange experts = {});
 

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "backend/comm/expert_range.h"
 #include "backend/cuda/check.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/linear_choice.h"
@@ -22,12 +23,12 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const Weights& w, uint64_t tota
     : cfg_(cfg), opt_(o), cap_(o.capacity) {
   if (cap_.max_seqs < 1 || cap_.max_tokens < 1 || cap_.max_ctx < 1)
     fail("cuda backend: slots, context and tokens per call must be positive");
-  if (o.comm) fail("cuda backend: expert parallelism over several ranks is not on cuda yet (use --device cpu)");
   cap_.max_tokens = std::max(cap_.max_tokens, cap_.max_seqs);  // a decode batch is one call
+  const ExpertRange experts = expert_range(cfg_.n_routed_experts, o.comm);  // throws when they do not split
   ctx_ = std::make_unique<DeviceContext>(o.gpu);
   ctx_->set_kernels(o.kernels);
   check_fits(w);
-  w_ = upload_weights(*ctx_, cfg_, w, total_bytes, progress);
+  w_ = upload_weights(*ctx_, cfg_, w, total_bytes, progress, experts);
 
   const int64_t T = cap_.max_tokens, n = cfg_.hc_mult, D = cfg_.hidden_size, V = cfg_.vocab_size;
   geo_ = kv_page_geometry(cfg_, num_mtp());
@@ -50,6 +51,7 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const Weights& w, uint64_t tota
   moe_ws_ = std::make_unique<MoeWorkspace>(*ctx_, cfg_, T);
   if (num_mtp() > 0) mtp_ws_ = std::make_unique<MtpWorkspace>(cfg_, T);
   moe_ws_->grouped_prefill = o.grouped_moe_prefill;
+  if (o.comm) moe_ranks_ = std::make_unique<MoeRanks>(*ctx_, cfg_, *o.comm, T, o.grouped_moe_prefill);
   // Logit rows: every decode row, and prefill logits in pieces of at most ~256 MiB.
   logit_rows_ = std::min(T, std::max<int64_t>(cap_.max_seqs, (int64_t(256) << 20) / (V * 4)));
 
@@ -92,7 +94,8 @@ CudaBackend::~CudaBackend() {
 void CudaBackend::check_fits(const Weights& w) const {
   size_t free_b = 0, total_b = 0;
   DSV4_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-  const MemoryPlanOptions plan{.gpus = 1, .context = cap_.max_ctx, .sequences = cap_.max_seqs,
+  const int gpus = opt_.comm ? opt_.comm->size() : 1;
+  const MemoryPlanOptions plan{.gpus = gpus, .context = cap_.max_ctx, .sequences = cap_.max_seqs,
                                .max_tokens = cap_.max_tokens};
   GpuPlan g;
   try {
@@ -104,9 +107,10 @@ void CudaBackend::check_fits(const Weights& w) const {
   if (opt_.report) {
     char line[256];
     std::snprintf(line, sizeof line,
-                  "memory plan on 1 GPU: %.2f GiB (weights %.2f, KV %.2f for %lld sequence(s) of %lld positions, "
+                  "memory plan on %s: %.2f GiB (weights %.2f, KV %.2f for %lld sequence(s) of %lld positions, "
                   "workspace %.2f)",
-                  gib(g.total()), gib(g.weights), gib(g.kv), (long long)cap_.max_seqs, (long long)cap_.max_ctx,
+                  gpus == 1 ? "1 GPU" : ("each of " + std::to_string(gpus) + " GPUs").c_str(), gib(g.total()),
+                  gib(g.weights), gib(g.kv), (long long)cap_.max_seqs, (long long)cap_.max_ctx,
                   gib(g.workspace));
     opt_.report(line);
   }
@@ -123,8 +127,9 @@ BackendInfo CudaBackend::info() const {
 // ---- a call
 
 void CudaBackend::begin(const Batch& b) {
-  const int64_t T = b.size();
-  if (T < 1 || T > cap_.max_tokens) fail("cuda backend: ", T, " tokens in one call, at most ", cap_.max_tokens);
+  const int64_t T = b.size();  // 0: an idle rank of an expert-parallel group (its MoE serves the others)
+  if (T < (moe_ranks_ ? 0 : 1) || T > cap_.max_tokens)
+    fail("cuda backend: ", T, " tokens in one call, at most ", cap_.max_tokens);
   if (b.slots.size() != b.ids.size() || b.positions.size() != b.ids.size())
     fail("cuda backend: ids, slots and positions differ in length");
   if (b.run_len < 1 || T % b.run_len != 0) fail("cuda backend: ", T, " tokens do not split into runs of ", b.run_len);
@@ -202,7 +207,8 @@ void CudaBackend::execute(const StepShape& shape, const std::function<void()>& b
   // each sequence) are captured; prefill chunks, whose sizes vary call to call, run as launches. Every
   // launch's host-side parameters depend only on shape.key() (positions, slots and page tables live on
   // the device).
-  if (!opt_.graphs || !shape.graph || shape.run_len > kMaxGraphRunLen) {
+  // Expert-parallel calls exchange their counts through the host (moe_ranks.h): no graphs.
+  if (!opt_.graphs || !shape.graph || shape.run_len > kMaxGraphRunLen || moe_ranks_) {
     body();
     return;
   }
@@ -294,10 +300,12 @@ AttentionCall CudaBackend::attention(int64_t layer, const char* op) {
 }
 
 void CudaBackend::embed() {
+  if (T_ == 0) return;  // an idle rank
   embed_forward(*ctx_, embed_view(w_.embed, cfg_), ids_.get(), T_, int(cfg_.hc_mult), X_.get());
 }
 
 void CudaBackend::mhc(const MhcStep& s) {
+  if (T_ == 0) return;  // an idle rank
   const int n = int(cfg_.hc_mult), D = int(cfg_.hidden_size);
   const float eps = float(cfg_.rms_norm_eps);
   if (s.post) {
@@ -317,19 +325,30 @@ void CudaBackend::mhc(const MhcStep& s) {
   }
 }
 
-void CudaBackend::attn_qkv(int64_t layer) { cuda::attn_qkv(*ctx_, attention(layer, "attn_qkv"), u_.get()); }
-void CudaBackend::compress(int64_t layer, CompressorKind c) {
-  attn_compress(*ctx_, attention(layer, "compress"), u_.get(), c);
+// An idle rank (0 tokens) skips every op but the MoE's exchange.
+void CudaBackend::attn_qkv(int64_t layer) {
+  if (T_ > 0) cuda::attn_qkv(*ctx_, attention(layer, "attn_qkv"), u_.get());
 }
-void CudaBackend::index_topk(int64_t layer) { attn_index_topk(*ctx_, attention(layer, "index_topk"), u_.get()); }
-void CudaBackend::attend(int64_t layer) { attn_attend(*ctx_, attention(layer, "attend")); }
-void CudaBackend::attn_out(int64_t layer) { cuda::attn_out(*ctx_, attention(layer, "attn_out"), y_.get()); }
+void CudaBackend::compress(int64_t layer, CompressorKind c) {
+  if (T_ > 0) attn_compress(*ctx_, attention(layer, "compress"), u_.get(), c);
+}
+void CudaBackend::index_topk(int64_t layer) {
+  if (T_ > 0) attn_index_topk(*ctx_, attention(layer, "index_topk"), u_.get());
+}
+void CudaBackend::attend(int64_t layer) {
+  if (T_ > 0) attn_attend(*ctx_, attention(layer, "attend"));
+}
+void CudaBackend::attn_out(int64_t layer) {
+  if (T_ > 0) cuda::attn_out(*ctx_, attention(layer, "attn_out"), y_.get());
+}
 
 void CudaBackend::moe_route(int64_t layer) {
   cuda::moe_route(*ctx_, block(layer, "moe_route").ffn, *moe_ws_, u_.get(), ids_.get(), T_);
 }
 void CudaBackend::moe_experts(int64_t layer) {
-  cuda::moe_experts(*ctx_, block(layer, "moe_experts").ffn, *moe_ws_, u_.get(), T_, y_.get());
+  const DevMoeWeights& w = block(layer, "moe_experts").ffn;
+  if (moe_ranks_) moe_ranks_->experts(w, *moe_ws_, u_.get(), T_, y_.get());
+  else cuda::moe_experts(*ctx_, w, *moe_ws_, u_.get(), T_, y_.get());
 }
 
 void CudaBackend::mtp_input(int64_t k) {

@@ -31,6 +31,7 @@
 #include "backend/cuda/buffer.h"
 #include "backend/cuda/context.h"
 #include "backend/cuda/device_weights.h"
+#include "backend/cuda/moe_ranks.h"
 #include "backend/cuda/mtp_layer.h"
 #include "core/tensor.h"
 #include "io/config.h"
@@ -129,6 +130,8 @@ class CudaBackend final : public Backend {
   std::vector<HostRun> runs_;                   // the current call's runs (begin)
   std::unique_ptr<AttentionWorkspace> attn_ws_;
   std::unique_ptr<MoeWorkspace> moe_ws_;
+  // Expert parallelism (BackendOptions::comm, moe_ranks.h): the routed experts spread over the group.
+  std::unique_ptr<MoeRanks> moe_ranks_;
   std::unique_ptr<MtpWorkspace> mtp_ws_;  // when the model has an MTP block
   int64_t logit_rows_ = 0;
   int64_t T_ = 0, run_len_ = 1;  // the current call (begin)

@@ -37,8 +37,8 @@ uint64_t hc_source_bytes(const HcWeights& h) { return h.fn.nbytes + h.base.nbyte
 class Uploader {
  public:
   Uploader(const DeviceContext& ctx, const ModelConfig& cfg, const Weights& w, uint64_t total_bytes,
-           const LoadProgress& progress)
-      : ctx_(ctx), cfg_(cfg), w_(w), progress_(progress) {
+           const LoadProgress& progress, ExpertRange experts)
+      : ctx_(ctx), cfg_(cfg), w_(w), progress_(progress), experts_(experts) {
     st_.bytes_total = total_bytes;
   }
   uint64_t device_bytes() const { return device_bytes_; }
@@ -60,7 +60,7 @@ class Uploader {
     return d;
   }
   DevMoeWeights moe(const MoeWeights& w, int64_t layer) {
-    return counted(upload_moe_weights(ctx_, w, cfg_, cfg_.layer_at(layer)));
+    return counted(upload_moe_weights(ctx_, w, cfg_, cfg_.layer_at(layer), experts_));
   }
   void finish(DevAttentionWeights& a, const AttentionWeights& w, int64_t layer) {
     finish_attention_weights(a, w, cfg_, cfg_.layer_at(layer));
@@ -90,6 +90,7 @@ class Uploader {
   const ModelConfig& cfg_;
   const Weights& w_;
   const LoadProgress& progress_;
+  ExpertRange experts_;
   LoadStatus st_;
   uint64_t device_bytes_ = 0;
 };
@@ -110,10 +111,10 @@ DeviceBuffer<bf16> upload_bf16(const TensorView& v) {
 }
 
 DeviceWeights upload_weights(const DeviceContext& ctx, const ModelConfig& cfg, const Weights& w, uint64_t total_bytes,
-                             const LoadProgress& progress) {
+                             const LoadProgress& progress, ExpertRange experts) {
   if (w.layers.size() < size_t(cfg.num_layers))
     fail(cfg.source, ": the weights hold ", w.layers.size(), " layers, the config wants ", cfg.num_layers);
-  Uploader up(ctx, cfg, w, total_bytes, progress);
+  Uploader up(ctx, cfg, w, total_bytes, progress, experts);
   DeviceWeights d;
   static_cast<ModelT<DevLeaves>&>(d) = map_model<DevLeaves>(w, up, cfg.num_layers);
   d.device_bytes = up.device_bytes();

@@ -33,8 +33,9 @@ struct DeviceWeights : ModelT<DevLeaves> {
 DeviceBuffer<bf16> upload_bf16(const TensorView& v);
 
 // Uploads every layer of cfg.layers (a truncated cfg uploads only its first layers), every MTP block of
-// w.mtp, embed and head. `progress` gets the checkpoint bytes consumed so far over `total_bytes`.
+// w.mtp, embed and head; of the routed experts only `experts` (expert parallelism). `progress` gets the
+// checkpoint bytes consumed so far over `total_bytes`.
 DeviceWeights upload_weights(const DeviceContext& ctx, const ModelConfig& cfg, const Weights& w,
-                             uint64_t total_bytes, const LoadProgress& progress = {});
+                             uint64_t total_bytes, const LoadProgress& progress = {}, ExpertRange experts = {});
 
 }  // namespace dsv4::cuda

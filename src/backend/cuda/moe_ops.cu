@@ -24,6 +24,15 @@ __global__ void moe_gather_kernel(MoeGatherParams p) {
   for (int b = threadIdx.x; b < blocks; b += blockDim.x) p.sel_xs[i * blocks + b] = p.xs[int64_t(b) * p.P + t];
 }
 
+// Block i copies row rows[i] / div (16-byte vectors).
+__global__ void gather_rows_kernel(GatherRowsParams p) {
+  const int64_t i = blockIdx.x;
+  const int64_t r = p.rows[i] / p.div;
+  const uint4* src = reinterpret_cast<const uint4*>(p.src + r * p.D);
+  uint4* dst = reinterpret_cast<uint4*>(p.dst + i * p.D);
+  for (int c = threadIdx.x; c < p.D / 8; c += blockDim.x) dst[c] = src[c];
+}
+
 // Plan step 1, block per chunk of kPlanChunk entries: the warps take turns in entry order; each gives
 // its lanes their rank among the chunk's earlier entries of the same expert (a shared histogram
 // advanced warp by warp, peers found by __match_any_sync), then the block stores its histogram.
@@ -185,6 +194,16 @@ void moe_gather(const DeviceContext& ctx, const MoeGatherParams& p) {
   if ((reinterpret_cast<uintptr_t>(p.xq) | reinterpret_cast<uintptr_t>(p.sel_xq)) & 15u)
     fail("moe_gather: code rows must be 16-byte aligned");
   moe_gather_kernel<<<unsigned(narrow_int(p.T * p.k, "moe_gather rows")), 128, 0, ctx.stream()>>>(p);
+  DSV4_CUDA_CHECK_LAUNCH();
+}
+
+void gather_rows(const DeviceContext& ctx, const GatherRowsParams& p) {
+  if (p.n == 0) return;
+  if (!p.src || !p.rows || !p.dst) fail("gather_rows: null pointer");
+  if (p.D <= 0 || p.D % 8 != 0 || p.div < 1) fail("gather_rows: D ", p.D, " must be a positive multiple of 8, div ", p.div, " positive");
+  if ((reinterpret_cast<uintptr_t>(p.src) | reinterpret_cast<uintptr_t>(p.dst)) & 15u)
+    fail("gather_rows: rows must be 16-byte aligned");
+  gather_rows_kernel<<<unsigned(narrow_int(p.n, "gather_rows rows")), 128, 0, ctx.stream()>>>(p);
   DSV4_CUDA_CHECK_LAUNCH();
 }
 

@@ -50,6 +50,19 @@ struct MoeGatherParams {
 };
 void moe_gather(const DeviceContext& ctx, const MoeGatherParams& p);
 
+// ---- Row gather: dst[i] = src[rows[i] / div] for i < n, bf16 rows of D values (expert parallelism:
+// the x row of each (token, pick) entry sent to a rank, entry t * k + j reading token t). Exact copy.
+// CPU twin: a loop.
+struct GatherRowsParams {
+  const bf16* src = nullptr;      // [>= max(rows) / div + 1, D]
+  const int32_t* rows = nullptr;  // [n]
+  int div = 1;
+  bf16* dst = nullptr;            // [n, D]
+  int64_t n = 0;
+  int D = 0;                      // a multiple of 8
+};
+void gather_rows(const DeviceContext& ctx, const GatherRowsParams& p);
+
 // ---- Token permutation plan for a grouped expert pass: entries (t, j) -> index t * k + j, grouped by
 // expert in ascending id order and, inside an expert, in entry order (the CPU's row order in
 // Model::moe). counts[e], offsets[e] (offsets[E] = entries), rows[offsets[e] .. offsets[e+1]) = the

@@ -27,9 +27,9 @@ MoePlanRefs moe_plan_tiles(const DeviceContext& ctx, MoeWorkspace& ws, const int
 GroupedRouted moe_routed_grouped(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace& ws,
                                  const uint8_t* xq, const float* xs, int64_t P, const int32_t* ids,
                                  const float* weights, int64_t T) {
-  const int64_t D = w.D, I = w.I, E = w.E, k = w.k, n = T * k;
+  const int64_t D = w.D, I = w.I, E = w.held, k = ws.k, n = T * k;
   if (w.dense_experts) fail("moe_routed_grouped: FP4 routed experts only");
-  if (ws.D != D || ws.I != I || ws.E != E || ws.k != k) fail("moe_routed_grouped: workspace shapes differ from the layer's");
+  if (ws.D != D || ws.I != I || ws.E != E) fail("moe_routed_grouped: workspace shapes differ from the layer's held experts");
   const MoePlanRefs plan = moe_plan_tiles(ctx, ws, ids, weights, n, int(E), kFp4GroupedTileRows);
 
   // w1 | w3: the token rows of xq through the plan.

@@ -2,6 +2,7 @@
 #include "backend/cuda/moe_sublayer.h"
 
 #include <algorithm>
+#include <span>
 #include <vector>
 
 #include "backend/cuda/attn_ops.h"
@@ -59,10 +60,14 @@ void stage_fp4(const LinearWeight& w, int64_t rows, int64_t K, uint8_t* packed_d
 
 // ---- MoE weights.
 DevMoeWeights upload_moe_weights(const DeviceContext& ctx, const MoeWeights& w, const ModelConfig& cfg,
-                                 const LayerSpec& spec) {
+                                 const LayerSpec& spec, ExpertRange experts) {
   (void)ctx;
   DevMoeWeights d;
   d.E = cfg.n_routed_experts;
+  d.first_expert = experts.first;
+  d.held = experts.count(d.E);
+  if (d.first_expert < 0 || d.held < 1 || d.first_expert + d.held > d.E)
+    fail("GPU MoE: expert range [", experts.first, ", ", experts.first + d.held, ") outside the layer's ", d.E, " experts");
   d.k = cfg.experts_per_tok;
   d.D = cfg.hidden_size;
   d.I = cfg.moe_inter_dim;
@@ -85,12 +90,14 @@ DevMoeWeights upload_moe_weights(const DeviceContext& ctx, const MoeWeights& w, 
     d.bias = upload_f32(w.bias);
   }
 
-  const int64_t E = d.E, D = d.D, I = d.I;
-  const WeightFormat routed = E > 0 ? w.experts[0].w1.format : WeightFormat::FP4;
+  // The routed stacks hold the range's experts only, indexed from 0 (expert first_expert + i at i).
+  const int64_t E = d.held, D = d.D, I = d.I, e0 = d.first_expert;
+  const std::span<const ExpertWeights> held(w.experts.data() + e0, size_t(E));
+  const WeightFormat routed = held.front().w1.format;
   d.dense_experts = routed == WeightFormat::Dense;
   if (routed == WeightFormat::FP8 || routed == WeightFormat::NVFP4) {
     std::vector<std::vector<const LinearWeight*>> p13, p2;
-    for (const ExpertWeights& x : w.experts) {
+    for (const ExpertWeights& x : held) {
       p13.push_back({&x.w1, &x.w3});
       p2.push_back({&x.w2});
     }
@@ -102,7 +109,7 @@ DevMoeWeights upload_moe_weights(const DeviceContext& ctx, const MoeWeights& w, 
     w13.reserve(size_t(E * 2 * I * D));
     w2.reserve(size_t(E * D * I));
     for (int64_t e = 0; e < E; ++e) {
-      const ExpertWeights& x = w.experts[size_t(e)];
+      const ExpertWeights& x = held[size_t(e)];
       stage_dense(x.w1, I, D, w13);
       stage_dense(x.w3, I, D, w13);
       stage_dense(x.w2, D, I, w2);
@@ -113,7 +120,7 @@ DevMoeWeights upload_moe_weights(const DeviceContext& ctx, const MoeWeights& w, 
     std::vector<uint8_t> w13(size_t(E * 2 * I * D / 2)), s13(size_t(E * 2 * I * D / 32));
     std::vector<uint8_t> w2(size_t(E * D * I / 2)), s2(size_t(E * D * I / 32));
     for (int64_t e = 0; e < E; ++e) {
-      const ExpertWeights& x = w.experts[size_t(e)];
+      const ExpertWeights& x = held[size_t(e)];
       uint8_t* p13 = w13.data() + e * 2 * I * D / 2;
       uint8_t* q13 = s13.data() + e * 2 * I * D / 32;
       // w1 and w3 are packed as one [2I, D] matrix: the tiled layout tiles 16 rows, and I % 16 == 0, so
@@ -155,8 +162,11 @@ struct MoeWorkspace::SharedPlans {
 };
 
 MoeWorkspace::MoeWorkspace(const DeviceContext& ctx, const ModelConfig& cfg, int64_t max_tokens)
-    : max_tokens_(max_tokens), D(cfg.hidden_size), I(cfg.moe_inter_dim), E(cfg.n_routed_experts),
-      k(cfg.experts_per_tok) {
+    : MoeWorkspace(ctx, {.D = cfg.hidden_size, .I = cfg.moe_inter_dim, .E = cfg.n_routed_experts,
+                         .k = cfg.experts_per_tok}, max_tokens) {}
+
+MoeWorkspace::MoeWorkspace(const DeviceContext& ctx, const MoeShape& shape, int64_t max_tokens)
+    : max_tokens_(max_tokens), D(shape.D), I(shape.I), E(shape.E), k(shape.k) {
   (void)ctx;
   if (max_tokens <= 0) fail("MoeWorkspace: max_tokens must be positive");
   P = (max_tokens + 15) / 16 * 16;
@@ -214,9 +224,15 @@ void MoeWorkspace::prepare(const DeviceContext& ctx, int64_t T) {
 // ---- The ops.
 namespace {
 
+// The router's workspace: the layer's shapes (every expert, k picks).
 void check_call(const DevMoeWeights& w, const MoeWorkspace& ws, int64_t T) {
   if (T > ws.max_tokens()) fail("moe: ", T, " tokens, the workspace holds ", ws.max_tokens());
   if (ws.D != w.D || ws.I != w.I || ws.E != w.E || ws.k != w.k) fail("moe: workspace shapes differ from the layer's");
+}
+// A routed pass's workspace: the experts held (E = w.held) and its picks per row (k, 1 for entries).
+void check_routed(const DevMoeWeights& w, const MoeWorkspace& ws, int64_t T) {
+  if (T > ws.max_tokens()) fail("moe: ", T, " rows, the workspace holds ", ws.max_tokens());
+  if (ws.D != w.D || ws.I != w.I || ws.E != w.held) fail("moe: workspace shapes differ from the layer's held experts");
 }
 
 }  // namespace
@@ -232,45 +248,61 @@ void moe_route(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace& w
                    .norm_topk_prob = w.norm_topk_prob, .scaling = w.routed_scaling});
 }
 
-void moe_experts(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace& ws, const bf16* x, int64_t T,
-                 bf16* y) {
-  if (T == 0) return;
-  check_call(w, ws, T);
-  const int64_t D = w.D, I = w.I, k = w.k, Tk = T * k;
-  const bool shared_fp8 = w.has_shared && !w.shared_dense;
+namespace {
+
+// Shared state of one MoE call's passes: the tier's kernel choices and the FP8 rows of x.
+struct MoeCall {
+  const DeviceContext& ctx;
+  const DevMoeWeights& w;
+  MoeWorkspace& ws;
+  const bf16* x = nullptr;  // [T, D]
+  int64_t T = 0;
+  int64_t P = 0;            // rows of the block-major xs (cuBLASLt's padding of the shared expert)
+  MoeWorkspace::SharedPlans* plans = nullptr;
+
+  // A dense (bf16) linear at the Dense site (one token per expert selection when expert_ids is given).
+  void dense(const bf16* xin, int64_t rows, int64_t row_div, const bf16* wt, const int32_t* ids, int64_t out,
+             int64_t K, bf16* yout) const {
+    run_linear_kernel(ctx, linear_kernel(LinearSite::Dense, T, ctx.kernels()),
+                      {.x = xin, .x_stride = K, .x_row_div = row_div, .w16 = wt, .expert_ids = ids,
+                       .w_expert_stride = out * K, .y = yout, .y_stride = out, .tokens = rows, .out = int(out),
+                       .in = int(K)});
+  }
+};
+
+// x -> e4m3 with block-major scales (b * P + t) where the routed or the shared expert reads FP8; the
+// shared expert's cuBLASLt plans where the table picks them (`shared`: this call runs the shared expert).
+MoeCall begin_call(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace& ws, const bf16* x, int64_t T,
+                   bool routed, bool shared) {
+  MoeCall c{.ctx = ctx, .w = w, .ws = ws, .x = x, .T = T, .P = T};
+  const bool shared_fp8 = shared && w.has_shared && !w.shared_dense;
+  if (shared_fp8 && linear_kernel(LinearSite::SharedExpert, T, ctx.kernels()) == LinearKernel::Lt) {
+    c.plans = &ws.plans(ctx, T);
+    c.P = c.plans->up->padded_tokens();
+  }
+  if ((routed && !w.dense_experts) || shared_fp8) act_quant_rows(ctx, x, T, w.D, ws.xq.get(), ws.xs.get(), 1, c.P);
+  return c;
+}
+
+// The routed experts of c.T rows with ws.k picks each (ws.ids: held experts, 0 .. w.held - 1; ws.weights):
+// the weighted outputs, in entry order (entry_row null) or in plan order.
+GroupedRouted routed_experts(const MoeCall& c) {
+  const DeviceContext& ctx = c.ctx;
+  const DevMoeWeights& w = c.w;
+  MoeWorkspace& ws = c.ws;
+  const int64_t T = c.T, P = c.P, D = w.D, I = w.I, k = ws.k, E = ws.E, Tk = T * k;
   if (w.dense_experts && Tk > 65535) fail("moe: ", Tk, " dense-expert selections exceed one launch");
   const KernelTier tier = ctx.kernels();
-  const LinearKernel shared_kernel = linear_kernel(LinearSite::SharedExpert, T, tier);
-  const LinearKernel dense_kernel = linear_kernel(LinearSite::Dense, T, tier);
   const bool stacked = w.w13_x.present();  // FP8 / NVFP4 routed experts (moe_expert_stack.h)
   const RoutedKernel routed =
       stacked ? stacked_routed_kernel(tier) : routed_kernel(T, ws.grouped_prefill, tier, ws.expert_tiles_from);
   if (stacked && (routed == RoutedKernel::DecodeMma) != w.w13_x.fast_layout)
     fail("moe: routed experts uploaded for the other kernel tier (the layout follows the tier at load)");
-  // The shared expert on cuBLASLt where the table says so.
-  MoeWorkspace::SharedPlans* plans = shared_fp8 && shared_kernel == LinearKernel::Lt ? &ws.plans(ctx, T) : nullptr;
-  const int64_t P = plans ? plans->up->padded_tokens() : T;
-
-  if (!w.dense_experts || shared_fp8)  // x -> e4m3, scales block-major (b * P + t)
-    act_quant_rows(ctx, x, T, D, ws.xq.get(), ws.xs.get(), 1, P);
 
   // Large FP4 calls: the grouped tensor-core pass (moe_prefill.h) instead of the GEMVs below.
-  GroupedRouted grouped;
   if (!w.dense_experts && routed == RoutedKernel::Grouped)
-    grouped = moe_routed_grouped(ctx, w, ws, ws.xq.get(), ws.xs.get(), P, ws.ids.get(), ws.weights.get(), T);
+    return moe_routed_grouped(ctx, w, ws, ws.xq.get(), ws.xs.get(), P, ws.ids.get(), ws.weights.get(), T);
 
-  // A dense (bf16) linear at the Dense site (one token per expert selection when expert_ids is given).
-  auto dense = [&](const bf16* xin, int64_t rows, int64_t row_div, const bf16* wt, const int32_t* ids, int64_t out,
-                   int64_t K, bf16* yout) {
-    run_linear_kernel(ctx, dense_kernel, {.x = xin, .x_stride = K, .x_row_div = row_div, .w16 = wt,
-                                          .expert_ids = ids, .w_expert_stride = out * K, .y = yout, .y_stride = out,
-                                          .tokens = rows, .out = int(out), .in = int(K)});
-  };
-  // The shared expert's FP8 linears below cuBLASLt's range (exact_linear or fast_gemv).
-  auto shared_fp8_linear = [&](const uint8_t* codes, const float* scales, int64_t P_in, const Fp8Weight& wt,
-                               bf16* yout) {
-    run_linear_kernel(ctx, shared_kernel, fp8_linear_params(codes, scales, 1, P_in, wt, T, yout));
-  };
   // Routed experts: one GEMV selection per (token, pick), in launches of at most 65535 selections.
   auto gemv = [&](const DeviceBuffer<uint8_t>& wp, const DeviceBuffer<uint8_t>& wsc, const uint8_t* xc, const float* xsc,
                   int64_t rows, int64_t K, bf16* out) {
@@ -285,9 +317,9 @@ void moe_experts(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace&
   auto tile_gemv = [&](const DeviceBuffer<uint8_t>& wp, const DeviceBuffer<uint8_t>& wsc, const uint8_t* xc,
                        const float* xsc, int64_t rows, int64_t K, bf16* out) {
     fp4_gemv(ctx, {.w_packed = wp.get(), .tiled = true, .w_scales = wsc.get(), .x_codes = xc, .x_scales = xsc,
-                   .y = out, .selections = int(fp4_grouped_max_tiles(Tk, int(w.E), kMoeExpertTileRows)),
+                   .y = out, .selections = int(fp4_grouped_max_tiles(Tk, int(E), kMoeExpertTileRows)),
                    .tokens = kMoeExpertTileRows, .rows = rows, .K = K, .x_tok_stride = K, .xs_tok_stride = K / 128,
-                   .xs_blk_stride = 1, .y_tok_stride = rows, .tiles = ws.tiles.get(), .offsets = ws.plan.get() + w.E});
+                   .xs_blk_stride = 1, .y_tok_stride = rows, .tiles = ws.tiles.get(), .offsets = ws.plan.get() + E});
   };
   // The fast tier's decode-batch grouped MMA (fp4_grouped_decode.h): w1|w3 reads the token rows of xq
   // through the plan (no gather), w2 the plan-ordered hq.
@@ -305,7 +337,7 @@ void moe_experts(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace&
     wt.tiles = ws.tiles.get();
     wt.y = yout;
     wt.n = Tk;
-    wt.E = int(w.E);
+    wt.E = int(E);
     wt.tile_rows = tile_rows;
     fp4_grouped_decode(ctx, wt);
   };
@@ -331,86 +363,122 @@ void moe_experts(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace&
       exact_linear(ctx, e);
     }
   };
-  if (grouped.y2) {
-    // done above
-  } else if (stacked && routed == RoutedKernel::PerSelection) {
+  if (!w.dense_experts && (routed == RoutedKernel::DecodeMma || routed == RoutedKernel::Tiles)) {
+    const bool mma = routed == RoutedKernel::DecodeMma;
+    const int tile_rows = !mma ? kMoeExpertTileRows : T >= kDecodeMma16RowsFrom ? 16 : 8;
+    const MoePlanRefs plan = moe_plan_tiles(ctx, ws, ws.ids.get(), ws.weights.get(), Tk, int(E), tile_rows);
+    if (mma) {
+      decode_mma(ws.xq.get(), ws.xs.get(), 1, P, plan.rows, int(k),
+                 stacked ? fast_stack_params(w.w13_x) : fp4_weights(w.w13, w.w13_scales, 2 * I, D), plan, tile_rows,
+                 ws.y13.get());
+    } else {  // x rows in plan order
+      moe_gather(ctx, {.xq = ws.xq.get(), .xs = ws.xs.get(), .sel_xq = ws.sel_xq.get(), .sel_xs = ws.sel_xs.get(),
+                       .rows = plan.rows, .T = T, .P = P, .k = int(k), .D = int(D)});
+      tile_gemv(w.w13, w.w13_scales, ws.sel_xq.get(), ws.sel_xs.get(), 2 * I, D, ws.y13.get());
+    }
+    swiglu_gate_up(ctx, ws.y13.get(), ws.w_rows.get(), ws.h.get(), Tk, I, w.swiglu_limit);
+    act_quant_rows(ctx, ws.h.get(), Tk, I, ws.hq.get(), ws.hs.get(), I / 128, 1);
+    if (mma)
+      decode_mma(ws.hq.get(), ws.hs.get(), I / 128, 1, nullptr, 1,
+                 stacked ? fast_stack_params(w.w2_x) : fp4_weights(w.w2, w.w2_scales, D, I), plan, tile_rows,
+                 ws.y2.get());
+    else
+      tile_gemv(w.w2, w.w2_scales, ws.hq.get(), ws.hs.get(), D, I, ws.y2.get());
+    return {.y2 = ws.y2.get(), .entry_row = ws.entry_row.get()};
+  }
+
+  // The per-selection path: gate | up, SwiGLU, down, in entry order.
+  if (stacked) {
     stack_linear(w.w13_x, ws.xq.get(), ws.xs.get(), 1, P, k, ws.y13.get());
-  } else if (!w.dense_experts && routed == RoutedKernel::DecodeMma) {
-    const int tile_rows = T >= kDecodeMma16RowsFrom ? 16 : 8;
-    const MoePlanRefs plan = moe_plan_tiles(ctx, ws, ws.ids.get(), ws.weights.get(), Tk, int(w.E), tile_rows);
-    decode_mma(ws.xq.get(), ws.xs.get(), 1, P, plan.rows, int(k),
-               stacked ? fast_stack_params(w.w13_x) : fp4_weights(w.w13, w.w13_scales, 2 * I, D), plan, tile_rows,
-               ws.y13.get());
-    swiglu_gate_up(ctx, ws.y13.get(), ws.w_rows.get(), ws.h.get(), Tk, I, w.swiglu_limit);
-    act_quant_rows(ctx, ws.h.get(), Tk, I, ws.hq.get(), ws.hs.get(), I / 128, 1);
-    decode_mma(ws.hq.get(), ws.hs.get(), I / 128, 1, nullptr, 1,
-               stacked ? fast_stack_params(w.w2_x) : fp4_weights(w.w2, w.w2_scales, D, I), plan, tile_rows,
-               ws.y2.get());
-    grouped.y2 = ws.y2.get();
-    grouped.entry_row = ws.entry_row.get();
-  } else if (!w.dense_experts && routed == RoutedKernel::Tiles) {
-    const MoePlanRefs plan = moe_plan_tiles(ctx, ws, ws.ids.get(), ws.weights.get(), Tk, int(w.E), kMoeExpertTileRows);
-    // x rows in plan order
-    moe_gather(ctx, {.xq = ws.xq.get(), .xs = ws.xs.get(), .sel_xq = ws.sel_xq.get(), .sel_xs = ws.sel_xs.get(),
-                     .rows = plan.rows, .T = T, .P = P, .k = int(k), .D = int(D)});
-    tile_gemv(w.w13, w.w13_scales, ws.sel_xq.get(), ws.sel_xs.get(), 2 * I, D, ws.y13.get());
-    swiglu_gate_up(ctx, ws.y13.get(), ws.w_rows.get(), ws.h.get(), Tk, I, w.swiglu_limit);
-    act_quant_rows(ctx, ws.h.get(), Tk, I, ws.hq.get(), ws.hs.get(), I / 128, 1);
-    tile_gemv(w.w2, w.w2_scales, ws.hq.get(), ws.hs.get(), D, I, ws.y2.get());
-    grouped.y2 = ws.y2.get();
-    grouped.entry_row = ws.entry_row.get();
   } else if (w.dense_experts) {
-    dense(x, Tk, k, w.w13_16.get(), ws.ids.get(), 2 * I, D, ws.y13.get());
+    c.dense(c.x, Tk, k, w.w13_16.get(), ws.ids.get(), 2 * I, D, ws.y13.get());
   } else {
     moe_gather(ctx, {.xq = ws.xq.get(), .xs = ws.xs.get(), .sel_xq = ws.sel_xq.get(), .sel_xs = ws.sel_xs.get(),
                      .T = T, .P = P, .k = int(k), .D = int(D)});
     gemv(w.w13, w.w13_scales, ws.sel_xq.get(), ws.sel_xs.get(), 2 * I, D, ws.y13.get());
   }
-
-  if (!grouped.y2) {  // SwiGLU and the down projection of the per-selection path
-    swiglu_gate_up(ctx, ws.y13.get(), ws.weights.get(), ws.h.get(), Tk, I, w.swiglu_limit);
-
-    if (w.dense_experts) {
-      dense(ws.h.get(), Tk, 1, w.w2_16.get(), ws.ids.get(), D, I, ws.y2.get());
-    } else if (stacked) {
-      act_quant_rows(ctx, ws.h.get(), Tk, I, ws.hq.get(), ws.hs.get(), I / 128, 1);
-      stack_linear(w.w2_x, ws.hq.get(), ws.hs.get(), I / 128, 1, 1, ws.y2.get());
-    } else {
-      act_quant_rows(ctx, ws.h.get(), Tk, I, ws.hq.get(), ws.hs.get(), I / 128, 1);
-      gemv(w.w2, w.w2_scales, ws.hq.get(), ws.hs.get(), D, I, ws.y2.get());
-    }
+  swiglu_gate_up(ctx, ws.y13.get(), ws.weights.get(), ws.h.get(), Tk, I, w.swiglu_limit);
+  if (w.dense_experts) {
+    c.dense(ws.h.get(), Tk, 1, w.w2_16.get(), ws.ids.get(), D, I, ws.y2.get());
+  } else {
+    act_quant_rows(ctx, ws.h.get(), Tk, I, ws.hq.get(), ws.hs.get(), I / 128, 1);
+    if (stacked) stack_linear(w.w2_x, ws.hq.get(), ws.hs.get(), I / 128, 1, 1, ws.y2.get());
+    else gemv(w.w2, w.w2_scales, ws.hq.get(), ws.hs.get(), D, I, ws.y2.get());
   }
-
-  if (w.has_shared) {
-    // Gate and up.
-    if (w.shared_dense) {
-      dense(x, T, 1, w.shared16_w1.get(), nullptr, I, D, ws.sg.get());
-      dense(x, T, 1, w.shared16_w3.get(), nullptr, I, D, ws.su.get());
-    } else if (plans) {
-      plans->up->run_fp8(ctx, ws.xq.get(), ws.xs.get(), w.shared_w1, ws.sg.get());
-      plans->up->run_fp8(ctx, ws.xq.get(), ws.xs.get(), w.shared_w3, ws.su.get());
-    } else {
-      const ExactLinearParams calls[2] = {fp8_linear_params(ws.xq.get(), ws.xs.get(), 1, P, w.shared_w1, T, ws.sg.get()),
-                                          fp8_linear_params(ws.xq.get(), ws.xs.get(), 1, P, w.shared_w3, T, ws.su.get())};
-      if (!run_shared_input(ctx, shared_kernel, calls, 2)) {  // else one launch each
-        shared_fp8_linear(ws.xq.get(), ws.xs.get(), P, w.shared_w1, ws.sg.get());
-        shared_fp8_linear(ws.xq.get(), ws.xs.get(), P, w.shared_w3, ws.su.get());
-      }
-    }
-    swiglu(ctx, {.g = ws.sg.get(), .u = ws.su.get(), .h = ws.sh.get(), .rows = T, .g_stride = I, .u_stride = I,
-                 .I = int(I), .limit = w.swiglu_limit});
-    // Down.
-    if (w.shared_dense) {
-      dense(ws.sh.get(), T, 1, w.shared16_w2.get(), nullptr, D, I, ws.ys.get());
-    } else {
-      const int64_t P2 = plans ? plans->down->padded_tokens() : T;
-      act_quant_rows(ctx, ws.sh.get(), T, I, ws.shq.get(), ws.shs.get(), 1, P2);
-      if (plans) plans->down->run_fp8(ctx, ws.shq.get(), ws.shs.get(), w.shared_w2, ws.ys.get());
-      else shared_fp8_linear(ws.shq.get(), ws.shs.get(), P2, w.shared_w2, ws.ys.get());
-    }
-  }
-
-  moe_combine(ctx, {.y2 = grouped.y2 ? grouped.y2 : ws.y2.get(), .ids = ws.ids.get(), .entry_row = grouped.entry_row,
-                    .shared = w.has_shared ? ws.ys.get() : nullptr, .y = y, .T = T, .k = int(k), .D = int(D)});
+  return {.y2 = ws.y2.get(), .entry_row = nullptr};
 }
+
+// The shared expert of x [T, D] into ws.ys (null without one).
+const bf16* shared_expert(const MoeCall& c) {
+  const DeviceContext& ctx = c.ctx;
+  const DevMoeWeights& w = c.w;
+  MoeWorkspace& ws = c.ws;
+  if (!w.has_shared) return nullptr;
+  const int64_t T = c.T, P = c.P, D = w.D, I = w.I;
+  const LinearKernel shared_kernel = linear_kernel(LinearSite::SharedExpert, T, ctx.kernels());
+  // The shared expert's FP8 linears below cuBLASLt's range (exact_linear or fast_gemv).
+  auto shared_fp8_linear = [&](const uint8_t* codes, const float* scales, int64_t P_in, const Fp8Weight& wt,
+                               bf16* yout) {
+    run_linear_kernel(ctx, shared_kernel, fp8_linear_params(codes, scales, 1, P_in, wt, T, yout));
+  };
+  // Gate and up.
+  if (w.shared_dense) {
+    c.dense(c.x, T, 1, w.shared16_w1.get(), nullptr, I, D, ws.sg.get());
+    c.dense(c.x, T, 1, w.shared16_w3.get(), nullptr, I, D, ws.su.get());
+  } else if (c.plans) {
+    c.plans->up->run_fp8(ctx, ws.xq.get(), ws.xs.get(), w.shared_w1, ws.sg.get());
+    c.plans->up->run_fp8(ctx, ws.xq.get(), ws.xs.get(), w.shared_w3, ws.su.get());
+  } else {
+    const ExactLinearParams calls[2] = {fp8_linear_params(ws.xq.get(), ws.xs.get(), 1, P, w.shared_w1, T, ws.sg.get()),
+                                        fp8_linear_params(ws.xq.get(), ws.xs.get(), 1, P, w.shared_w3, T, ws.su.get())};
+    if (!run_shared_input(ctx, shared_kernel, calls, 2)) {  // else one launch each
+      shared_fp8_linear(ws.xq.get(), ws.xs.get(), P, w.shared_w1, ws.sg.get());
+      shared_fp8_linear(ws.xq.get(), ws.xs.get(), P, w.shared_w3, ws.su.get());
+    }
+  }
+  swiglu(ctx, {.g = ws.sg.get(), .u = ws.su.get(), .h = ws.sh.get(), .rows = T, .g_stride = I, .u_stride = I,
+               .I = int(I), .limit = w.swiglu_limit});
+  // Down.
+  if (w.shared_dense) {
+    c.dense(ws.sh.get(), T, 1, w.shared16_w2.get(), nullptr, D, I, ws.ys.get());
+  } else {
+    const int64_t P2 = c.plans ? c.plans->down->padded_tokens() : T;
+    act_quant_rows(ctx, ws.sh.get(), T, I, ws.shq.get(), ws.shs.get(), 1, P2);
+    if (c.plans) c.plans->down->run_fp8(ctx, ws.shq.get(), ws.shs.get(), w.shared_w2, ws.ys.get());
+    else shared_fp8_linear(ws.shq.get(), ws.shs.get(), P2, w.shared_w2, ws.ys.get());
+  }
+  return ws.ys.get();
+}
+
+}  // namespace
+
+void moe_experts(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace& ws, const bf16* x, int64_t T,
+                 bf16* y) {
+  if (T == 0) return;
+  check_call(w, ws, T);
+  if (w.held != w.E) fail("moe: the layer holds ", w.held, " of its ", w.E, " experts (expert parallel: moe_ranks.h)");
+  const MoeCall c = begin_call(ctx, w, ws, x, T, true, true);
+  const GroupedRouted r = routed_experts(c);
+  const bf16* shared = shared_expert(c);
+  moe_combine(ctx, {.y2 = r.y2, .ids = ws.ids.get(), .entry_row = r.entry_row, .shared = shared, .y = y, .T = T,
+                    .k = int(w.k), .D = int(w.D)});
+}
+
+void moe_routed_entries(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace& ws, const bf16* x, int64_t n,
+                        bf16* y) {
+  if (n == 0) return;
+  check_routed(w, ws, n);
+  if (ws.k != 1) fail("moe_routed_entries: the workspace must take one pick per row, it takes ", ws.k);
+  const MoeCall c = begin_call(ctx, w, ws, x, n, true, false);
+  const GroupedRouted r = routed_experts(c);
+  moe_combine(ctx, {.y2 = r.y2, .ids = ws.ids.get(), .entry_row = r.entry_row, .y = y, .T = n, .k = 1, .D = int(w.D)});
+}
+
+const bf16* moe_shared_expert(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace& ws, const bf16* x,
+                              int64_t T) {
+  if (T == 0 || !w.has_shared) return nullptr;
+  check_call(w, ws, T);
+  return shared_expert(begin_call(ctx, w, ws, x, T, false, true));
+}
+
 }  // namespace dsv4::cuda

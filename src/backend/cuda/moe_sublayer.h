@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 
+#include "backend/comm/expert_range.h"
 #include "backend/cuda/buffer.h"
 #include "backend/cuda/context.h"
 #include "backend/cuda/gemm.h"
@@ -28,6 +29,9 @@ using bf16 = __nv_bfloat16;
 // ---- MoE (MODEL.md §7).
 struct DevMoeWeights {
   int64_t E = 0, k = 0, D = 0, I = 0, vocab = 0;  // experts, picks per token, hidden, expert width, V
+  // The routed experts held here (expert parallelism, backend/comm/expert_range.h): experts
+  // [first_expert, first_expert + held) of the E, at 0 .. held - 1 of the routed stacks below.
+  int64_t first_expert = 0, held = 0;
   RouteKind route = RouteKind::TopK;
   float swiglu_limit = 0, routed_scaling = 1;
   bool norm_topk_prob = true;
@@ -53,7 +57,8 @@ struct DevMoeWeights {
   Fp8Weight shared_w1, shared_w3, shared_w2;  // [I, D], [I, D], [D, I] FP8 (cuBLASLt layout)
   DeviceBuffer<bf16> shared16_w1, shared16_w3, shared16_w2;  // the same, dense bf16
 };
-// Copies one layer's MoE weights to the device (FP4 experts re-laid out to the tiled form on the host).
+// Copies one layer's MoE weights to the device (FP4 experts re-laid out to the tiled form on the host):
+// the router and the shared expert whole, the routed experts of `experts` only.
 // Routed experts FP4, FP8, NVFP4 or dense bf16 (the first expert's w1 decides the path; every routed
 // projection of the layer must follow it, w2 of FP8 / NVFP4 layers may be the other of the two), the
 // shared expert FP8 or dense bf16. Throws on other formats or shapes that break the kernels' contracts
@@ -63,16 +68,23 @@ struct DevMoeWeights {
 // kMoeExpertTileMinTokens tokens, expert tiles from there); larger shared-expert calls cuBLASLt and
 // larger FP4 routed-expert calls the grouped tensor-core pass of moe_prefill.h (no host sync).
 DevMoeWeights upload_moe_weights(const DeviceContext& ctx, const MoeWeights& w, const ModelConfig& cfg,
-                                 const LayerSpec& spec);
+                                 const LayerSpec& spec, ExpertRange experts = {});
 
 // Expert tiles (linear_choice.h, RoutedKernel::Tiles) from kMoeExpertTileMinTokens tokens: H200, Flash
 // MoE layer: tiles lost ~46 us per layer at 8 tokens when their grid held ceil(n/8) + E tile slots,
 // mostly empty blocks, and won ~300 us at 32; the grid is now bounded by n as well, and the threshold 16
 // is an estimate between the two measurements.
 
+// The shapes a workspace serves: hidden, expert width, experts, picks per row.
+struct MoeShape {
+  int64_t D = 0, I = 0, E = 0, k = 0;
+};
+
 // Scratch of the MoE ops for up to max_tokens tokens; shared by all layers of one model (same shapes).
 struct MoeWorkspace {
-  MoeWorkspace(const DeviceContext& ctx, const ModelConfig& cfg, int64_t max_tokens);
+  MoeWorkspace(const DeviceContext& ctx, const ModelConfig& cfg, int64_t max_tokens);  // the layer's shapes
+  // The routed pass of an expert-parallel rank: E = the experts held, k = 1 (one row per received entry).
+  MoeWorkspace(const DeviceContext& ctx, const MoeShape& shape, int64_t max_tokens);
   ~MoeWorkspace();
   int64_t max_tokens() const { return max_tokens_; }
   // Plans the shared expert's cuBLASLt GEMMs for T tokens (host-side only; moe_experts plans on first
@@ -121,8 +133,19 @@ struct MoeWorkspace {
 void moe_route(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace& ws, const bf16* x,
                const int32_t* token_ids, int64_t T);
 // y [T, D] bf16 = the routed experts of ws.ids / ws.weights (moe_route of the same x) + the shared
-// expert, combined. x and y may not alias.
+// expert, combined. x and y may not alias. The layer must hold every expert (else moe_ranks.h).
 void moe_experts(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace& ws, const bf16* x, int64_t T,
                  bf16* y);
+
+// The two halves an expert-parallel rank runs (moe_ranks.h):
+// Entries received from the ranks: x [n, D] bf16, one row per (token, pick) entry, with ws.ids [n] the held
+// expert (0 .. w.held - 1) and ws.weights [n] its routing weight set by the caller; y [n, D] = each row's
+// weighted expert output, exactly what moe_experts computes for that (token, pick) with the same kernel
+// choice. ws: a MoeShape{D, I, w.held, 1} workspace.
+void moe_routed_entries(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace& ws, const bf16* x, int64_t n,
+                        bf16* y);
+// The shared expert of x [T, D] into ws.ys (the layer's workspace); null when the layer has none.
+const bf16* moe_shared_expert(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace& ws, const bf16* x,
+                              int64_t T);
 
 }  // namespace dsv4::cuda

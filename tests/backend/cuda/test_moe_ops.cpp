@@ -236,6 +236,29 @@ void check_plan(int64_t T, int k, int E, int mode, uint64_t seed) {
   EXPECT_EQ(entry_row.download("entry_row"), ref_inv) << "T " << T << " k " << k << " E " << E << " mode " << mode;
 }
 
+// gather_rows (expert parallelism's send rows): row i is source row rows[i] / div, bits unchanged; the
+// guards around the output stay untouched.
+TEST(CudaMoeOps, GatherRowsByEntry) {
+  DSV4_REQUIRE_HOPPER();
+  DeviceContext ctx;
+  Rng rng(23);
+  const int64_t T = 7, n = 19;
+  const int D = 136, div = 3;  // D a multiple of 8, not of 128
+  std::vector<uint16_t> src(size_t(T * D));
+  for (uint16_t& v : src) v = uint16_t(rng.uniform_int(0, 0xfeff));
+  std::vector<int32_t> rows;
+  for (int64_t i = 0; i < n; ++i) rows.push_back(rng.uniform_int(0, int(T * div) - 1));
+  DeviceBuffer<uint16_t> dsrc(src);
+  DeviceBuffer<int32_t> drows(rows);
+  Guarded<uint16_t> out(size_t(n * D));
+  gather_rows(ctx, {.src = as_bf16(dsrc), .rows = drows.get(), .div = div, .dst = reinterpret_cast<bf16*>(out.get()),
+                    .n = n, .D = D});
+  ctx.synchronize();
+  std::vector<uint16_t> want;
+  for (int32_t r : rows) want.insert(want.end(), src.begin() + (r / div) * D, src.begin() + (r / div + 1) * D);
+  EXPECT_EQ(out.download("gathered rows"), want);
+}
+
 TEST(CudaMoeOps, PlanAtPrefillSizes) {
   DSV4_REQUIRE_HOPPER();
   check_plan(8192, 6, 256, 0, 41);

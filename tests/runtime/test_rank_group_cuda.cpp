@@ -1,0 +1,76 @@
+// The rank group on the CUDA backend (issue 16, backend/cuda/moe_ranks.h), bundled model; skipped
+// without a Hopper GPU. 2 and 4 in-process ranks share the one GPU (each its own CudaBackend holding
+// its share of the routed experts; the host communicator, its rows staged through pinned copies) and
+// make the calls of tests/support/rank_drive.h:
+//   - expert parallel, exact tier: rank 0's logits and drawn ids are one rank's bit for bit (one rank
+//     decodes through CUDA graphs, the group through plain launches: the same kernels);
+//   - data parallel (each rank its own sequences), exact tier: the same bits;
+//   - fast tier: the group's logits within the fast tier's model tolerance (rel-L2 0.02) of one rank's.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include "runtime/rank_group.h"
+#include "runtime/runner.h"
+#include "support/rank_drive.h"
+#include "support/test_paths.h"
+
+namespace dsv4 {
+namespace {
+
+BackendOptions cuda_options(KernelTier tier) {
+  return {.device = Device::Cuda, .kernels = tier, .capacity = {.max_seqs = 2, .max_ctx = 4096, .max_tokens = 5}};
+}
+
+double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
+  double d = 0, n = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    d += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    n += double(b[i]) * b[i];
+  }
+  return std::sqrt(d / n);
+}
+
+TEST(RankGroupCuda, ExpertParallelRanksGiveOneRanksBits) {
+  if (!Runner::cuda_available()) GTEST_SKIP() << "no Hopper GPU";
+  const auto one = load_ranked(test::bundled_model_dir(), cuda_options(KernelTier::Exact), {.ranks = 1});
+  const test::Outcome want = test::drive(*one);
+  ASSERT_EQ(want.ids.size(), 8u);
+  for (int n : {2, 4}) {
+    const auto group = load_ranked(test::bundled_model_dir(), cuda_options(KernelTier::Exact), {.ranks = n});
+    ASSERT_NE(group, nullptr);
+    const test::Outcome got = test::drive(*group);
+    EXPECT_TRUE(got == want) << n << " ranks: ids " << ::testing::PrintToString(got.ids) << ", one rank's "
+                             << ::testing::PrintToString(want.ids) << ", logits rel-L2 " << rel_l2(got.logits, want.logits);
+  }
+}
+
+TEST(RankGroupCuda, DataParallelRanksGiveOneRanksBits) {
+  if (!Runner::cuda_available()) GTEST_SKIP() << "no Hopper GPU";
+  const auto one = load_ranked(test::bundled_model_dir(), cuda_options(KernelTier::Exact), {.ranks = 1});
+  const test::Outcome want = test::drive(*one);
+  const auto group =
+      load_ranked(test::bundled_model_dir(), cuda_options(KernelTier::Exact), {.ranks = 2, .data_parallel = true});
+  ASSERT_EQ(group->ranks(), 2);
+  const test::Outcome got = test::drive(*group);
+  EXPECT_TRUE(got == want) << "ids " << ::testing::PrintToString(got.ids) << ", one rank's "
+                           << ::testing::PrintToString(want.ids) << ", logits rel-L2 " << rel_l2(got.logits, want.logits);
+  EXPECT_EQ(group->rank_of(1), 1) << "B ran on rank 1";
+}
+
+TEST(RankGroupCuda, FastTierRanksStayWithinTheModelTolerance) {
+  if (!Runner::cuda_available()) GTEST_SKIP() << "no Hopper GPU";
+  const auto one = load_ranked(test::bundled_model_dir(), cuda_options(KernelTier::Fast), {.ranks = 1});
+  const test::Outcome want = test::drive(*one);
+  const auto group = load_ranked(test::bundled_model_dir(), cuda_options(KernelTier::Fast), {.ranks = 2});
+  const test::Outcome got = test::drive(*group);
+  ASSERT_EQ(got.logits.size(), want.logits.size());
+  const double d = rel_l2(got.logits, want.logits);
+  EXPECT_LE(d, 0.02) << "2 ranks against one, fast tier";
+  std::printf("fast tier, 2 ranks vs 1: logits rel-L2 %.3g, ids %s\n", d, got.ids == want.ids ? "equal" : "differ");
+}
+
+}  // namespace
+}  // namespace dsv4
