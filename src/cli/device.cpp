@@ -6,7 +6,6 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "backend/make_backend.h"
 #include "cli/flags.h"
 #include "core/error.h"
 #include "runtime/rank_group.h"
@@ -63,8 +62,8 @@ RankSpec rank_spec(const RunnerRequest& r) {
   if (f.gpus < 1) fail("--gpus: expected a positive number of GPUs, got ", f.gpus);
   if (f.gpus > 1 && !r.cuda) fail("--gpus ", f.gpus, ": needs --device cuda (on the CPU, --ranks N runs the same split)");
   if (f.gpus > 1 && f.ranks > 1) fail("--gpus ", f.gpus, " with --ranks ", f.ranks, ": one or the other");
-  if (f.gpus > 1 && f.gpus > cuda_device_count())
-    fail("--gpus ", f.gpus, ": this machine has ", cuda_device_count(), " GPU(s)");
+  if (f.gpus > 1 && f.gpus > Runner::cuda_devices())
+    fail("--gpus ", f.gpus, ": this machine has ", Runner::cuda_devices(), " GPU(s)");
   if (tcp && f.count() > 1)
     fail(f.gpus > 1 ? "--gpus " : "--ranks ", f.count(), " with WORLD_SIZE=", world,
          ": one or the other (a TCP group is one rank per process)");

@@ -178,10 +178,14 @@ uint64_t workspace_bytes(const ModelConfig& cfg, int gpus, int64_t seqs, int64_t
   s += (P * qr + P * H * d + T * H * d + T * gin + T * ro + P * G * ro + P * D) * kBf16;
   s += 2 * T * 2 * dc * kF32 + T * dc * kBf16 + T * keys * kI32;
   if (any_csa) s += (P * HI * dI + T * HI) * kBf16 + T * std::max<uint64_t>(entries, 1) * kF32 + T * uint64_t(cfg.index_topk) * kI32;
-  // MoE (MoeWorkspace).
-  s += T * E * kF32 + 2 * Tk * 4 + P * D + P * (D / 128) * kF32 + Tk * D + Tk * (D / 128) * kF32;
-  s += (Tk * 2 * I + Tk * I + Tk * D) * kBf16 + Tk * I + Tk * (I / 128) * kF32;
-  s += 3 * P * I * kBf16 + P * I + P * (I / 128) * kF32 + P * D * kBf16;
+  // MoE (MoeWorkspace of rows tokens with k picks over e experts).
+  auto moe_ws = [&](uint64_t rows, uint64_t k, uint64_t e) {
+    const uint64_t Pr = round16(rows), Rk = rows * k;
+    uint64_t m = rows * e * kF32 + 2 * Rk * 4 + Pr * D + Pr * (D / 128) * kF32 + Rk * D + Rk * (D / 128) * kF32;
+    m += (Rk * 2 * I + Rk * I + Rk * D) * kBf16 + Rk * I + Rk * (I / 128) * kF32;
+    return m + 3 * Pr * I * kBf16 + Pr * I + Pr * (I / 128) * kF32 + Pr * D * kBf16;
+  };
+  s += moe_ws(T, uint64_t(cfg.experts_per_tok), E);
   // Residual streams, sub-layer in/out, head (CudaModel): logits in pieces of at most ~256 MiB.
   const uint64_t logit_rows = std::min(T, std::max(uint64_t(seqs), (uint64_t(256) << 20) / std::max<uint64_t>(V * 4, 1)));
   s += (P * n * D + 2 * P * D + logit_rows * D) * kBf16 + logit_rows * V * kF32 + (2 * T * n + T * n * n) * kF32;
@@ -190,9 +194,10 @@ uint64_t workspace_bytes(const ModelConfig& cfg, int gpus, int64_t seqs, int64_t
   // MTP input (MtpWorkspace): streams S [T n, D], e [T, D], ep [P, D], hp [T n + 16, D] bf16, the sum's
   // post / comb constants fp32, and the pinned staging of S (host memory, not counted).
   if (mtp) s += (T * n * D + T * D + P * D + (T * n + 16) * D) * kBf16 + (T * n + T * n * n) * kF32;
-  // Expert parallelism: this GPU's T*k (token, pick) rows out and back (bf16), and up to every GPU's
-  // rows in and out when they all pick this GPU's experts.
-  if (gpus > 1) s += 2 * (Tk * D * kBf16) + 2 * (uint64_t(gpus) * Tk * D * kBf16);
+  // Expert parallelism (backend/cuda/moe_ranks.h): this GPU's T*k (token, pick) rows out and back
+  // (bf16), up to every GPU's rows in and out when they all pick this GPU's experts, and the routed
+  // pass over the arrived rows (one pick each, this GPU's experts, in pieces of T*k rows).
+  if (gpus > 1) s += 2 * (Tk * D * kBf16) + 2 * (uint64_t(gpus) * Tk * D * kBf16) + moe_ws(Tk, 1, E / uint64_t(gpus));
   return s;
 }
 

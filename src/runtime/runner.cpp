@@ -40,6 +40,7 @@ std::unique_ptr<Runner> Runner::load(const std::string& dir, const BackendOption
 }
 
 bool Runner::cuda_available() { return dsv4::cuda_available(); }
+int Runner::cuda_devices() { return dsv4::cuda_device_count(); }
 
 int64_t Runner::max_context() const {
   return std::min(model_.backend().capacity().max_ctx, config().max_position_embeddings);

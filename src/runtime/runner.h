@@ -100,6 +100,7 @@ class Runner {
   static std::unique_ptr<Runner> load(const std::string& dir, const BackendOptions& o, const LoadProgress& progress = {});
   // Whether Device::Cuda can be loaded here: a CUDA build and a Hopper GPU (the backend factory's answer).
   static bool cuda_available();
+  static int cuda_devices();  // CUDA devices this process sees (0 without CUDA)
 
   Model& model() { return model_; }
   int ranks() const;  // data-parallel ranks (1 without a RankSet)

@@ -5,17 +5,23 @@
 //   - expert parallel, exact tier: rank 0's logits and drawn ids are one rank's bit for bit (one rank
 //     decodes through CUDA graphs, the group through plain launches: the same kernels);
 //   - data parallel (each rank its own sequences), exact tier: the same bits;
-//   - fast tier: the group's logits within the fast tier's model tolerance (rel-L2 0.02) of one rank's.
+//   - fast tier: the group's logits within the fast tier's model tolerance (rel-L2 0.02) of one rank's;
+//   - a device communicator (NCCL, one rank: the most one GPU takes) given to the backend: the
+//     exchange's device paths, one rank's bits.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdio>
 #include <string>
 
+#include "backend/comm/inprocess_comm.h"
 #include "runtime/rank_group.h"
 #include "runtime/runner.h"
 #include "support/rank_drive.h"
 #include "support/test_paths.h"
+#if DSV4_HAVE_NCCL
+#include "backend/comm/nccl_comm.h"
+#endif
 
 namespace dsv4 {
 namespace {
@@ -70,6 +76,24 @@ TEST(RankGroupCuda, FastTierRanksStayWithinTheModelTolerance) {
   const double d = rel_l2(got.logits, want.logits);
   EXPECT_LE(d, 0.02) << "2 ranks against one, fast tier";
   std::printf("fast tier, 2 ranks vs 1: logits rel-L2 %.3g, ids %s\n", d, got.ids == want.ids ? "equal" : "differ");
+}
+
+TEST(RankGroupCuda, DeviceCommunicatorGivesOneRanksBits) {
+  if (!Runner::cuda_available()) GTEST_SKIP() << "no Hopper GPU";
+#if DSV4_HAVE_NCCL
+  Runner plain(Model::load(test::bundled_model_dir(), cuda_options(KernelTier::Exact)));
+  const test::Outcome want = test::drive(plain);
+  comm::InProcessGroup bootstrap({.ranks = 1});
+  const std::unique_ptr<comm::Communicator> nccl = comm::connect_nccl(bootstrap.rank(0), {.device = 0});
+  BackendOptions o = cuda_options(KernelTier::Exact);
+  o.comm = nccl.get();
+  Runner ranked(Model::load(test::bundled_model_dir(), o));
+  const test::Outcome got = test::drive(ranked);
+  EXPECT_TRUE(got == want) << "ids " << ::testing::PrintToString(got.ids) << ", plain "
+                           << ::testing::PrintToString(want.ids) << ", logits rel-L2 " << rel_l2(got.logits, want.logits);
+#else
+  GTEST_SKIP() << "built without NCCL";
+#endif
 }
 
 }  // namespace

@@ -4,15 +4,42 @@
 #include <algorithm>
 #include <cstring>
 
+#include "backend/comm/expert_range.h"
 #include "backend/cuda/check.h"
 #include "backend/cuda/moe_ops.h"
 #include "core/error.h"
+#if DSV4_HAVE_NCCL
+#include "backend/comm/nccl_comm.h"
+#endif
 
 namespace dsv4::cuda {
+namespace {
+
+// NCCL over the given host group when every rank has a GPU of its own (their UUIDs differ) and this is
+// an NCCL build; null otherwise. Every rank reaches the same answer (it is a function of the gathered
+// UUIDs), so either all bootstrap NCCL or none does.
+std::unique_ptr<comm::Communicator> nccl_over(const DeviceContext& ctx, comm::Communicator& c) {
+  if (c.memory() != comm::MemorySpace::Host || c.size() < 2) return nullptr;
+  cudaDeviceProp prop{};
+  DSV4_CUDA_CHECK(cudaGetDeviceProperties(&prop, ctx.device()));
+  std::vector<std::byte> all(sizeof prop.uuid * size_t(c.size()));
+  c.all_gather(std::as_bytes(std::span(&prop.uuid, 1)), all);
+  for (int p = 0; p < c.size(); ++p)
+    for (int q = 0; q < p; ++q)
+      if (std::memcmp(&all[size_t(p) * sizeof prop.uuid], &all[size_t(q) * sizeof prop.uuid], sizeof prop.uuid) == 0)
+        return nullptr;  // ranks p and q share a GPU
+#if DSV4_HAVE_NCCL
+  return comm::connect_nccl(c, {.device = ctx.device(), .stream = ctx.stream()});
+#else
+  return nullptr;
+#endif
+}
+
+}  // namespace
 
 MoeRanks::MoeRanks(const DeviceContext& ctx, const ModelConfig& cfg, comm::Communicator& c, int64_t max_tokens,
                    bool grouped_prefill)
-    : ctx_(ctx), comm_(c), N_(c.size()), E_(cfg.n_routed_experts), k_(cfg.experts_per_tok), D_(cfg.hidden_size),
+    : ctx_(ctx), nccl_(nccl_over(ctx, c)), comm_(nccl_ ? *nccl_ : c), N_(c.size()), E_(cfg.n_routed_experts), k_(cfg.experts_per_tok), D_(cfg.hidden_size),
       per_(expert_range(cfg.n_routed_experts, &c).count(cfg.n_routed_experts)),
       max_entries_(max_tokens * cfg.experts_per_tok),
       max_in_(int64_t(c.size()) * max_tokens * std::min<int64_t>(cfg.experts_per_tok, per_)),
@@ -47,9 +74,11 @@ void MoeRanks::exchange_device(const std::byte* send, std::span<const size_t> se
                                std::span<const size_t> recv_bytes) {
   const size_t out = total(send_bytes), in = total(recv_bytes);
   if (comm_.memory() == comm::MemorySpace::Device) {
-    ctx_.synchronize();  // the communicator's stream is its own
+    // NCCL bootstrapped here enqueues on this rank's stream, in order with the kernels; a device
+    // communicator given as is may have a stream of its own.
+    if (!nccl_) ctx_.synchronize();
     comm_.all_to_all_v({send, out}, send_bytes, {recv, in}, recv_bytes);
-    DSV4_CUDA_CHECK(cudaDeviceSynchronize());
+    if (!nccl_) DSV4_CUDA_CHECK(cudaDeviceSynchronize());
     return;
   }
   stage_a_.resize(out);
@@ -70,10 +99,10 @@ void MoeRanks::exchange_host(const std::byte* send, std::span<const size_t> send
   }
   if (dev_a_.size() < std::max<size_t>(out, 1)) dev_a_ = DeviceBuffer<std::byte>(std::max<size_t>(out, 1));
   if (dev_b_.size() < std::max<size_t>(in, 1)) dev_b_ = DeviceBuffer<std::byte>(std::max<size_t>(in, 1));
-  if (out) DSV4_CUDA_CHECK(cudaMemcpy(dev_a_.get(), send, out, cudaMemcpyHostToDevice));
-  comm_.all_to_all_v({dev_a_.get(), out}, send_bytes, {dev_b_.get(), in}, recv_bytes);
-  DSV4_CUDA_CHECK(cudaDeviceSynchronize());
-  if (in) DSV4_CUDA_CHECK(cudaMemcpy(recv, dev_b_.get(), in, cudaMemcpyDeviceToHost));
+  if (out) DSV4_CUDA_CHECK(cudaMemcpyAsync(dev_a_.get(), send, out, cudaMemcpyHostToDevice, ctx_.stream()));
+  exchange_device(dev_a_.get(), send_bytes, dev_b_.get(), recv_bytes);
+  if (in) DSV4_CUDA_CHECK(cudaMemcpyAsync(recv, dev_b_.get(), in, cudaMemcpyDeviceToHost, ctx_.stream()));
+  ctx_.synchronize();
 }
 
 std::vector<size_t> MoeRanks::gather_counts(const std::vector<size_t>& send_n) {
@@ -85,10 +114,12 @@ std::vector<size_t> MoeRanks::gather_counts(const std::vector<size_t>& send_n) {
   const size_t mine = send_n.size() * sizeof(size_t);
   if (dev_a_.size() < mine) dev_a_ = DeviceBuffer<std::byte>(mine);
   if (dev_b_.size() < mine * size_t(N_)) dev_b_ = DeviceBuffer<std::byte>(mine * size_t(N_));
-  DSV4_CUDA_CHECK(cudaMemcpy(dev_a_.get(), send_n.data(), mine, cudaMemcpyHostToDevice));
+  DSV4_CUDA_CHECK(cudaMemcpyAsync(dev_a_.get(), send_n.data(), mine, cudaMemcpyHostToDevice, ctx_.stream()));
+  if (!nccl_) ctx_.synchronize();  // a given device communicator may enqueue on a stream of its own
   comm_.all_gather({dev_a_.get(), mine}, {dev_b_.get(), mine * size_t(N_)});
-  DSV4_CUDA_CHECK(cudaDeviceSynchronize());
-  DSV4_CUDA_CHECK(cudaMemcpy(all.data(), dev_b_.get(), mine * size_t(N_), cudaMemcpyDeviceToHost));
+  if (!nccl_) DSV4_CUDA_CHECK(cudaDeviceSynchronize());
+  DSV4_CUDA_CHECK(cudaMemcpyAsync(all.data(), dev_b_.get(), mine * size_t(N_), cudaMemcpyDeviceToHost, ctx_.stream()));
+  ctx_.synchronize();
   return all;
 }
 

@@ -11,15 +11,18 @@
 //      expert, as one rank does, so the exact tier gives one rank's bits on every rank count.
 // A rank with no tokens (T = 0) still takes part: it serves the others' entries.
 //
-// The communicator's buffers may live on the host (the in-process group: several ranks on one GPU, the
-// tests) or on the device (NCCL: one GPU per rank); host buffers are staged through pinned copies. The
-// counts go through the host, so a call synchronizes the stream once per layer and cannot be captured in
-// a CUDA graph (the backend runs expert-parallel calls as plain launches).
+// The exchange's communicator: given a host communicator (the in-process group, the TCP rendezvous)
+// whose ranks each have a GPU of their own, and an NCCL build, the ranks bootstrap NCCL through it and
+// the rows move GPU to GPU on this rank's stream; ranks that share a GPU (NCCL refuses them: `--ranks N`
+// on cuda, the tests on one H200) stage the rows through the host. A device communicator given as is
+// (NCCL) is used directly. The counts go through the host, so a call synchronizes the stream once per
+// layer and cannot be captured in a CUDA graph (the backend runs expert-parallel calls as plain launches).
 #pragma once
 #include <cuda_bf16.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -53,7 +56,8 @@ class MoeRanks {
   std::vector<size_t> gather_counts(const std::vector<size_t>& send_n);  // [N * N]: rank p's counts at p * N
 
   const DeviceContext& ctx_;
-  comm::Communicator& comm_;
+  std::unique_ptr<comm::Communicator> nccl_;  // bootstrapped from the given one (one GPU per rank)
+  comm::Communicator& comm_;                  // the exchange's: *nccl_ or the given one
   int N_ = 1;
   int64_t E_ = 0, k_ = 0, D_ = 0, per_ = 0, max_entries_ = 0, max_in_ = 0;
   MoeWorkspace entries_ws_;             // MoeShape{D, I, E/N, 1}: the routed pass over received entries
