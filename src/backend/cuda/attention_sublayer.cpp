@@ -334,7 +334,7 @@ void attn_index_topk(const DeviceContext& ctx, const AttentionCall& a, const bf1
                        .key_rows = a.st.pages,
                        .scores = ws.scores.get(),
                        .positions = b.positions, .slots = b.slots, .tokens = b.tokens,
-                       .max_entries = a.st.max_entries, .heads = int(HI), .dim = int(dI), .ratio = w.compressor.ratio,
+                       .max_entries = a.st.max_entries, .run_len = b.run_len, .heads = int(HI), .dim = int(dI), .ratio = w.compressor.ratio,
                        .wscale = float(1.0 / std::sqrt(double(dI)) / std::sqrt(double(HI)))});
   indexer_topk(ctx, {.scores = ws.scores.get(), .selected = ws.selected.get(), .positions = b.positions,
                      .tokens = b.tokens, .max_entries = a.st.max_entries, .k = int(cfg.index_topk),

@@ -140,6 +140,7 @@ struct IndexerScoreParams {
   const int32_t* positions = nullptr;
   const int32_t* slots = nullptr;
   int64_t tokens = 0, max_entries = 0;
+  int64_t run_len = 1;         // tokens per sequence run (prefill: > 1 lets consecutive tokens share a key tile)
   int heads = 0, dim = 0, ratio = 0;
   float wscale = 0;
 };

@@ -38,6 +38,7 @@ struct ScoreCase {
   int64_t T, max_entries, slots;
   std::vector<int32_t> pos, slot;
   int ratio;
+  int64_t run_len = 1;  // runs of consecutive tokens of one slot (the MMA kernel shares a key tile across them)
 };
 
 std::vector<float> scores_twin(const ScoreCase& c, const std::vector<float>& q, const std::vector<float>& w,
@@ -127,10 +128,11 @@ void run_scores(const ScoreCase& c, bool grid, uint64_t seed) {
   p.heads = kHeads;
   p.dim = kDim;
   p.ratio = c.ratio;
+  p.run_len = c.run_len;
   p.wscale = wscale;
   ASSERT_TRUE(indexer_scores_mma_supported(p));
   const std::string what = std::string(grid ? "fp4-grid" : "bf16-normal") + " T=" + std::to_string(c.T) +
-                           " entries=" + std::to_string(c.max_entries);
+                           " entries=" + std::to_string(c.max_entries) + " run_len=" + std::to_string(c.run_len);
   std::vector<float> got[2];
   for (int kind = 0; kind < 2; ++kind) {
     Guarded<float> out(size_t(c.T * c.max_entries));
@@ -148,6 +150,14 @@ void run_scores(const ScoreCase& c, bool grid, uint64_t seed) {
     for (size_t i = 0; i < got[0].size(); ++i) diff += !(got[0][i] == got[1][i] || (std::isinf(got[0][i]) && got[0][i] == got[1][i]));
     EXPECT_EQ(diff, 0u) << "mma vs warp kernel, " << what;
   }
+  if (c.run_len > 1) {  // tokens sharing a decoded key tile give the bits of a block per token
+    Guarded<float> out(size_t(c.T * c.max_entries));
+    p.scores = out.get();
+    p.run_len = 1;
+    indexer_scores_with(ctx, p, IndexerScoreKernel::Mma);
+    ctx.synchronize();
+    EXPECT_TRUE(out.download("scores, a block per token") == got[0]) << "mma grouped vs per token, " << what;
+  }
 }
 
 TEST(CudaIndexer, ScoresMmaMatchesTwin) {
@@ -156,13 +166,27 @@ TEST(CudaIndexer, ScoresMmaMatchesTwin) {
   ScoreCase a{5, 300, 2, {1199, 0, 640, 3, 255}, {0, 1, 1, 0, 1}, 4};
   run_scores(a, true, 81);
   run_scores(a, false, 82);
-  // A prefill-like chunk: 96 consecutive positions of one sequence, causal visibility.
+  // A prefill-like chunk: 96 consecutive positions of one sequence, causal visibility; as one run (the
+  // MMA kernel decodes a key tile once for 8 tokens) and as tokens of their own.
   ScoreCase b{96, 512, 1, {}, {}, 4};
   for (int t = 0; t < 96; ++t) {
     b.pos.push_back(1700 + 3 * t);
     b.slot.push_back(0);
   }
   run_scores(b, true, 83);
+  b.run_len = 96;
+  run_scores(b, true, 83);
+  run_scores(b, false, 84);
+  // Three runs of 13 tokens (groups of 8 straddle the runs: the tile is decoded again where the slot
+  // changes), the middle run seeing only the first entries, the last one a partial tile.
+  ScoreCase r{39, 300, 3, {}, {}, 4, 13};
+  for (int t = 0; t < 39; ++t) {
+    const int run = t / 13, i = t % 13;
+    r.pos.push_back(run == 0 ? 900 + 20 * i : run == 1 ? 2 + 9 * i : 1150 + i);
+    r.slot.push_back(run == 1 ? 2 : run == 0 ? 1 : 0);
+  }
+  run_scores(r, true, 85);
+  run_scores(r, false, 86);
 }
 
 // ---- top-k
