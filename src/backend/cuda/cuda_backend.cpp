@@ -104,7 +104,7 @@ void CudaBackend::check_fits(const Weights& w) const {
     fail("cuda backend (", ctx_->name(), ", ", cap_.max_seqs, " sequence(s) of ", cap_.max_ctx,
          " positions, calls of ", cap_.max_tokens, " tokens): ", e.what());
   }
-  if (opt_.report) {
+  if (opt_.report && (!opt_.comm || opt_.comm->rank() == 0)) {  // one line for a group (every GPU's plan is alike)
     char line[256];
     std::snprintf(line, sizeof line,
                   "memory plan on %s: %.2f GiB (weights %.2f, KV %.2f for %lld sequence(s) of %lld positions, "
