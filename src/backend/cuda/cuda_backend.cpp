@@ -319,9 +319,9 @@ void CudaBackend::mhc(const MhcStep& s) {
     const DevHc& hc = attn ? b.hc_attn : b.hc_ffn;
     mhc_pre(*ctx_, {.X = X_.get(), .fn = hc.fn.get(), .base = hc.base.get(), .scale = hc.scale.get(),
                     .pre = pre_.get(), .post = post_.get(), .comb = comb_.get(), .u = u_.get(),
-                    .partial = partial_.get(), .tokens = T_, .n = n, .D = D, .norm_eps = eps,
-                    .hc_eps = float(cfg_.hc_eps), .sinkhorn_iters = int(cfg_.hc_sinkhorn_iters)});
-    rms_norm_rows(*ctx_, u_.get(), (attn ? b.attn_norm : b.ffn_norm).get(), T_, D, eps);
+                    .u_norm = (attn ? b.attn_norm : b.ffn_norm).get(), .partial = partial_.get(), .tokens = T_,
+                    .n = n, .D = D, .norm_eps = eps, .hc_eps = float(cfg_.hc_eps),
+                    .sinkhorn_iters = int(cfg_.hc_sinkhorn_iters)});
   }
 }
 

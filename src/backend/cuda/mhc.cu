@@ -169,6 +169,82 @@ __global__ void __launch_bounds__(kThreads) mhc_finish_collapse_kernel(MhcPrePar
   *reinterpret_cast<uint4*>(p.u + token * p.D + c0) = out;
 }
 
+// Pass 2 with the sub-layer's RMSNorm (p.u_norm set, D <= kNormChunks * kChunk): block per token. The
+// collapse as above, each thread holding its bf16 u values of every chunk; the sum of squares in double
+// over vectors v = tid, tid + 256, ... then the warp tree and the warps in order, and y = bf16((u * r) * w):
+// rms_norm_kernel's assignment and order (256 threads at D >= 2048; idle threads add exact zeros
+// below), so the bits are those of mhc_pre followed by rms_norm.
+constexpr int kNormChunks = 4;
+__global__ void __launch_bounds__(kThreads) mhc_finish_collapse_norm_kernel(MhcPreParams p, int slices) {
+  const int64_t token = blockIdx.x;
+  __shared__ float pre_s[kN];
+  __shared__ double warp_part[kThreads / 32];
+  __shared__ float r_shared;
+  const bf16* X = p.X + token * kN * p.D;
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    const float v =
+        mhc_coefficients_warp(p, reinterpret_cast<const double*>(p.partial) + token * slices * (kRows + 1), slices, lane);
+    if (lane < kN) pre_s[lane] = v;
+    if (lane < kRows) {
+      if (lane < kN) p.pre[token * kN + lane] = v;
+      else if (lane < 2 * kN) p.post[token * kN + lane - kN] = v;
+      else p.comb[token * kN * kN + lane - 2 * kN] = v;
+    }
+  }
+  __syncthreads();
+  float u[kNormChunks][8];
+  double ss = 0.0;
+#pragma unroll
+  for (int k = 0; k < kNormChunks; ++k) {
+    const int c0 = k * kChunk + threadIdx.x * 8;
+    if (c0 >= p.D) break;
+    float x[kN][8];
+#pragma unroll
+    for (int j = 0; j < kN; ++j) load8(X + int64_t(j) * p.D + c0, x[j]);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) u[k][i] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kN; ++j) {
+      const float pj = pre_s[j];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) u[k][i] = __fadd_rn(u[k][i], __fmul_rn(pj, x[j][i]));
+    }
+#pragma unroll
+    for (int i = 0; i < 8; i += 2) {  // the bf16 u that rms_norm would read, squared as it does
+      const float2 f = __bfloat1622float2(__floats2bfloat162_rn(u[k][i], u[k][i + 1]));
+      u[k][i] = f.x;
+      u[k][i + 1] = f.y;
+      ss += double(f.x) * f.x + double(f.y) * f.y;
+    }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+  if ((threadIdx.x & 31) == 0) warp_part[threadIdx.x >> 5] = ss;
+  __syncthreads();
+  if (threadIdx.x == 0) {  // warps past rms_norm_kernel's (D < 2048) hold exact zeros
+    double t = 0.0;
+    for (int w = 0; w < kThreads / 32; ++w) t += warp_part[w];
+    r_shared = 1.0f / sqrtf(__fadd_rn(float(t / double(p.D)), p.norm_eps));
+  }
+  __syncthreads();
+  const float r = r_shared;
+#pragma unroll
+  for (int k = 0; k < kNormChunks; ++k) {
+    const int c0 = k * kChunk + threadIdx.x * 8;
+    if (c0 >= p.D) break;
+    uint4 out;
+    __nv_bfloat162* o = reinterpret_cast<__nv_bfloat162*>(&out);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float a = __fmul_rn(__fmul_rn(u[k][2 * i], r), p.u_norm[c0 + 2 * i]);
+      const float b = __fmul_rn(__fmul_rn(u[k][2 * i + 1], r), p.u_norm[c0 + 2 * i + 1]);
+      o[i] = __floats2bfloat162_rn(a, b);
+    }
+    *reinterpret_cast<uint4*>(p.u + token * p.D + c0) = out;
+  }
+}
+
 __global__ void mhc_post_kernel(MhcPostParams p, int col_slices) {
   const int64_t token = blockIdx.x / col_slices;
   const int c0 = (blockIdx.x % col_slices) * kChunk + threadIdx.x * 8;
@@ -219,9 +295,15 @@ void mhc_pre(const DeviceContext& ctx, const MhcPreParams& p) {
   const int col_slices = int(ceil_div(p.D, kChunk));
   mhc_mix_partial_kernel<<<narrow_int(p.tokens * slices, "mhc_pre grid"), kPartThreads, 0, ctx.stream()>>>(p, slices);
   DSV4_CUDA_CHECK_LAUNCH();
+  if (p.u_norm && p.D <= kNormChunks * kChunk) {  // the collapse and the sub-layer's RMSNorm in one launch
+    mhc_finish_collapse_norm_kernel<<<narrow_int(p.tokens, "mhc_pre grid"), kThreads, 0, ctx.stream()>>>(p, slices);
+    DSV4_CUDA_CHECK_LAUNCH();
+    return;
+  }
   mhc_finish_collapse_kernel<<<narrow_int(p.tokens * col_slices, "mhc_pre grid"), kThreads, 0, ctx.stream()>>>(
       p, slices, col_slices);
   DSV4_CUDA_CHECK_LAUNCH();
+  if (p.u_norm) rms_norm_rows(ctx, p.u, p.u_norm, p.tokens, p.D, p.norm_eps);
 }
 
 void mhc_post(const DeviceContext& ctx, const MhcPostParams& p) {

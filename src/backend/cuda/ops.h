@@ -102,6 +102,9 @@ struct MhcPreParams {
   float* post = nullptr;        // [tokens, n]
   float* comb = nullptr;        // [tokens, n, n], row j / column k (X'_k uses column k)
   bf16* u = nullptr;            // [tokens, D] sub-layer input
+  // Optional [D]: u = rms_norm(u) * u_norm (eps norm_eps), the sub-layer's norm, in the same launch as the
+  // collapse (D <= 8192; else a second launch): the bits of mhc_pre then rms_norm_rows.
+  const float* u_norm = nullptr;
   float* partial = nullptr;     // workspace: mhc_pre_partial_floats(tokens, n, D) floats
   int64_t tokens = 0;
   int n = 4, D = 0;             // D a multiple of 8

@@ -65,6 +65,24 @@ void check_mhc_pre(int64_t tokens, int D, uint64_t seed) {
   compare("mhc_pre.post" + tag, post.download("post"), rpost, Tol::Exact);
   compare("mhc_pre.comb" + tag, comb.download("comb"), rcomb, Tol::Exact);
   compare("mhc_pre.u" + tag, from_bf16(u.download("u")), round_bf16(ru), Tol::Exact);
+
+  // With the sub-layer's norm fused (u_norm): the CPU twin's rms_norm of the bf16 u, and the bits of the
+  // unfused GPU pair (mhc_pre, then rms_norm_rows on u).
+  const std::vector<float> w = rng.f32_normal(size_t(D), 0.3f);
+  DeviceBuffer<float> dw(w);
+  const std::vector<uint16_t> raw = u.download("u");
+  rms_norm_rows(ctx, p.u, dw.get(), tokens, D, norm_eps);
+  ctx.synchronize();
+  const std::vector<uint16_t> two_launches = u.download("u, normed after");
+  p.u_norm = dw.get();
+  mhc_pre(ctx, p);
+  ctx.synchronize();
+  const std::vector<uint16_t> fused = u.download("u, normed in mhc_pre");
+  std::vector<float> rn(size_t(tokens * D));
+  cpu::rms_norm(round_bf16(ru).data(), tokens, D, w.data(), norm_eps, rn.data());
+  compare("mhc_pre.u normed" + tag, from_bf16(fused), round_bf16(rn), Tol::Exact);
+  EXPECT_TRUE(fused == two_launches) << "fused norm vs mhc_pre + rms_norm_rows" << tag;
+  EXPECT_FALSE(fused == raw) << tag;
 }
 
 TEST(CudaMhc, PreAtHiddenSize) {
@@ -77,6 +95,8 @@ TEST(CudaMhc, PreSmallAndSingleToken) {
   check_mhc_pre(3, 256, 33);  // the n*D inputs do not fill a whole 2048-wide slice
   check_mhc_pre(32, 4096, 37);
   check_mhc_pre(2, 264, 38);  // partial slices of the mixes and of the collapse
+  check_mhc_pre(2, 8192, 39);  // the largest D of the fused norm (4 chunks per thread)
+  check_mhc_pre(1, 8448, 40);  // past it: the norm in a second launch
 }
 
 void check_mhc_post(int64_t tokens, int D, bool in_place, uint64_t seed) {
