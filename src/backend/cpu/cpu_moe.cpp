@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "backend/comm/communicator.h"
+#include "backend/comm/expert_range.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/quantize.h"
@@ -123,28 +124,27 @@ void CpuBackend::moe_experts_ranked(int64_t layer) {
   const QuantSim q(numerics_);
 
   // Outgoing entries grouped by destination rank, each group in token then pick order.
-  struct Entry {
-    int64_t t, e;
-    size_t pick;
-  };
-  std::vector<std::vector<Entry>> to(static_cast<size_t>(N));
+  std::vector<int64_t> ent_t;
+  std::vector<size_t> ent_j;
+  std::vector<int32_t> ent_e;
   for (int64_t t = 0; t < T; ++t)
     for (size_t j = 0; j < picks_[size_t(t)].size(); ++j) {
-      const int64_t e = picks_[size_t(t)][j].first;
-      to[size_t(e / per)].push_back({t, e, j});
+      ent_t.push_back(t);
+      ent_j.push_back(j);
+      ent_e.push_back(int32_t(picks_[size_t(t)][j].first));
     }
-  std::vector<size_t> send_n(static_cast<size_t>(N)), all_n(static_cast<size_t>(N * N)), recv_n(static_cast<size_t>(N));
-  for (int p = 0; p < N; ++p) send_n[size_t(p)] = to[size_t(p)].size();
+  const ExpertDispatch plan = plan_dispatch(ent_e, per, N);
+  const std::vector<size_t>& send_n = plan.send_n;
+  std::vector<size_t> all_n(static_cast<size_t>(N * N)), recv_n(static_cast<size_t>(N));
   comm::all_gather<size_t>(*comm_, send_n, all_n);
   for (int p = 0; p < N; ++p) recv_n[size_t(p)] = all_n[size_t(p) * size_t(N) + size_t(comm_->rank())];
 
   std::vector<float> send, recv;
-  for (int p = 0; p < N; ++p)
-    for (const Entry& en : to[size_t(p)]) {
-      send.push_back(std::bit_cast<float>(int32_t(en.e)));
-      send.push_back(picks_[size_t(en.t)][en.pick].second);
-      send.insert(send.end(), x.row(en.t), x.row(en.t) + D);
-    }
+  for (const int32_t i : plan.order) {
+    send.push_back(std::bit_cast<float>(ent_e[size_t(i)]));
+    send.push_back(picks_[size_t(ent_t[size_t(i)])][ent_j[size_t(i)]].second);
+    send.insert(send.end(), x.row(ent_t[size_t(i)]), x.row(ent_t[size_t(i)]) + D);
+  }
   size_t n_in = 0, n_out = 0;
   for (size_t n : recv_n) n_in += n;
   for (size_t n : send_n) n_out += n;
@@ -177,9 +177,9 @@ void CpuBackend::moe_experts_ranked(int64_t layer) {
 
   // Each token's pick outputs, added in ascending expert id (ties: pick order).
   std::vector<std::vector<std::pair<int64_t, const float*>>> mine(static_cast<size_t>(T));  // (expert * K + pick, row)
-  size_t i = 0;
-  for (int p = 0; p < N; ++p)
-    for (const Entry& en : to[size_t(p)]) mine[size_t(en.t)].push_back({en.e * K + int64_t(en.pick), &back[i++ * size_t(D)]});
+  for (size_t i = 0; i < ent_e.size(); ++i)
+    mine[size_t(ent_t[i])].push_back(
+        {int64_t(ent_e[i]) * K + int64_t(ent_j[i]), &back[size_t(plan.entry_row[i]) * size_t(D)]});
   Tensor y({T, D});
   for (int64_t t = 0; t < T; ++t) {
     auto& m = mine[size_t(t)];

@@ -35,7 +35,7 @@ class Decoder {
   LinearF head(const LinearWeight& w) { return linear(w); }
   // Another rank's routed experts stay empty (their bytes still count as done).
   ExpertF expert(const ExpertWeights& x, int64_t e) {
-    if (e >= experts_.first && e < experts_.last) return map_expert<CpuLeaves>(x, *this);
+    if (experts_.holds(e)) return map_expert<CpuLeaves>(x, *this);
     advance(x.w1.bytes() + x.w2.bytes() + x.w3.bytes());
     return {};
   }

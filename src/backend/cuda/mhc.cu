@@ -128,6 +128,33 @@ __device__ float mhc_coefficients_warp(const MhcPreParams& p, const double* part
   return c;
 }
 
+// Warp 0 of a pass-2 block: the token's coefficients, pre into pre_s; `store`: also pre / post / comb to
+// global memory (one block per token does).
+__device__ __forceinline__ void finish_coefficients(const MhcPreParams& p, int64_t token, int slices, bool store,
+                                                    float* pre_s) {
+  const int lane = threadIdx.x;
+  const float v =
+      mhc_coefficients_warp(p, reinterpret_cast<const double*>(p.partial) + token * slices * (kRows + 1), slices, lane);
+  if (lane < kN) pre_s[lane] = v;
+  if (store && lane < kRows) {
+    if (lane < kN) p.pre[token * kN + lane] = v;
+    else if (lane < 2 * kN) p.post[token * kN + lane - kN] = v;
+    else p.comb[token * kN * kN + lane - 2 * kN] = v;
+  }
+}
+
+// u[i] = sum_j pre_j x_j[i] over the n streams, fp32 in stream order.
+__device__ __forceinline__ void collapse8(const float* pre_s, const float (&x)[kN][8], float (&u)[8]) {
+#pragma unroll
+  for (int i = 0; i < 8; ++i) u[i] = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kN; ++j) {
+    const float pj = pre_s[j];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) u[i] = __fadd_rn(u[i], __fmul_rn(pj, x[j][i]));
+  }
+}
+
 // Pass 2: block (token, column slice). Warp 0 finishes the coefficients while every thread loads its
 // columns of the n streams; the block then collapses its columns u[c] = sum_j pre_j X_j[c].
 __global__ void __launch_bounds__(kThreads) mhc_finish_collapse_kernel(MhcPreParams p, int slices, int col_slices) {
@@ -142,26 +169,11 @@ __global__ void __launch_bounds__(kThreads) mhc_finish_collapse_kernel(MhcPrePar
 #pragma unroll
     for (int j = 0; j < kN; ++j) load8(X + int64_t(j) * p.D + c0, x[j]);
   }
-  if (threadIdx.x < 32) {
-    const int lane = threadIdx.x;
-    const float v =
-        mhc_coefficients_warp(p, reinterpret_cast<const double*>(p.partial) + token * slices * (kRows + 1), slices, lane);
-    if (lane < kN) pre_s[lane] = v;
-    if (cs == 0 && lane < kRows) {
-      if (lane < kN) p.pre[token * kN + lane] = v;
-      else if (lane < 2 * kN) p.post[token * kN + lane - kN] = v;
-      else p.comb[token * kN * kN + lane - 2 * kN] = v;
-    }
-  }
+  if (threadIdx.x < 32) finish_coefficients(p, token, slices, cs == 0, pre_s);
   __syncthreads();
   if (!active) return;
-  float u[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-#pragma unroll
-  for (int j = 0; j < kN; ++j) {
-    const float pj = pre_s[j];
-#pragma unroll
-    for (int i = 0; i < 8; ++i) u[i] = __fadd_rn(u[i], __fmul_rn(pj, x[j][i]));
-  }
+  float u[8];
+  collapse8(pre_s, x, u);
   uint4 out;
   __nv_bfloat162* o = reinterpret_cast<__nv_bfloat162*>(&out);
 #pragma unroll
@@ -181,17 +193,7 @@ __global__ void __launch_bounds__(kThreads) mhc_finish_collapse_norm_kernel(MhcP
   __shared__ double warp_part[kThreads / 32];
   __shared__ float r_shared;
   const bf16* X = p.X + token * kN * p.D;
-  if (threadIdx.x < 32) {
-    const int lane = threadIdx.x;
-    const float v =
-        mhc_coefficients_warp(p, reinterpret_cast<const double*>(p.partial) + token * slices * (kRows + 1), slices, lane);
-    if (lane < kN) pre_s[lane] = v;
-    if (lane < kRows) {
-      if (lane < kN) p.pre[token * kN + lane] = v;
-      else if (lane < 2 * kN) p.post[token * kN + lane - kN] = v;
-      else p.comb[token * kN * kN + lane - 2 * kN] = v;
-    }
-  }
+  if (threadIdx.x < 32) finish_coefficients(p, token, slices, true, pre_s);
   __syncthreads();
   float u[kNormChunks][8];
   double ss = 0.0;
@@ -202,14 +204,7 @@ __global__ void __launch_bounds__(kThreads) mhc_finish_collapse_norm_kernel(MhcP
     float x[kN][8];
 #pragma unroll
     for (int j = 0; j < kN; ++j) load8(X + int64_t(j) * p.D + c0, x[j]);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) u[k][i] = 0.0f;
-#pragma unroll
-    for (int j = 0; j < kN; ++j) {
-      const float pj = pre_s[j];
-#pragma unroll
-      for (int i = 0; i < 8; ++i) u[k][i] = __fadd_rn(u[k][i], __fmul_rn(pj, x[j][i]));
-    }
+    collapse8(pre_s, x, u[k]);
 #pragma unroll
     for (int i = 0; i < 8; i += 2) {  // the bf16 u that rms_norm would read, squared as it does
       const float2 f = __bfloat1622float2(__floats2bfloat162_rn(u[k][i], u[k][i + 1]));

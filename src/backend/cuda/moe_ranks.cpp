@@ -39,7 +39,8 @@ std::unique_ptr<comm::Communicator> nccl_over(const DeviceContext& ctx, comm::Co
 
 MoeRanks::MoeRanks(const DeviceContext& ctx, const ModelConfig& cfg, comm::Communicator& c, int64_t max_tokens,
                    bool grouped_prefill)
-    : ctx_(ctx), nccl_(nccl_over(ctx, c)), comm_(nccl_ ? *nccl_ : c), N_(c.size()), E_(cfg.n_routed_experts), k_(cfg.experts_per_tok), D_(cfg.hidden_size),
+    : ctx_(ctx), nccl_(nccl_over(ctx, c)), comm_(nccl_ ? *nccl_ : c), N_(c.size()), E_(cfg.n_routed_experts),
+      k_(cfg.experts_per_tok), D_(cfg.hidden_size),
       per_(expert_range(cfg.n_routed_experts, &c).count(cfg.n_routed_experts)),
       max_entries_(max_tokens * cfg.experts_per_tok),
       max_in_(int64_t(c.size()) * max_tokens * std::min<int64_t>(cfg.experts_per_tok, per_)),
@@ -137,29 +138,16 @@ void MoeRanks::experts(const DevMoeWeights& w, MoeWorkspace& ws, const bf16* x, 
     DSV4_CUDA_CHECK(cudaMemcpyAsync(weights_h_, ws.weights.get(), size_t(Tk) * 4, cudaMemcpyDeviceToHost, ctx_.stream()));
     ctx_.synchronize();
   }
-  std::vector<size_t> send_n(static_cast<size_t>(N), 0);
-  for (int64_t i = 0; i < Tk; ++i) {
-    const int32_t e = ids_h_[i];
-    if (e < 0 || e >= E_) fail("moe ranks: expert id ", e, " outside [0, ", E_, ")");
-    ++send_n[size_t(e / per_)];
-  }
-  std::vector<size_t> first(size_t(N) + 1, 0);
-  for (int p = 0; p < N; ++p) first[size_t(p) + 1] = first[size_t(p)] + send_n[size_t(p)];
-  std::vector<int32_t> order(static_cast<size_t>(Tk)), entry_row(static_cast<size_t>(Tk));
+  const ExpertDispatch plan = plan_dispatch({ids_h_, size_t(Tk)}, per_, N);
+  const std::vector<size_t>& send_n = plan.send_n;
   struct Meta {
     int32_t expert;  // held expert at the destination
     float weight;
   };
   std::vector<Meta> meta(static_cast<size_t>(Tk));
-  {
-    std::vector<size_t> next(first.begin(), first.end() - 1);
-    for (int64_t i = 0; i < Tk; ++i) {
-      const int32_t e = ids_h_[i];
-      const size_t at = next[size_t(e / per_)]++;
-      order[at] = int32_t(i);
-      entry_row[size_t(i)] = int32_t(at);
-      meta[at] = {.expert = int32_t(e % per_), .weight = weights_h_[i]};
-    }
+  for (int64_t r = 0; r < Tk; ++r) {
+    const int32_t i = plan.order[size_t(r)];
+    meta[size_t(r)] = {.expert = int32_t(ids_h_[i] % per_), .weight = weights_h_[i]};
   }
   const std::vector<size_t> all_n = gather_counts(send_n);
   std::vector<size_t> recv_n(static_cast<size_t>(N));
@@ -169,8 +157,9 @@ void MoeRanks::experts(const DevMoeWeights& w, MoeWorkspace& ws, const bf16* x, 
 
   // 2. The entries' x rows and (expert, weight).
   if (Tk > 0) {
-    DSV4_CUDA_CHECK(cudaMemcpyAsync(order_.get(), order.data(), size_t(Tk) * 4, cudaMemcpyHostToDevice, ctx_.stream()));
-    DSV4_CUDA_CHECK(cudaMemcpyAsync(entry_row_.get(), entry_row.data(), size_t(Tk) * 4, cudaMemcpyHostToDevice,
+    DSV4_CUDA_CHECK(cudaMemcpyAsync(order_.get(), plan.order.data(), size_t(Tk) * 4, cudaMemcpyHostToDevice,
+                                    ctx_.stream()));
+    DSV4_CUDA_CHECK(cudaMemcpyAsync(entry_row_.get(), plan.entry_row.data(), size_t(Tk) * 4, cudaMemcpyHostToDevice,
                                     ctx_.stream()));
     gather_rows(ctx_, {.src = x, .rows = order_.get(), .div = int(k), .dst = send_x_.get(), .n = Tk, .D = int(D)});
   }

@@ -224,16 +224,14 @@ void MoeWorkspace::prepare(const DeviceContext& ctx, int64_t T) {
 // ---- The ops.
 namespace {
 
-// The router's workspace: the layer's shapes (every expert, k picks).
-void check_call(const DevMoeWeights& w, const MoeWorkspace& ws, int64_t T) {
-  if (T > ws.max_tokens()) fail("moe: ", T, " tokens, the workspace holds ", ws.max_tokens());
-  if (ws.D != w.D || ws.I != w.I || ws.E != w.E || ws.k != w.k) fail("moe: workspace shapes differ from the layer's");
-}
-// A routed pass's workspace: the experts held (E = w.held) and its picks per row (k, 1 for entries).
-void check_routed(const DevMoeWeights& w, const MoeWorkspace& ws, int64_t T) {
+// A workspace for T rows of the layer's D, I and the given experts and picks per row: the layer's E and k
+// (the router, the shared expert, one rank's whole MoE) or the held experts and 1 (received entries).
+void check_workspace(const DevMoeWeights& w, const MoeWorkspace& ws, int64_t T, int64_t E, int64_t k) {
   if (T > ws.max_tokens()) fail("moe: ", T, " rows, the workspace holds ", ws.max_tokens());
-  if (ws.D != w.D || ws.I != w.I || ws.E != w.held) fail("moe: workspace shapes differ from the layer's held experts");
+  if (ws.D != w.D || ws.I != w.I || ws.E != E || ws.k != k)
+    fail("moe: workspace of ", ws.E, " experts x ", ws.k, " picks, the call needs ", E, " x ", k);
 }
+void check_call(const DevMoeWeights& w, const MoeWorkspace& ws, int64_t T) { check_workspace(w, ws, T, w.E, w.k); }
 
 }  // namespace
 
@@ -467,8 +465,7 @@ void moe_experts(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace&
 void moe_routed_entries(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace& ws, const bf16* x, int64_t n,
                         bf16* y) {
   if (n == 0) return;
-  check_routed(w, ws, n);
-  if (ws.k != 1) fail("moe_routed_entries: the workspace must take one pick per row, it takes ", ws.k);
+  check_workspace(w, ws, n, w.held, 1);
   const MoeCall c = begin_call(ctx, w, ws, x, n, true, false);
   const GroupedRouted r = routed_experts(c);
   moe_combine(ctx, {.y2 = r.y2, .ids = ws.ids.get(), .entry_row = r.entry_row, .y = y, .T = n, .k = 1, .D = int(w.D)});
