@@ -1,4 +1,6 @@
 // Embedding gather and the hc_head collapse (contracts in embed_head.h).
+#include <cooperative_groups.h>
+
 #include <cstdint>
 
 #include "backend/cuda/check.h"
@@ -9,8 +11,9 @@
 namespace dsv4::cuda {
 namespace {
 
-constexpr int kHeadThreads = 256;
+constexpr int kHeadThreads = 128;
 constexpr int kMaxStreams = 8;
+constexpr int kMaxHeadCluster = 16;
 
 // Block per token: 16-byte vectors of the row to all n streams.
 __global__ void embed_kernel(EmbedParams p) {
@@ -32,14 +35,27 @@ __global__ void embed_kernel(EmbedParams p) {
 // products in double (each product of an fp32 weight and a bf16 stream value is exact in double, so the
 // summation order changes the double sum only far below the float rounding of the result), then
 // rho, mix and the sigmoid in float with the twin's operations and no FMA contraction.
-__global__ void hc_head_kernel(HcHeadParams p) {
-  const int64_t t = blockIdx.x;
+// A cluster of C blocks per token (C = hc_head_cluster(T): 16 for decode batches, fewer as T grows, so
+// the grid stays near 512 blocks): rank r sums its slice (wchunk of the n*D inputs), stores the n + 1
+// partials into every rank's shared memory, and after the cluster barrier each rank adds them in rank
+// order, takes the coefficients and collapses its dchunk columns, u = bf16(sum_j pre_j X_j).
+__global__ void __launch_bounds__(kHeadThreads) hc_head_kernel(HcHeadParams p, int wchunk, int dchunk) {
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  const int C = int(cluster.num_blocks()), rank = int(cluster.block_rank());
+  const int64_t t = blockIdx.x / C;
   const int64_t width = int64_t(p.n) * p.D;
+  const int64_t w0 = int64_t(rank) * wchunk, w1 = min(width, w0 + wchunk);
+  __shared__ double red[kHeadThreads / 32][kMaxStreams + 1], gather[kMaxHeadCluster][kMaxStreams + 1];
+  __shared__ float pre[kMaxStreams];
+  allow_dependents();
+  cluster_arrive_relaxed();  // this rank has started (the wait comes before the stores into the others)
+  grid_dependency_wait();
   const bf16* X = p.X + t * width;
   double ss = 0.0, acc[kMaxStreams];
 #pragma unroll
   for (int r = 0; r < kMaxStreams; ++r) acc[r] = 0.0;
-  for (int64_t i = int64_t(threadIdx.x) * 8; i < width; i += int64_t(blockDim.x) * 8) {
+  for (int64_t i = w0 + int64_t(threadIdx.x) * 8; i < w1; i += int64_t(kHeadThreads) * 8) {
     float x[8];
     load_bf16x8(X + i, x);
 #pragma unroll
@@ -47,13 +63,12 @@ __global__ void hc_head_kernel(HcHeadParams p) {
 #pragma unroll
     for (int r = 0; r < kMaxStreams; ++r)
       if (r < p.n) {
-        const float* f = p.fn + r * width + i;
-#pragma unroll
-        for (int q = 0; q < 8; ++q) acc[r] += double(f[q]) * x[q];
+        const float4* f = reinterpret_cast<const float4*>(p.fn + r * width + i);
+        const float4 a = f[0], b = f[1];
+        acc[r] += double(a.x) * x[0] + double(a.y) * x[1] + double(a.z) * x[2] + double(a.w) * x[3] +
+                  double(b.x) * x[4] + double(b.y) * x[5] + double(b.z) * x[6] + double(b.w) * x[7];
       }
   }
-  __shared__ double red[kHeadThreads / 32][kMaxStreams + 1];
-  __shared__ float pre[kMaxStreams];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   auto warp_sum_d = [](double v) {
 #pragma unroll
@@ -68,12 +83,20 @@ __global__ void hc_head_kernel(HcHeadParams p) {
     if (lane == 0) red[warp][r] = v;
   }
   __syncthreads();
+  cluster_wait();
+  if (threadIdx.x <= kMaxStreams) {
+    double v = 0.0;
+#pragma unroll
+    for (int w = 0; w < kHeadThreads / 32; ++w) v += red[w][threadIdx.x];
+    for (int b = 0; b < C; ++b) cluster.map_shared_rank(&gather[0][0], b)[rank * (kMaxStreams + 1) + threadIdx.x] = v;
+  }
+  cluster.sync();  // every rank's partials are in every rank's gather; no remote access after this
   if (threadIdx.x == 0) {
     double s = 0.0, m[kMaxStreams];
     for (int r = 0; r < p.n; ++r) m[r] = 0.0;
-    for (int w = 0; w < kHeadThreads / 32; ++w) {
-      s += red[w][kMaxStreams];
-      for (int r = 0; r < p.n; ++r) m[r] += red[w][r];
+    for (int b = 0; b < C; ++b) {
+      s += gather[b][kMaxStreams];
+      for (int r = 0; r < p.n; ++r) m[r] += gather[b][r];
     }
     const float rho = 1.0f / sqrtf(__fadd_rn(float(s / double(width)), p.norm_eps));
     for (int r = 0; r < p.n; ++r) {
@@ -82,7 +105,8 @@ __global__ void hc_head_kernel(HcHeadParams p) {
     }
   }
   __syncthreads();
-  for (int c = threadIdx.x * 2; c < p.D; c += blockDim.x * 2) {
+  const int64_t c_end = min(int64_t(p.D), int64_t(rank + 1) * dchunk);
+  for (int64_t c = int64_t(rank) * dchunk + threadIdx.x * 2; c < c_end; c += kHeadThreads * 2) {
     float u0 = 0.0f, u1 = 0.0f;
     for (int j = 0; j < p.n; ++j) {
       const float2 v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(X + int64_t(j) * p.D + c));
@@ -91,6 +115,13 @@ __global__ void hc_head_kernel(HcHeadParams p) {
     }
     *reinterpret_cast<__nv_bfloat162*>(p.u + t * p.D + c) = __floats2bfloat162_rn(u0, u1);
   }
+}
+
+// Blocks per token: 16 up to 32 tokens, then halving so that T * C stays near 512 (1 from 512 tokens).
+int hc_head_cluster(int64_t T) {
+  int c = kMaxHeadCluster;
+  while (c > 1 && T * c > 512) c /= 2;
+  return c;
 }
 
 }  // namespace
@@ -109,7 +140,11 @@ void hc_head_collapse(const DeviceContext& ctx, const HcHeadParams& p) {
   if (!p.X || !p.fn || !p.base || !p.scale || !p.u) fail("hc_head_collapse: null pointer");
   if (p.n <= 0 || p.n > kMaxStreams) fail("hc_head_collapse: n = ", p.n, " (1..", kMaxStreams, ")");
   if (p.D <= 0 || p.D % 8 != 0) fail("hc_head_collapse: D ", p.D, " must be a positive multiple of 8");
-  hc_head_kernel<<<unsigned(narrow_int(p.T, "hc_head tokens")), kHeadThreads, 0, ctx.stream()>>>(p);
+  const int C = hc_head_cluster(p.T);
+  const int64_t width = int64_t(p.n) * p.D;
+  const int wchunk = int(ceil_div(ceil_div(width, C), 8) * 8), dchunk = int(ceil_div(ceil_div(p.D, C), 2) * 2);
+  launch_cluster_pdl(ctx, hc_head_kernel, dim3(unsigned(narrow_int(p.T * C, "hc_head blocks"))), dim3(kHeadThreads), C,
+                     0, p, wchunk, dchunk);
   DSV4_CUDA_CHECK_LAUNCH();
 }
 

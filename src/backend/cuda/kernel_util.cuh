@@ -42,20 +42,46 @@ __device__ __forceinline__ void grid_dependency_wait() { asm volatile("griddepco
 __device__ __forceinline__ void allow_dependents() { asm volatile("griddepcontrol.launch_dependents;"); }
 __device__ __forceinline__ void prefetch_l2(const void* ptr) { asm volatile("prefetch.global.L2 [%0];" ::"l"(ptr)); }
 
+// `kernel`<<<grid, block, smem, ctx.stream()>>>(args...) as a programmatic dependent launch, with `cluster`
+// consecutive blocks per thread block cluster (0: no cluster). Sizes above the
+// portable 8 (Hopper takes 16) are allowed on the kernel first.
 template <typename... Params, typename... Args>
-void launch_pdl(const DeviceContext& ctx, void (*kernel)(Params...), dim3 grid, dim3 block, Args&&... args) {
+void launch_cluster_pdl(const DeviceContext& ctx, void (*kernel)(Params...), dim3 grid, dim3 block, int cluster,
+                        size_t smem, Args&&... args) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
   cfg.blockDim = block;
-  cfg.dynamicSmemBytes = 0;
+  cfg.dynamicSmemBytes = smem;
   cfg.stream = ctx.stream();
-  cudaLaunchAttribute attr[1];
+  cudaLaunchAttribute attr[2];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
+  if (cluster > 0) {
+    if (cluster > 8) DSV4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+    attr[1].id = cudaLaunchAttributeClusterDimension;
+    attr[1].val.clusterDim.x = unsigned(cluster);
+    attr[1].val.clusterDim.y = 1;
+    attr[1].val.clusterDim.z = 1;
+    cfg.numAttrs = 2;
+  }
   DSV4_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
 }
+
+// `kernel`<<<grid, block, smem, ctx.stream()>>>(args...) as a programmatic dependent launch (no cluster).
+template <typename... Params, typename... Args>
+void launch_pdl(const DeviceContext& ctx, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                Args&&... args) {
+  launch_cluster_pdl(ctx, kernel, grid, block, 0, smem, std::forward<Args>(args)...);
+}
+
+// Thread block cluster barriers in two halves (every thread of every block arrives, then waits): an
+// arrive.relaxed early and its wait before the first store into another block's shared memory make sure
+// that block has started; release / acquire order the stores before the barrier with the loads after.
+__device__ __forceinline__ void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed;" ::: "memory"); }
+__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release;" ::: "memory"); }
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire;" ::: "memory"); }
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll

@@ -253,13 +253,13 @@ void launch(const DeviceContext& ctx, const Args& a, bool fp8, int blocks) {
   // Programmatic dependent launches (kernel_util.cuh): the kernel waits for its predecessor itself.
   if (fp8 && a.p.in / 128 <= 16) {
     constexpr int U = NT <= 2 ? 4 : 2;
-    launch_pdl(ctx, fast_gemv_fp8_kernel<NT, U, 256>, dim3(blocks), dim3(32 * warps_for(a.p.in / 128, U)), a);
+    launch_pdl(ctx, fast_gemv_fp8_kernel<NT, U, 256>, dim3(blocks), dim3(32 * warps_for(a.p.in / 128, U)), 0, a);
   } else if (fp8) {
     constexpr int U = NT <= 2 ? 2 : 1;
-    launch_pdl(ctx, fast_gemv_fp8_kernel<NT, U, 32 * kMaxWarps>, dim3(blocks), dim3(threads), a);
+    launch_pdl(ctx, fast_gemv_fp8_kernel<NT, U, 32 * kMaxWarps>, dim3(blocks), dim3(threads), 0, a);
   } else {
     constexpr int U = NT <= 2 ? 4 : 2;
-    launch_pdl(ctx, fast_gemv_bf16_kernel<NT, U, 32 * kMaxWarps>, dim3(blocks), dim3(threads), a);
+    launch_pdl(ctx, fast_gemv_bf16_kernel<NT, U, 32 * kMaxWarps>, dim3(blocks), dim3(threads), 0, a);
   }
 }
 

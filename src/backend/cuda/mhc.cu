@@ -1,6 +1,9 @@
 // mHC pre / post kernels (contracts in ops.h; MODEL.md §3).
+#include <cooperative_groups.h>
+
 #include <cstdint>
 
+#include "backend/cuda/async_copy.cuh"
 #include "backend/cuda/check.h"
 #include "backend/cuda/cpu_math.cuh"
 #include "backend/cuda/kernel_util.cuh"
@@ -77,8 +80,10 @@ __global__ void __launch_bounds__(kPartThreads) mhc_mix_partial_kernel(MhcPrePar
 // operations (every sum in the twin's order, so the result equals the serial evaluation bit for bit).
 // Lane r <= 24 sums partial column r over the slices in ascending order (24: the sum of squares);
 // lanes 0..3 return pre, 4..7 post, 8..23 comb entry C[j][k] with lane = 8 + 4j + k. Sinkhorn: each
-// row / column sum gathers its four entries by shuffles and adds them from 0 in index order.
-__device__ float mhc_coefficients_warp(const MhcPreParams& p, const double* partial, int slices, int lane) {
+// row / column sum gathers its four entries by shuffles and adds them from 0 in index order. Without
+// `full` only pre is computed (lanes 4.. return 0).
+__device__ float mhc_coefficients_warp(const MhcPreParams& p, const double* partial, int slices, int lane,
+                                       bool full = true) {
   double d = 0.0;
   if (lane <= kRows) {
 #pragma unroll 8
@@ -89,6 +94,7 @@ __device__ float mhc_coefficients_warp(const MhcPreParams& p, const double* part
   const float mix = __fmul_rn(float(d), rho);
   const int b = lane < kRows ? lane : 0;
   if (lane < kN) return sigmoid_dev(affine(p.scale[0], mix, p.base[b])) + p.hc_eps;  // warp-uniform below:
+  if (!full) return 0.0f;
   // lanes 0..7 leave here and 8..31 go on; the shuffles below name only lanes 8..23
   if (lane < 2 * kN) return 2.0f * sigmoid_dev(affine(p.scale[1], mix, p.base[b]));
   constexpr unsigned kMask = 0xffffff00u;  // lanes 8..31
@@ -240,7 +246,172 @@ __global__ void __launch_bounds__(kThreads) mhc_finish_collapse_norm_kernel(MhcP
   }
 }
 
+// ---- Decode batches (tokens <= kClusterTokens): one launch, a cluster of kCluster blocks per token
+// (a non-portable cluster size, which Hopper allows), started as a programmatic dependent launch.
+// 1. Before the wait for the streams, rank r copies its slice (wchunk of the n*D inputs) of the 24
+//    mixing rows into shared memory (cp.async: constant weights); then the 24 dot products and sum(x^2)
+//    over the slice in double, a thread's 8 values in order, the warp tree, the warps in order.
+// 2. Each rank stores its partials into every rank's shared memory (distributed shared memory) and a
+//    cluster barrier makes them visible; every rank then sums them in rank order, as the pass-2 kernels
+//    sum the slices. Ranks 0 .. kCluster - 2 take pre from them; the last rank computes every
+//    coefficient (the Sinkhorn) and stores pre / post / comb while the others collapse.
+// 3. Ranks 0 .. kCluster - 2 collapse dchunk columns each, u = bf16(sum_j pre_j X_j); with u_norm the
+//    bf16 u values wait in shared memory while the ranks' sums of squares (double) cross the cluster the
+//    same way, then y = bf16((u * r) * w). No rank reads another's shared memory after the second
+//    barrier, so none waits for the Sinkhorn.
+constexpr int kCluster = 16;
+constexpr int kClusterTokens = 16;
+constexpr int kCThreads = 128;
+
+struct ClusterSlices {
+  int wchunk, dchunk;  // mix inputs per rank, columns per collapsing rank (multiples of 8)
+};
+ClusterSlices cluster_slices(int D) {
+  return {int(ceil_div(ceil_div(int64_t(kN) * D, kCluster), 8) * 8), int(ceil_div(ceil_div(D, kCluster - 1), 8) * 8)};
+}
+size_t cluster_smem_bytes(const MhcPreParams& p, ClusterSlices c) {
+  return size_t(kRows) * size_t(c.wchunk) * sizeof(float) + (p.u_norm ? size_t(c.dchunk) * sizeof(float) : 0);
+}
+
+__global__ void __launch_bounds__(kCThreads) mhc_pre_cluster_kernel(MhcPreParams p, ClusterSlices sl) {
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  extern __shared__ __align__(16) float dyn[];
+  float* fn_s = dyn;                              // [kRows][wchunk] this rank's mixing weights
+  float* u_s = dyn + size_t(kRows) * sl.wchunk;   // [dchunk] bf16-rounded u (u_norm only)
+  __shared__ double gather[kCluster][kRows + 1], ss_all[kCluster], warp_part[kCThreads / 32][kRows + 1];
+  __shared__ float pre_s[kN], r_s;
+  const int rank = int(cluster.block_rank()), lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t token = blockIdx.x / kCluster;
+  const int64_t width = int64_t(kN) * p.D;
+  const int64_t w0 = int64_t(rank) * sl.wchunk, w1 = min(width, w0 + sl.wchunk);
+  allow_dependents();
+  // A thread copies the 8 columns of each row it multiplies below, so its own wait suffices.
+  for (int64_t i = w0 + threadIdx.x * 8; i < w1; i += kCThreads * 8)
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      cp_async16(fn_s + r * sl.wchunk + (i - w0), p.fn + r * width + i, true);
+      cp_async16(fn_s + r * sl.wchunk + (i - w0) + 4, p.fn + r * width + i + 4, true);
+    }
+  cp_async_commit();
+  cluster_arrive_relaxed();  // this rank has started: the others may store into its shared memory (wait below)
+  grid_dependency_wait();
+
+  const bf16* X = p.X + token * width;
+  double acc[kRows + 1];
+#pragma unroll
+  for (int r = 0; r <= kRows; ++r) acc[r] = 0.0;
+  bool first = true;
+  for (int64_t i = w0 + threadIdx.x * 8; i < w1; i += kCThreads * 8) {
+    float x[8];
+    load8(X + i, x);
+    if (first) {  // after the first streams load is issued: this thread's weight copies have landed
+      cp_async_wait<0>();
+      first = false;
+    }
+#pragma unroll
+    for (int q = 0; q < 8; ++q) acc[kRows] += double(x[q]) * x[q];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const float4* f = reinterpret_cast<const float4*>(fn_s + r * sl.wchunk + (i - w0));
+      const float4 a = f[0], b = f[1];
+      acc[r] += double(a.x) * x[0] + double(a.y) * x[1] + double(a.z) * x[2] + double(a.w) * x[3] +
+                double(b.x) * x[4] + double(b.y) * x[5] + double(b.z) * x[6] + double(b.w) * x[7];
+    }
+  }
+  cp_async_wait<0>();  // a thread with no columns
+#pragma unroll
+  for (int r = 0; r <= kRows; ++r) {
+    double v = acc[r];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if (lane == 0) warp_part[warp][r] = v;
+  }
+  __syncthreads();
+  cluster_wait();  // every rank of the cluster is running
+  if (threadIdx.x <= kRows) {
+    double t = 0.0;
+#pragma unroll
+    for (int w = 0; w < kCThreads / 32; ++w) t += warp_part[w][threadIdx.x];
+    for (int b = 0; b < kCluster; ++b) cluster.map_shared_rank(&gather[0][0], b)[rank * (kRows + 1) + threadIdx.x] = t;
+  }
+  cluster.sync();  // every rank's partials are in every rank's gather
+
+  const bool sinkhorn_rank = rank == kCluster - 1;
+  if (!sinkhorn_rank) {
+    if (warp == 0) {
+      const float v = mhc_coefficients_warp(p, &gather[0][0], kCluster, lane, false);
+      if (lane < kN) pre_s[lane] = v;
+    }
+    __syncthreads();
+  }
+  const int64_t c_beg = sinkhorn_rank ? p.D : min(int64_t(p.D), int64_t(rank) * sl.dchunk);
+  const int64_t c_end = min(int64_t(p.D), c_beg + sl.dchunk);
+  double ss = 0.0;
+  for (int64_t c0 = c_beg + threadIdx.x * 8; c0 < c_end; c0 += kCThreads * 8) {
+    float x[kN][8], u[8];
+#pragma unroll
+    for (int j = 0; j < kN; ++j) load8(X + int64_t(j) * p.D + c0, x[j]);
+    collapse8(pre_s, x, u);
+    uint4 out;
+    __nv_bfloat162* o = reinterpret_cast<__nv_bfloat162*>(&out);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) o[i] = __floats2bfloat162_rn(u[2 * i], u[2 * i + 1]);
+    if (!p.u_norm) {
+      *reinterpret_cast<uint4*>(p.u + token * p.D + c0) = out;
+      continue;
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {  // the bf16 u that rms_norm would read, squared as it does
+      const float2 f = __bfloat1622float2(o[i]);
+      u_s[c0 - c_beg + 2 * i] = f.x;
+      u_s[c0 - c_beg + 2 * i + 1] = f.y;
+      ss += double(f.x) * f.x + double(f.y) * f.y;
+    }
+  }
+  if (p.u_norm) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    if (lane == 0) warp_part[warp][0] = ss;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      double t = 0.0;
+      for (int w = 0; w < kCThreads / 32; ++w) t += warp_part[w][0];
+      for (int b = 0; b < kCluster; ++b) cluster.map_shared_rank(ss_all, b)[rank] = t;
+    }
+  }
+  cluster_arrive();  // this rank's sum of squares is in every rank's ss_all after the wait
+  if (sinkhorn_rank && warp == 0) {  // while the other ranks collapse: every coefficient, stored
+    const float v = mhc_coefficients_warp(p, &gather[0][0], kCluster, lane, true);
+    if (lane < kN) p.pre[token * kN + lane] = v;
+    else if (lane < 2 * kN) p.post[token * kN + lane - kN] = v;
+    else if (lane < kRows) p.comb[token * kN * kN + lane - 2 * kN] = v;
+  }
+  cluster_wait();
+  if (!p.u_norm || sinkhorn_rank) return;
+  if (threadIdx.x == 0) {
+    double t = 0.0;
+    for (int b = 0; b < kCluster; ++b) t += ss_all[b];
+    r_s = 1.0f / sqrtf(__fadd_rn(float(t / double(p.D)), p.norm_eps));
+  }
+  __syncthreads();
+  const float r = r_s;
+  for (int64_t c0 = c_beg + threadIdx.x * 8; c0 < c_end; c0 += kCThreads * 8) {
+    uint4 out;
+    __nv_bfloat162* o = reinterpret_cast<__nv_bfloat162*>(&out);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int64_t c = c0 + 2 * i;
+      const float a = __fmul_rn(__fmul_rn(u_s[c - c_beg], r), p.u_norm[c]);
+      const float b = __fmul_rn(__fmul_rn(u_s[c - c_beg + 1], r), p.u_norm[c + 1]);
+      o[i] = __floats2bfloat162_rn(a, b);
+    }
+    *reinterpret_cast<uint4*>(p.u + token * p.D + c0) = out;
+  }
+}
+
 __global__ void mhc_post_kernel(MhcPostParams p, int col_slices) {
+  allow_dependents();  // the next sub-layer's mhc_pre (a dependent launch) may copy its weights meanwhile
   const int64_t token = blockIdx.x / col_slices;
   const int c0 = (blockIdx.x % col_slices) * kChunk + threadIdx.x * 8;
   if (c0 >= p.D) return;
@@ -286,6 +457,15 @@ void mhc_pre(const DeviceContext& ctx, const MhcPreParams& p) {
   if (!p.X || !p.fn || !p.base || !p.scale || !p.pre || !p.post || !p.comb || !p.u || !p.partial)
     fail("mhc_pre: null pointer");
   if (p.sinkhorn_iters < 1) fail("mhc_pre: sinkhorn_iters must be >= 1");
+  const ClusterSlices sl = cluster_slices(p.D);
+  const size_t smem = cluster_smem_bytes(p, sl);
+  if (p.tokens <= kClusterTokens && smem + 8 * 1024 <= ctx.max_smem_per_block()) {  // 8 KiB: the static arrays
+    allow_max_dynamic_smem(ctx, mhc_pre_cluster_kernel);
+    launch_cluster_pdl(ctx, mhc_pre_cluster_kernel, dim3(unsigned(p.tokens * kCluster)), dim3(kCThreads), kCluster, smem,
+                       p, sl);
+    DSV4_CUDA_CHECK_LAUNCH();
+    return;
+  }
   const int slices = mix_slices(kN, p.D);
   const int col_slices = int(ceil_div(p.D, kChunk));
   mhc_mix_partial_kernel<<<narrow_int(p.tokens * slices, "mhc_pre grid"), kPartThreads, 0, ctx.stream()>>>(p, slices);

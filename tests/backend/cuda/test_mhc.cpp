@@ -95,8 +95,13 @@ TEST(CudaMhc, PreSmallAndSingleToken) {
   check_mhc_pre(3, 256, 33);  // the n*D inputs do not fill a whole 2048-wide slice
   check_mhc_pre(32, 4096, 37);
   check_mhc_pre(2, 264, 38);  // partial slices of the mixes and of the collapse
-  check_mhc_pre(2, 8192, 39);  // the largest D of the fused norm (4 chunks per thread)
-  check_mhc_pre(1, 8448, 40);  // past it: the norm in a second launch
+  check_mhc_pre(2, 8192, 39);   // up to 16 tokens: the cluster kernel, 196 KiB of weights per rank
+  check_mhc_pre(1, 8448, 40);
+  check_mhc_pre(16, 1024, 42);
+  check_mhc_pre(2, 40, 43);     // fewer columns than the cluster's ranks
+  // Past 16 tokens: the two-pass kernels; the fused norm up to D 8192, a second launch past it.
+  check_mhc_pre(17, 8192, 41);
+  check_mhc_pre(17, 8448, 44);
 }
 
 void check_mhc_post(int64_t tokens, int D, bool in_place, uint64_t seed) {
