@@ -244,15 +244,16 @@ int warps_for(int ksteps, int U) {
 
 // Two shapes, each the faster on the H200 for its Flash weights (docs/perf-log.md, 2026-12-01):
 // K of at most 16 blocks (wq_b, shared w2): batches of 4 blocks and a K split that leaves each warp one
-// (8 warps of one block each left wq_b's 2,048 CTAs latency-bound: 17.2 -> 14.9 us); longer K (wq_a,
-// wo_b, w1, the head): batches of 2 blocks (4 bf16 pieces of 32) over 16 warps, or 8 warps when the
-// grid has two CTAs per SM.
+// (8 warps of one block each left wq_b's 2,048 CTAs latency-bound: 17.2 -> 14.9 us), batches of one
+// block at 17-32 tokens (two held 184 registers, 2 CTAs per SM: 667.9 -> 660.2 us per layer at batch
+// 32, 2026-12-04); longer K (wq_a, wo_b, w1, the head): batches of 2 blocks (4 bf16 pieces of 32) over
+// 16 warps, or 8 warps when the grid has two CTAs per SM.
 template <int NT>
 void launch(const DeviceContext& ctx, const Args& a, bool fp8, int blocks) {
   const int threads = blocks >= 2 * ctx.sm_count() ? 256 : 32 * kMaxWarps;
   // Programmatic dependent launches (kernel_util.cuh): the kernel waits for its predecessor itself.
   if (fp8 && a.p.in / 128 <= 16) {
-    constexpr int U = NT <= 2 ? 4 : 2;
+    constexpr int U = NT <= 2 ? 4 : 1;
     launch_pdl(ctx, fast_gemv_fp8_kernel<NT, U, 256>, dim3(blocks), dim3(32 * warps_for(a.p.in / 128, U)), 0, a);
   } else if (fp8) {
     constexpr int U = NT <= 2 ? 2 : 1;
