@@ -1,6 +1,4 @@
 // Embedding gather and the hc_head collapse (contracts in embed_head.h).
-#include <cooperative_groups.h>
-
 #include <cstdint>
 
 #include "backend/cuda/check.h"
@@ -62,24 +60,14 @@ __global__ void __launch_bounds__(kHeadThreads) hc_head_kernel(HcHeadParams p, i
     for (int q = 0; q < 8; ++q) ss += double(x[q]) * x[q];
 #pragma unroll
     for (int r = 0; r < kMaxStreams; ++r)
-      if (r < p.n) {
-        const float4* f = reinterpret_cast<const float4*>(p.fn + r * width + i);
-        const float4 a = f[0], b = f[1];
-        acc[r] += double(a.x) * x[0] + double(a.y) * x[1] + double(a.z) * x[2] + double(a.w) * x[3] +
-                  double(b.x) * x[4] + double(b.y) * x[5] + double(b.z) * x[6] + double(b.w) * x[7];
-      }
+      if (r < p.n) acc[r] += dot8_f64(p.fn + r * width + i, x);
   }
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  auto warp_sum_d = [](double v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-  };
-  ss = warp_sum_d(ss);
+  ss = warp_sum(ss);
   if (lane == 0) red[warp][kMaxStreams] = ss;
 #pragma unroll
   for (int r = 0; r < kMaxStreams; ++r) {
-    const double v = warp_sum_d(acc[r]);
+    const double v = warp_sum(acc[r]);
     if (lane == 0) red[warp][r] = v;
   }
   __syncthreads();
@@ -88,7 +76,7 @@ __global__ void __launch_bounds__(kHeadThreads) hc_head_kernel(HcHeadParams p, i
     double v = 0.0;
 #pragma unroll
     for (int w = 0; w < kHeadThreads / 32; ++w) v += red[w][threadIdx.x];
-    for (int b = 0; b < C; ++b) cluster.map_shared_rank(&gather[0][0], b)[rank * (kMaxStreams + 1) + threadIdx.x] = v;
+    store_in_every_rank(cluster, &gather[0][0], rank * (kMaxStreams + 1) + threadIdx.x, v);
   }
   cluster.sync();  // every rank's partials are in every rank's gather; no remote access after this
   if (threadIdx.x == 0) {
@@ -117,7 +105,8 @@ __global__ void __launch_bounds__(kHeadThreads) hc_head_kernel(HcHeadParams p, i
   }
 }
 
-// Blocks per token: 16 up to 32 tokens, then halving so that T * C stays near 512 (1 from 512 tokens).
+// Blocks per token: 16 up to 32 tokens, then halving while T * C > 512 (8 up to 64, 4 up to 128, 2 up to
+// 256, 1 from 257 tokens).
 int hc_head_cluster(int64_t T) {
   int c = kMaxHeadCluster;
   while (c > 1 && T * c > 512) c /= 2;

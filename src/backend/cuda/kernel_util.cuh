@@ -5,6 +5,7 @@
 #include <limits>
 #include <utility>
 
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 
 #include "backend/cuda/check.h"
@@ -25,12 +26,14 @@ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // memory). The attribute is only a cap (occupancy follows each launch's own size), so it is raised to the
 // largest value instead of to each call's size: a later call with a smaller size would otherwise lower it
 // below a launch already captured in a graph, and replaying that node alone (as ncu does) then fails.
+// Returns that cap (the most dynamic shared memory a launch of `kernel` may ask for).
 template <typename Kernel>
-void allow_max_dynamic_smem(const DeviceContext& ctx, Kernel kernel) {
+int allow_max_dynamic_smem(const DeviceContext& ctx, Kernel kernel) {
   cudaFuncAttributes attr{};
   DSV4_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
   const int cap = int(ctx.max_smem_per_block()) - int(attr.sharedSizeBytes);
   DSV4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, cap));
+  return cap;
 }
 
 // Programmatic dependent launch (Hopper; docs/cuda.md "Kernel tiers"). A kernel started by launch_pdl
@@ -43,8 +46,8 @@ __device__ __forceinline__ void allow_dependents() { asm volatile("griddepcontro
 __device__ __forceinline__ void prefetch_l2(const void* ptr) { asm volatile("prefetch.global.L2 [%0];" ::"l"(ptr)); }
 
 // `kernel`<<<grid, block, smem, ctx.stream()>>>(args...) as a programmatic dependent launch, with `cluster`
-// consecutive blocks per thread block cluster (0: no cluster). Sizes above the
-// portable 8 (Hopper takes 16) are allowed on the kernel first.
+// consecutive blocks per thread block cluster (0: no cluster). Sizes above the portable 8 (Hopper takes
+// 16) are allowed on the kernel first.
 template <typename... Params, typename... Args>
 void launch_cluster_pdl(const DeviceContext& ctx, void (*kernel)(Params...), dim3 grid, dim3 block, int cluster,
                         size_t smem, Args&&... args) {
@@ -82,11 +85,28 @@ void launch_pdl(const DeviceContext& ctx, void (*kernel)(Params...), dim3 grid, 
 __device__ __forceinline__ void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed;" ::: "memory"); }
 __device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release;" ::: "memory"); }
 __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire;" ::: "memory"); }
+// local[at] = v in the shared memory of every block of the cluster (`local`: this block's copy).
+__device__ __forceinline__ void store_in_every_rank(const cooperative_groups::cluster_group& cluster, double* local,
+                                                    int64_t at, double v) {
+  for (unsigned b = 0; b < cluster.num_blocks(); ++b) cluster.map_shared_rank(local, b)[at] = v;
+}
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
+}
+__device__ __forceinline__ double warp_sum(double v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+// sum_q f[q] * x[q] over 8 fp32 weights (16-byte aligned) and 8 values, in double: each product of an
+// fp32 weight and a bf16 value is exact in double (the mHC mixes; cpu::hc_mixes sums them so).
+__device__ __forceinline__ double dot8_f64(const float* f, const float (&x)[8]) {
+  const float4 a = reinterpret_cast<const float4*>(f)[0], b = reinterpret_cast<const float4*>(f)[1];
+  return double(a.x) * x[0] + double(a.y) * x[1] + double(a.z) * x[2] + double(a.w) * x[3] + double(b.x) * x[4] +
+         double(b.y) * x[5] + double(b.z) * x[6] + double(b.w) * x[7];
 }
 // Eight bf16 values (their bits, the first in the low half of raw.x) as floats.
 __device__ __forceinline__ void bf16x8_values(const uint4& raw, float (&v)[8]) {

@@ -1,6 +1,4 @@
 // mHC pre / post kernels (contracts in ops.h; MODEL.md §3).
-#include <cooperative_groups.h>
-
 #include <cstdint>
 
 #include "backend/cuda/async_copy.cuh"
@@ -52,19 +50,12 @@ __global__ void __launch_bounds__(kPartThreads) mhc_mix_partial_kernel(MhcPrePar
 #pragma unroll
     for (int i = 0; i < 8; ++i) acc[kRows] += double(x[i]) * x[i];
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      const float4* f = reinterpret_cast<const float4*>(p.fn + r * width + i0);
-      float4 a = f[0], b = f[1];
-      acc[r] = double(a.x) * x[0] + double(a.y) * x[1] + double(a.z) * x[2] + double(a.w) * x[3] +
-               double(b.x) * x[4] + double(b.y) * x[5] + double(b.z) * x[6] + double(b.w) * x[7];
-    }
+    for (int r = 0; r < kRows; ++r) acc[r] = dot8_f64(p.fn + r * width + i0, x);
   }
   __shared__ double part[kPartThreads / 32][kRows + 1];
 #pragma unroll
   for (int r = 0; r <= kRows; ++r) {
-    double v = acc[r];
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    const double v = warp_sum(acc[r]);
     if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5][r] = v;
   }
   __syncthreads();
@@ -219,8 +210,7 @@ __global__ void __launch_bounds__(kThreads) mhc_finish_collapse_norm_kernel(MhcP
       ss += double(f.x) * f.x + double(f.y) * f.y;
     }
   }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+  ss = warp_sum(ss);
   if ((threadIdx.x & 31) == 0) warp_part[threadIdx.x >> 5] = ss;
   __syncthreads();
   if (threadIdx.x == 0) {  // warps past rms_norm_kernel's (D < 2048) hold exact zeros
@@ -312,19 +302,12 @@ __global__ void __launch_bounds__(kCThreads) mhc_pre_cluster_kernel(MhcPreParams
 #pragma unroll
     for (int q = 0; q < 8; ++q) acc[kRows] += double(x[q]) * x[q];
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      const float4* f = reinterpret_cast<const float4*>(fn_s + r * sl.wchunk + (i - w0));
-      const float4 a = f[0], b = f[1];
-      acc[r] += double(a.x) * x[0] + double(a.y) * x[1] + double(a.z) * x[2] + double(a.w) * x[3] +
-                double(b.x) * x[4] + double(b.y) * x[5] + double(b.z) * x[6] + double(b.w) * x[7];
-    }
+    for (int r = 0; r < kRows; ++r) acc[r] += dot8_f64(fn_s + r * sl.wchunk + (i - w0), x);
   }
   cp_async_wait<0>();  // a thread with no columns
 #pragma unroll
   for (int r = 0; r <= kRows; ++r) {
-    double v = acc[r];
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    const double v = warp_sum(acc[r]);
     if (lane == 0) warp_part[warp][r] = v;
   }
   __syncthreads();
@@ -333,7 +316,7 @@ __global__ void __launch_bounds__(kCThreads) mhc_pre_cluster_kernel(MhcPreParams
     double t = 0.0;
 #pragma unroll
     for (int w = 0; w < kCThreads / 32; ++w) t += warp_part[w][threadIdx.x];
-    for (int b = 0; b < kCluster; ++b) cluster.map_shared_rank(&gather[0][0], b)[rank * (kRows + 1) + threadIdx.x] = t;
+    store_in_every_rank(cluster, &gather[0][0], rank * (kRows + 1) + threadIdx.x, t);
   }
   cluster.sync();  // every rank's partials are in every rank's gather
 
@@ -370,14 +353,13 @@ __global__ void __launch_bounds__(kCThreads) mhc_pre_cluster_kernel(MhcPreParams
     }
   }
   if (p.u_norm) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    ss = warp_sum(ss);
     if (lane == 0) warp_part[warp][0] = ss;
     __syncthreads();
     if (threadIdx.x == 0) {
       double t = 0.0;
       for (int w = 0; w < kCThreads / 32; ++w) t += warp_part[w][0];
-      for (int b = 0; b < kCluster; ++b) cluster.map_shared_rank(ss_all, b)[rank] = t;
+      store_in_every_rank(cluster, ss_all, rank, t);
     }
   }
   cluster_arrive();  // this rank's sum of squares is in every rank's ss_all after the wait
@@ -459,8 +441,7 @@ void mhc_pre(const DeviceContext& ctx, const MhcPreParams& p) {
   if (p.sinkhorn_iters < 1) fail("mhc_pre: sinkhorn_iters must be >= 1");
   const ClusterSlices sl = cluster_slices(p.D);
   const size_t smem = cluster_smem_bytes(p, sl);
-  if (p.tokens <= kClusterTokens && smem + 8 * 1024 <= ctx.max_smem_per_block()) {  // 8 KiB: the static arrays
-    allow_max_dynamic_smem(ctx, mhc_pre_cluster_kernel);
+  if (p.tokens <= kClusterTokens && smem <= size_t(allow_max_dynamic_smem(ctx, mhc_pre_cluster_kernel))) {
     launch_cluster_pdl(ctx, mhc_pre_cluster_kernel, dim3(unsigned(p.tokens * kCluster)), dim3(kCThreads), kCluster, smem,
                        p, sl);
     DSV4_CUDA_CHECK_LAUNCH();
