@@ -38,15 +38,17 @@ struct ServeArgs {
   RankFlags ranks;               // --ranks / --gpus: data-parallel sequences over expert-parallel ranks
 };
 
-// The prefix cache's default budget: 1 GiB of host memory on the CPU (the bundled model's snapshots are
-// ~0.2 MB + ~544 bytes a token); on the GPU, where snapshots are device memory, a quarter of what is free
-// once the weights and the slots' state are allocated (1 GiB when the backend does not say).
+// The prefix cache's default budget, for each data-parallel rank: 1 GiB of host memory on the CPU (the
+// bundled model's snapshots are ~0.2 MB + ~544 bytes a token); on the GPU, where snapshots are device
+// memory, a quarter of what is free once the weights and the slots' state are allocated (1 GiB when the
+// backend does not say), shared by the ranks that share the GPU (`--ranks N` on one GPU).
 uint64_t prefix_cache_budget(const ServeArgs& a, Runner& runner) {
   constexpr uint64_t kMiB = uint64_t(1) << 20;
-  if (a.no_prefix_cache || runner.ranks() > 1) return 0;  // not yet over data-parallel ranks
+  if (a.no_prefix_cache) return 0;
   if (a.prefix_cache_mib > 0) return uint64_t(a.prefix_cache_mib) * kMiB;
   const uint64_t free = runner.model().backend().info().free_bytes;
-  return free > 0 ? free / 4 : 1024 * kMiB;
+  const uint64_t sharing = a.ranks.gpus > 1 ? 1 : uint64_t(runner.ranks());
+  return free > 0 ? free / 4 / sharing : 1024 * kMiB;
 }
 
 // --stats: what the engine did, on stderr at shutdown (and the speculative counters with --speculative).
@@ -182,8 +184,8 @@ void register_serve(CLI::App& app) {
   auto* no_prefix = c->add_flag("--no-prefix-cache", a->no_prefix_cache,
                                 "Do not reuse the state of cached prompt prefixes (docs/server.md \"Prefix cache\")");
   c->add_option("--prefix-cache-mib", a->prefix_cache_mib,
-                "MiB of slot snapshots the prefix cache keeps (default: 1024 on cpu; on cuda a quarter of the "
-                "device memory free after loading)")
+                "MiB of slot snapshots the prefix cache keeps, on each data-parallel rank (default: 1024 on cpu; "
+                "on cuda a quarter of the device memory free after loading, shared by the ranks of one GPU)")
       ->check(CLI::PositiveNumber)
       ->excludes(no_prefix);
   c->add_option("--http-threads", a->http.io_threads, "I/O threads serving all connections")

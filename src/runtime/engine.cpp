@@ -20,11 +20,12 @@ struct Engine::Pending {
 // A running request: its model state, sampler and the text pipeline of the single-sequence loop
 // (generate.cpp): ids -> StreamDecoder -> StopStringFilter.
 struct Engine::Sequence {
-  Sequence(Pending p, Runner& runner, const Tokenizer& tok, int64_t drafts)
+  // On `rank` of a runner over data-parallel ranks (-1: the runner's choice).
+  Sequence(Pending p, Runner& runner, const Tokenizer& tok, int64_t drafts, int rank)
       : ch(std::move(p.ch)),
         req(std::move(p.req)),
         runner(runner),
-        slot(runner.new_sequence()),
+        slot(runner.new_sequence(rank)),
         sampler(req.sampling, req.stop.stop_ids),
         dec(tok),
         filter(req.stop.stop_strings),
@@ -64,10 +65,9 @@ struct Engine::Sequence {
   // With the prefix cache: looks the prompt up, restores a hit into the slot; prefill starts after it.
   // A speculative engine's entries carry the streams the MTP block has not fed yet.
   void restore_prefix(PrefixCache& cache) {
-    prefix.emplace(cache, runner.model().backend(), slot, req.prompt);
+    prefix.emplace(cache, runner, slot, req.prompt);
     const int64_t at = prefix->start();
     if (at > 0) {
-      runner.resume_at(slot, at);
       if (lane) {
         const PrefixHit& h = prefix->hit();
         if (!h.carry) fail("prefix cache: an entry without the MTP block's streams in a speculative engine");
@@ -116,15 +116,14 @@ Engine::Engine(std::unique_ptr<Runner> owned, Runner* runner, const Tokenizer& t
       max_context_(context_of(runner_, opt)),
       pool_(opt.cache_tokens > 0 ? opt.cache_tokens : int64_t(std::max(1, opt.max_num_seqs)) * max_context_,
             opt.cache_page_tokens),
-      prefix_(opt.prefix_cache_bytes > 0 ? std::make_unique<PrefixCache>(PrefixCacheOptions{.budget_bytes = opt.prefix_cache_bytes})
+      prefix_(opt.prefix_cache_bytes > 0 ? std::make_unique<PrefixCache>(PrefixCacheOptions{
+                                               .budget_bytes = opt.prefix_cache_bytes, .places = runner_.ranks()})
                                          : nullptr),
       signal_(std::make_shared<EngineSignal>()) {
   if (opt_.max_num_seqs < 1) fail("max_num_seqs must be at least 1 (got ", opt_.max_num_seqs, ")");
   if (opt_.max_step_tokens < 1) fail("max_step_tokens must be at least 1 (got ", opt_.max_step_tokens, ")");
   if (opt_.max_queue < 0) fail("max_queue must not be negative (got ", opt_.max_queue, ")");
   if (opt_.max_tokens_limit < 0) fail("max_tokens_limit must not be negative (got ", opt_.max_tokens_limit, ")");
-  if (prefix_ && runner_.ranks() > 1)
-    fail("the prefix cache is not yet over data-parallel ranks (", runner_.ranks(), " ranks): turn it off");
   if (runner_.max_sequences() < opt_.max_num_seqs)
     fail("max_num_seqs is ", opt_.max_num_seqs, " but the model holds ", runner_.max_sequences(), " sequences");
   opt_.prefill_chunk = std::clamp<int64_t>(opt_.prefill_chunk, 1, opt_.max_step_tokens);
@@ -243,17 +242,31 @@ void Engine::loop() {
       }
       admit(admitted);
     }
-    if (prefix_) reclaim_pages(admitted);
+    // Each admitted request takes a slot (on the rank its prompt is best placed on), then with the prefix
+    // cache the pools make room for every sequence and the hits are restored.
+    std::vector<std::unique_ptr<Sequence>> fresh;
     for (Pending& p : admitted) {
       auto ch = p.ch;
+      const int64_t pages = p.pages;
       try {
-        auto s = std::make_unique<Sequence>(std::move(p), runner_, tok_, opt_.speculative);
+        const int rank = place(p.req.prompt);
+        fresh.push_back(std::make_unique<Sequence>(std::move(p), runner_, tok_, opt_.speculative, rank));
+      } catch (const std::exception& e) {  // no slot (a runner smaller than max_num_seqs)
+        ch->push(failed(e.what()));
+        pool_.release(pages);
+        --in_flight_;
+      }
+    }
+    if (prefix_) reclaim_pages(fresh);
+    for (auto& s : fresh) {
+      try {
         if (prefix_) s->restore_prefix(*prefix_);
         running_.push_back(std::move(s));
-      } catch (const std::exception& e) {  // no slot (a runner smaller than max_num_seqs), a failed restore
-        ch->push(failed(e.what()));
-        pool_.release(p.pages);
+      } catch (const std::exception& e) {  // a failed restore: the request fails, its slot is freed
+        s->ch->push(failed(e.what()));
+        pool_.release(s->pages);
         --in_flight_;
+        s.reset();
       }
     }
     run_step(step++);
@@ -321,20 +334,36 @@ void Engine::retire() {
   stats_.requests_cancelled += cancelled;
 }
 
-// Snapshots in the prefix cache hold KV pages of the backend's pool beside the running sequences; the
+// Snapshots in the prefix cache hold KV pages of their rank's pool beside the running sequences; the
 // engine's own reservation (pool_) covers only the sequences. Each running sequence may still take the
-// pages of its reserved context (prompt + max_new) beyond those of the positions it holds; an admitted one
-// all of them (a restored prefix shares pages with its snapshot: counting them again only over-reserves).
-void Engine::reclaim_pages(const std::vector<Pending>& admitted) {
-  const Backend& be = runner_.model().backend();
-  KvPageInfo info = be.kv_pages();
-  if (info.capacity == 0) return;  // the pool grows as needed (the CPU's)
-  auto pages_of = [&](int64_t tokens) { return info.pages_needed(std::min(tokens, max_context_)); };
-  int64_t need = 0;
-  for (const auto& s : running_)
-    need += std::max<int64_t>(0, pages_of(int64_t(s->req.prompt.size()) + s->max_new) - pages_of(runner_.pos(s->slot)));
-  for (const Pending& p : admitted) need += pages_of(int64_t(p.req.prompt.size()) + p.max_new);
-  while (info.free_pages() < need && prefix_->evict_oldest()) info = be.kv_pages();
+// pages of its reserved context (prompt + max_new) beyond those of the positions it holds; a fresh one
+// (at position 0) all of them (a restored prefix shares pages with its snapshot: counting them again only
+// over-reserves). Each rank's pool is its own: a rank short of pages evicts its own snapshots.
+void Engine::reclaim_pages(const std::vector<std::unique_ptr<Sequence>>& fresh) {
+  for (int r = 0; r < runner_.ranks(); ++r) {
+    KvPageInfo info = runner_.kv_pages(r);
+    if (info.capacity == 0) continue;  // the pool grows as needed (the CPU's)
+    auto pages_of = [&](int64_t tokens) { return info.pages_needed(std::min(tokens, max_context_)); };
+    int64_t need = 0;
+    auto add = [&](const Sequence& s) {
+      if (runner_.rank_of(s.slot) == r)
+        need += std::max<int64_t>(0, pages_of(int64_t(s.req.prompt.size()) + s.max_new) - pages_of(runner_.pos(s.slot)));
+    };
+    for (const auto& s : running_) add(*s);
+    for (const auto& s : fresh) add(*s);
+    while (info.free_pages() < need && prefix_->evict_oldest(r)) info = runner_.kv_pages(r);
+  }
+}
+
+// Over data-parallel ranks with the prefix cache: place_sequence (engine_schedule.h) over the ranks'
+// loads and the prompt's cached prefix on each. Otherwise -1: the runner's choice (the fewest sequences).
+int Engine::place(const std::vector<int32_t>& prompt) const {
+  if (!prefix_ || runner_.ranks() == 1) return -1;
+  const std::vector<Runner::RankLoad> load = runner_.rank_loads();
+  const std::vector<int64_t> hit = prefix_->probe(prompt);
+  std::vector<RankRoom> room;
+  for (size_t r = 0; r < load.size(); ++r) room.push_back({.held = load[r].held, .slots = load[r].slots, .hit = hit[r]});
+  return place_sequence(room);
 }
 
 void Engine::run_step(uint64_t step) {

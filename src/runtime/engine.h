@@ -20,7 +20,9 @@
 // cache"): once a request has its slot, its prompt is looked up and a cached prefix is restored into the
 // slot (Runner::resume_at), so its prefill starts after it; its prefill chunks also end at the prompt's
 // snapshot points, and after a chunk that ends at one the slot is snapshotted into the cache. The ids
-// are those of a run without the cache (the state restored is the state computed).
+// are those of a run without the cache (the state restored is the state computed). Over data-parallel
+// ranks the cache has a place per rank and a request goes to the rank holding its longest cached prefix
+// unless that rank is much busier (place_sequence, engine_schedule.h).
 //
 // Speculative decoding (EngineOptions::speculative = k > 0; runtime/speculative.h, docs/speculative.md
 // "In the engine"): every prefill also feeds the MTP block (the prefix cache's entries then carry it);
@@ -68,8 +70,8 @@ struct EngineOptions {
   // max_tokens generates up to this many, and one asking for more is cut here (finish Length): the
   // reservation in the cache follows, so no request holds a whole context unasked.
   int64_t max_tokens_limit = 0;
-  // Bytes of slot snapshots the prefix cache holds (its budget, evicting least recently used); 0: no
-  // prefix cache. `dsv4 serve` turns it on (--prefix-cache-mib, --no-prefix-cache).
+  // Bytes of slot snapshots the prefix cache holds (its budget, evicting least recently used; over
+  // data-parallel ranks, each rank's); 0: no prefix cache. `dsv4 serve` turns it on (--prefix-cache-mib, --no-prefix-cache).
   uint64_t prefix_cache_bytes = 0;
   // Drafts per verify step of speculative decoding, 1 to 3 (0: off); the model needs an MTP block.
   // `dsv4 serve --speculative k`.
@@ -124,9 +126,11 @@ class Engine {
   void loop();
   void retire();
   void admit(std::vector<Pending>& admitted);
-  // With a prefix cache over a bounded KV page pool (the GPU's): evicts cached snapshots, oldest first,
-  // until the pool's free pages cover what the running and `admitted` sequences may still take.
-  void reclaim_pages(const std::vector<Pending>& admitted);
+  // With a prefix cache over bounded KV page pools (the GPU's): evicts cached snapshots of each rank,
+  // oldest first, until its pool's free pages cover what its running and `fresh` sequences may still take.
+  void reclaim_pages(const std::vector<std::unique_ptr<Sequence>>& fresh);
+  // The data-parallel rank a new request with `prompt` goes to (-1: the runner's choice).
+  int place(const std::vector<int32_t>& prompt) const;
   void run_step(uint64_t step);
   void snapshot_prefix(Sequence& s);  // after a prefill chunk (prefix cache)
   // A prefill chunk of a sequence of a speculative engine (its lane keeps the streams, the MTP block

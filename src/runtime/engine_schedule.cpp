@@ -65,4 +65,23 @@ bool CachePool::try_reserve(int64_t pages) {
 
 void CachePool::release(int64_t pages) { used_ = std::max<int64_t>(0, used_ - pages); }
 
+int place_sequence(const std::vector<RankRoom>& ranks) {
+  int least = -1;
+  for (const RankRoom& r : ranks)
+    if (r.held < r.slots && (least < 0 || r.held < least)) least = r.held;
+  if (least < 0) return -1;
+  int best = -1;
+  for (int i = 0; i < int(ranks.size()); ++i) {
+    const RankRoom& r = ranks[size_t(i)];
+    if (r.held >= r.slots || r.held > least + std::max(1, r.slots / 4)) continue;
+    if (best < 0) {
+      best = i;
+      continue;
+    }
+    const RankRoom& b = ranks[size_t(best)];
+    if (r.hit > b.hit || (r.hit == b.hit && r.held < b.held)) best = i;
+  }
+  return best;
+}
+
 }  // namespace dsv4

@@ -1,8 +1,9 @@
-// The scheduler's two decisions, kept free of the model so they can be tested alone:
+// The scheduler's decisions, kept free of the model so they can be tested alone:
 //  - what the next step runs: one decode token per decoding sequence plus prefill chunks, under a
 //    per-step token budget (chunked prefill);
 //  - whether a request fits the cache: every sequence reserves pages of a shared pool for its whole
-//    context (prompt + the tokens it may generate) when admitted, and returns them when it ends.
+//    context (prompt + the tokens it may generate) when admitted, and returns them when it ends;
+//  - over data-parallel ranks with the prefix cache, which rank a new sequence goes to.
 //
 // Prefill chunks are cut on a fixed grid (positions that are multiples of `prefill_chunk`), never where
 // the budget happens to run out, so a sequence's forward passes (and therefore its logits, bit for
@@ -39,6 +40,18 @@ struct StepLimits {
 // exceed the budget they take turns, starting at `step` modulo their number. Items of one sequence
 // are consecutive and in order.
 std::vector<StepItem> plan_step(const std::vector<SeqDemand>& seqs, const StepLimits& lim, uint64_t step);
+
+// A data-parallel rank as a new sequence's placement sees it.
+struct RankRoom {
+  int held = 0, slots = 0;  // sequences it holds, slots it has
+  int64_t hit = 0;          // tokens of the new prompt its prefix cache holds
+};
+
+// The rank a new sequence goes to: the longest hit among the ranks with a free slot that hold at most a
+// quarter of their slots (at least 1) more sequences than the least loaded such rank; ties: the fewest
+// sequences, then the lowest rank. A hit saves its prefill; an unbalanced rank slows every round (the
+// ranks' calls are collective, the slowest sets the pace). -1: no rank has a free slot.
+int place_sequence(const std::vector<RankRoom>& ranks);
 
 // A pool of cache pages shared by all sequences: admission control's budget.
 class CachePool {

@@ -64,7 +64,14 @@ PrefixCache::PrefixCache(PrefixCacheOptions o) : opt_(std::move(o)) {
       return prefix_block_hash(k0, k1, prev, block);
     };
   }
-  st_.budget_bytes = opt_.budget_bytes;
+  if (opt_.places < 1) fail("prefix cache: expected at least 1 place, got ", opt_.places);
+  place_bytes_.assign(size_t(opt_.places), 0);
+  st_.budget_bytes = opt_.budget_bytes * uint64_t(opt_.places);
+}
+
+void PrefixCache::check_place(int place) const {
+  if (place < 0 || place >= opt_.places)
+    fail("prefix cache: place ", place, " of ", opt_.places, " (expected 0 to ", opt_.places - 1, ")");
 }
 
 std::vector<uint64_t> PrefixCache::chain(std::span<const int32_t> tokens, int64_t n) const {
@@ -74,13 +81,23 @@ std::vector<uint64_t> PrefixCache::chain(std::span<const int32_t> tokens, int64_
   return h;
 }
 
-PrefixCache::Lru::iterator PrefixCache::find(uint64_t h, std::span<const int32_t> prefix) const {
+PrefixCache::Lru::iterator PrefixCache::find(uint64_t h, std::span<const int32_t> prefix, int place) const {
   auto [b, e] = index_.equal_range(h);
   for (auto it = b; it != e; ++it) {
     const std::vector<int32_t>& t = it->second->tokens;
-    if (t.size() == prefix.size() && std::equal(t.begin(), t.end(), prefix.begin())) return it->second;
+    if (it->second->place == place && t.size() == prefix.size() && std::equal(t.begin(), t.end(), prefix.begin()))
+      return it->second;
   }
   return lru_.end();
+}
+
+std::pair<PrefixCache::Lru::iterator, int64_t> PrefixCache::longest(std::span<const int32_t> tokens,
+                                                                    const std::vector<uint64_t>& h, int place) const {
+  for (int64_t i = int64_t(h.size()); i >= 1; --i) {
+    auto it = find(h[size_t(i - 1)], tokens.first(size_t(i * kPrefixBlock)), place);
+    if (it != lru_.end()) return {it, i * kPrefixBlock};
+  }
+  return {lru_.end(), 0};
 }
 
 void PrefixCache::remember(const std::vector<uint64_t>& hashes) {
@@ -100,17 +117,22 @@ void PrefixCache::remember(const std::vector<uint64_t>& hashes) {
   }
 }
 
-PrefixHit PrefixCache::lookup(std::span<const int32_t> tokens) {
+namespace {
+int64_t lookup_blocks(std::span<const int32_t> tokens) {
+  return tokens.empty() ? 0 : int64_t(tokens.size() - 1) / kPrefixBlock;
+}
+}  // namespace
+
+PrefixHit PrefixCache::lookup(std::span<const int32_t> tokens, int place) {
+  check_place(place);
   std::lock_guard<std::mutex> lock(mu_);
   ++st_.lookups;
   PrefixHit hit;
-  const int64_t n = tokens.empty() ? 0 : int64_t(tokens.size() - 1) / kPrefixBlock;
+  const int64_t n = lookup_blocks(tokens);
   const std::vector<uint64_t> h = chain(tokens, n);
-  for (int64_t i = n; i >= 1 && !hit.snapshot; --i) {
-    auto it = find(h[size_t(i - 1)], tokens.first(size_t(i * kPrefixBlock)));
-    if (it == lru_.end()) continue;
+  if (auto [it, len] = longest(tokens, h, place); it != lru_.end()) {
     lru_.splice(lru_.begin(), lru_, it);
-    hit.tokens = i * kPrefixBlock;
+    hit.tokens = len;
     hit.snapshot = it->snap;
     hit.carry = it->carry;
   }
@@ -127,8 +149,18 @@ PrefixHit PrefixCache::lookup(std::span<const int32_t> tokens) {
   return hit;
 }
 
+std::vector<int64_t> PrefixCache::probe(std::span<const int32_t> tokens) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::vector<uint64_t> h = chain(tokens, lookup_blocks(tokens));
+  std::vector<int64_t> out(size_t(opt_.places), 0);
+  if (lru_.empty()) return out;
+  for (int p = 0; p < opt_.places; ++p) out[size_t(p)] = longest(tokens, h, p).second;
+  return out;
+}
+
 bool PrefixCache::insert(std::span<const int32_t> prefix, std::shared_ptr<const SlotSnapshot> snap,
-                         std::shared_ptr<const Tensor> carry) {
+                         std::shared_ptr<const Tensor> carry, int place) {
+  check_place(place);
   const int64_t len = int64_t(prefix.size());
   if (len == 0 || len % kPrefixBlock != 0)
     fail("prefix cache: a prefix of ", len, " tokens, expected a nonzero multiple of ", kPrefixBlock);
@@ -136,7 +168,7 @@ bool PrefixCache::insert(std::span<const int32_t> prefix, std::shared_ptr<const 
   if (snap->pos != len) fail("prefix cache: a snapshot at position ", snap->pos, " for a prefix of ", len, " tokens");
   std::lock_guard<std::mutex> lock(mu_);
   const uint64_t h = chain(prefix, len / kPrefixBlock).back();
-  if (auto it = find(h, prefix); it != lru_.end()) {
+  if (auto it = find(h, prefix, place); it != lru_.end()) {
     lru_.splice(lru_.begin(), lru_, it);
     return false;
   }
@@ -147,26 +179,33 @@ bool PrefixCache::insert(std::span<const int32_t> prefix, std::shared_ptr<const 
   if (shared > alone) fail("prefix cache: a snapshot shares ", shared, " bytes of pages but holds ", alone);
   const uint64_t own = alone - shared;
   // Evict until it fits: its own bytes and the pages no remaining entry holds (evicting an entry that
-  // shares pages with it makes those pages its charge).
-  while (!lru_.empty() && st_.bytes + own + new_page_bytes(pages) > opt_.budget_bytes) drop_oldest();
+  // shares pages with it makes those pages its charge). A place's pages are its backend's: no entry of
+  // another place shares them.
+  uint64_t& held = place_bytes_[size_t(place)];
+  while (held + own + new_page_bytes(pages) > opt_.budget_bytes && drop_oldest(place)) {
+  }
   st_.entries = lru_.size();
   for (int32_t id : pages.ids)
-    if (page_refs_[{pages.pool, id}]++ == 0) st_.bytes += pages.page_bytes;
-  lru_.push_front(Entry{.hash = h, .tokens = {prefix.begin(), prefix.end()}, .snap = std::move(snap),
+    if (page_refs_[{pages.pool, id}]++ == 0) {
+      st_.bytes += pages.page_bytes;
+      held += pages.page_bytes;
+    }
+  lru_.push_front(Entry{.hash = h, .place = place, .tokens = {prefix.begin(), prefix.end()}, .snap = std::move(snap),
                         .carry = std::move(carry), .bytes = own, .pages = std::move(pages)});
   index_.emplace(h, lru_.begin());
   st_.bytes += own;
+  held += own;
   st_.entries = lru_.size();
   ++st_.inserts;
   return true;
 }
 
-bool PrefixCache::evict_oldest() {
+bool PrefixCache::evict_oldest(int place) {
+  check_place(place);
   std::lock_guard<std::mutex> lock(mu_);
-  if (lru_.empty()) return false;
-  drop_oldest();
+  const bool dropped = drop_oldest(place);
   st_.entries = lru_.size();
-  return true;
+  return dropped;
 }
 
 uint64_t PrefixCache::new_page_bytes(const SlotSnapshot::PageList& p) const {
@@ -176,30 +215,37 @@ uint64_t PrefixCache::new_page_bytes(const SlotSnapshot::PageList& p) const {
   return n;
 }
 
-void PrefixCache::drop_oldest() {
-  const Entry& e = lru_.back();
+bool PrefixCache::drop_oldest(int place) {
+  auto last = std::find_if(lru_.rbegin(), lru_.rend(), [&](const Entry& e) { return e.place == place; });
+  if (last == lru_.rend()) return false;
+  const Entry& e = *last;
   auto [b, end] = index_.equal_range(e.hash);
   for (auto it = b; it != end; ++it)
     if (&*it->second == &e) {
       index_.erase(it);
       break;
     }
+  uint64_t& held = place_bytes_[size_t(place)];
   st_.bytes -= e.bytes;
+  held -= e.bytes;
   for (int32_t id : e.pages.ids) {
     auto it = page_refs_.find({e.pages.pool, id});
     if (--it->second == 0) {
       page_refs_.erase(it);
       st_.bytes -= e.pages.page_bytes;
+      held -= e.pages.page_bytes;
     }
   }
-  lru_.pop_back();  // a request holding the snapshot keeps it alive
+  lru_.erase(std::next(last).base());  // a request holding the snapshot keeps it alive
   ++st_.evictions;
+  return true;
 }
 
-bool PrefixCache::contains(std::span<const int32_t> prefix) const {
+bool PrefixCache::contains(std::span<const int32_t> prefix, int place) const {
+  check_place(place);
   if (prefix.empty() || prefix.size() % kPrefixBlock != 0) return false;
   std::lock_guard<std::mutex> lock(mu_);
-  return find(chain(prefix, int64_t(prefix.size()) / kPrefixBlock).back(), prefix) != lru_.end();
+  return find(chain(prefix, int64_t(prefix.size()) / kPrefixBlock).back(), prefix, place) != lru_.end();
 }
 
 PrefixCacheStats PrefixCache::stats() const {
@@ -214,6 +260,7 @@ void PrefixCache::clear() {
   seen_.clear();
   seen_lru_.clear();
   page_refs_.clear();
+  place_bytes_.assign(place_bytes_.size(), 0);
   st_.bytes = 0;
   st_.entries = 0;
 }

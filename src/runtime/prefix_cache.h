@@ -27,6 +27,12 @@
 // one, so the caller can snapshot at that branch point (runtime/prefix_plan.h) and the third request
 // sharing a system prompt hits.
 //
+// Places (data-parallel ranks, docs/multi-gpu.md): a snapshot is restored only into the backend that
+// took it, so with N ranks each entry belongs to its rank's place. lookup / insert / evict_oldest name
+// the place; the byte budget holds for each place on its own (each rank's GPU); the chain hashes of
+// recent lookups are shared, so a prompt's branch point is found whichever rank served the earlier
+// prompt; probe() tells the engine, before a request is placed, how long a prefix each place holds.
+//
 // Thread safety: every member locks one mutex (the scheduler thread calls lookup / insert, /metrics
 // reads stats()).
 #pragma once
@@ -55,7 +61,8 @@ uint64_t siphash24(uint64_t k0, uint64_t k1, const uint8_t* data, size_t len);
 uint64_t prefix_block_hash(uint64_t k0, uint64_t k1, uint64_t prev, std::span<const int32_t> block);
 
 struct PrefixCacheOptions {
-  uint64_t budget_bytes = 0;       // entries' bytes held at most (0: nothing is kept)
+  uint64_t budget_bytes = 0;       // entries' bytes held at most, in each place (0: nothing is kept)
+  int places = 1;                  // where snapshots live: one per data-parallel rank
   size_t seen_blocks = 1 << 16;    // chain hashes of recent lookups remembered (branch points)
   PrefixBlockHash hash = {};       // empty: prefix_block_hash under a random key
 };
@@ -79,32 +86,39 @@ struct PrefixCacheStats {
   uint64_t miss_tokens = 0;  // prompt tokens left to compute (tokens.size() - hit)
   uint64_t inserts = 0;      // entries added
   uint64_t evictions = 0;    // entries dropped for the budget
-  uint64_t bytes = 0;        // gauge: bytes held
+  uint64_t bytes = 0;        // gauge: bytes held (every place)
   uint64_t entries = 0;      // gauge: entries held
-  uint64_t budget_bytes = 0;
+  uint64_t budget_bytes = 0;  // every place's budget together
 };
 
 class PrefixCache {
  public:
   explicit PrefixCache(PrefixCacheOptions o = {});
 
-  // The longest cached prefix of `tokens` no longer than tokens.size() - 1; counts a lookup, its hit
-  // and miss tokens, and remembers the prompt's chain hashes. The entry found becomes the most recent.
-  PrefixHit lookup(std::span<const int32_t> tokens);
+  int places() const { return opt_.places; }
+
+  // The longest prefix of `tokens` no longer than tokens.size() - 1 cached in `place`; counts a lookup,
+  // its hit and miss tokens, and remembers the prompt's chain hashes. The entry found becomes the most
+  // recent.
+  PrefixHit lookup(std::span<const int32_t> tokens, int place = 0);
+  // For every place, the length of the prefix lookup would find there (0: none). Counts nothing and
+  // changes nothing (no recency, no hashes remembered).
+  std::vector<int64_t> probe(std::span<const int32_t> tokens) const;
 
   // Keeps `snap`, the state after `prefix` (a nonzero multiple of 128 tokens; snap->pos must equal its
-  // length). False, and nothing changes but recency, when that prefix is cached already; false when the
-  // entry alone exceeds the budget. Otherwise evicts the least recent entries until it fits. `carry`
-  // comes back with the hit (its floats count in the entry's bytes).
+  // length), in `place`. False, and nothing changes but recency, when that prefix is cached there
+  // already; false when the entry alone exceeds the budget. Otherwise evicts the place's least recent
+  // entries until it fits. `carry` comes back with the hit (its floats count in the entry's bytes).
   bool insert(std::span<const int32_t> prefix, std::shared_ptr<const SlotSnapshot> snap,
-              std::shared_ptr<const Tensor> carry = {});
+              std::shared_ptr<const Tensor> carry = {}, int place = 0);
 
-  bool contains(std::span<const int32_t> prefix) const;  // an entry for exactly this prefix (no recency)
+  // An entry for exactly this prefix in `place` (no recency).
+  bool contains(std::span<const int32_t> prefix, int place = 0) const;
   PrefixCacheStats stats() const;
   void clear();  // drops every entry and the remembered hashes (counters stay)
-  // Drops the least recently used entry (an eviction, as under the byte budget); false when empty. The
-  // engine calls it when the backend's KV page pool runs short (snapshots hold pages).
-  bool evict_oldest();
+  // Drops the least recently used entry of `place` (an eviction, as under the byte budget); false when
+  // it has none. The engine calls it when that rank's KV page pool runs short (snapshots hold pages).
+  bool evict_oldest(int place = 0);
 
   // Bytes of a snapshot for a prefix of `tokens` tokens on its own, its shared pages counted whole (an
   // entry larger than the budget is refused).
@@ -115,6 +129,7 @@ class PrefixCache {
  private:
   struct Entry {
     uint64_t hash = 0;
+    int place = 0;
     std::vector<int32_t> tokens;
     std::shared_ptr<const SlotSnapshot> snap;
     std::shared_ptr<const Tensor> carry;
@@ -126,9 +141,13 @@ class PrefixCache {
 
   // h_1 .. h_n of the first n blocks of tokens.
   std::vector<uint64_t> chain(std::span<const int32_t> tokens, int64_t n) const;
-  Lru::iterator find(uint64_t h, std::span<const int32_t> prefix) const;  // lru_.end(): none
+  Lru::iterator find(uint64_t h, std::span<const int32_t> prefix, int place) const;  // lru_.end(): none
+  // The longest cached prefix of blocks 1..n of `tokens` in `place` (lru_.end(), 0: none).
+  std::pair<Lru::iterator, int64_t> longest(std::span<const int32_t> tokens, const std::vector<uint64_t>& h,
+                                            int place) const;
+  void check_place(int place) const;
   void remember(const std::vector<uint64_t>& hashes);
-  void drop_oldest();  // under mu_, lru_ not empty
+  bool drop_oldest(int place);  // under mu_: the place's least recent entry; false when it has none
   uint64_t new_page_bytes(const SlotSnapshot::PageList& p) const;  // of its pages no entry holds yet
 
   PrefixCacheOptions opt_;
@@ -136,6 +155,7 @@ class PrefixCache {
   mutable Lru lru_;
   std::unordered_multimap<uint64_t, Lru::iterator> index_;
   std::map<PageKey, int64_t> page_refs_;  // entries holding each shared page
+  std::vector<uint64_t> place_bytes_;     // per place: the bytes its entries hold
   std::list<uint64_t> seen_lru_;  // most recent first
   std::unordered_map<uint64_t, std::list<uint64_t>::iterator> seen_;
   PrefixCacheStats st_;

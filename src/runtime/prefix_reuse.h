@@ -3,7 +3,7 @@
 // chunks that end at the snapshot points (runtime/prefix_plan.h); after a chunk that ended at a point,
 // snapshot the slot there into the cache.
 //
-//   PromptPrefix pp(cache, backend, slot, prompt);        // restores on a hit
+//   PromptPrefix pp(cache, runner, slot, prompt);         // restores on a hit
 //   for (int64_t at = pp.start(); at < L; at = end) {
 //     end = pp.chunk_end(at, L, chunk);                   // (the engine: its step plan, same cuts)
 //     ... prefill prompt[at, end) at positions at.. in slot ...
@@ -16,16 +16,17 @@
 #include <span>
 #include <vector>
 
-#include "backend/backend.h"
 #include "runtime/prefix_cache.h"
 #include "runtime/prefix_plan.h"
+#include "runtime/runner.h"
 
 namespace dsv4 {
 
 class PromptPrefix {
  public:
-  // Looks `prompt` up in `cache` (counted in its stats) and, on a hit, restores it into `slot`.
-  PromptPrefix(PrefixCache& cache, Backend& be, int slot, std::span<const int32_t> prompt,
+  // Looks `prompt` up in `cache` (counted in its stats), in the place of the slot's rank, and on a hit
+  // restores it into the runner's `slot` (whose sequence then continues at start()).
+  PromptPrefix(PrefixCache& cache, Runner& runner, int slot, std::span<const int32_t> prompt,
                PrefixSnapshots policy = PrefixSnapshots::LastAndBranch);
 
   int64_t start() const { return hit_.tokens; }  // the first position left to prefill
@@ -43,8 +44,8 @@ class PromptPrefix {
 
  private:
   PrefixCache& cache_;
-  Backend& be_;
-  int slot_;
+  Runner& runner_;
+  int slot_, place_;
   PrefixHit hit_;
   std::vector<int64_t> points_;
 };

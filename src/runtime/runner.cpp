@@ -59,17 +59,33 @@ int64_t Runner::call_tokens() const {
   return std::max<int64_t>(1, std::min(model_.backend().capacity().max_tokens, model_.backend().max_logit_rows()));
 }
 
-int Runner::new_sequence() {
+std::vector<Runner::RankLoad> Runner::rank_loads() const {
+  if (!ranks_) {
+    RankLoad l{.held = 0, .slots = max_sequences()};
+    for (int64_t p : pos_) l.held += p >= 0;
+    return {l};
+  }
+  std::vector<RankLoad> out(size_t(ranks_->size()));
+  for (int r = 0; r < ranks_->size(); ++r) out[size_t(r)].slots = ranks_->rank(r).max_sequences();
+  for (const Placed& p : placed_)
+    if (p.rank >= 0) ++out[size_t(p.rank)].held;
+  return out;
+}
+
+int Runner::new_sequence(int rank) {
+  if (rank < -1 || rank >= ranks()) fail("new_sequence: rank ", rank, " of ", ranks(), " (expected -1 to ", ranks() - 1, ")");
   if (ranks_) {
-    // The rank holding the fewest sequences (ties: the lowest) that has a slot left.
-    std::vector<int> held(size_t(ranks_->size()));
-    for (const Placed& p : placed_)
-      if (p.rank >= 0) ++held[size_t(p.rank)];
+    // The rank asked, or the one holding the fewest sequences (ties: the lowest) that has a slot left.
+    const std::vector<RankLoad> load = rank_loads();
     int best = -1;
-    for (int r = 0; r < ranks_->size(); ++r)
-      if (held[size_t(r)] < ranks_->rank(r).max_sequences() && (best < 0 || held[size_t(r)] < held[size_t(best)]))
-        best = r;
-    if (best < 0) fail("all ", max_sequences(), " sequence slots are taken");
+    for (int r = 0; r < ranks_->size(); ++r) {
+      const RankLoad& l = load[size_t(r)];
+      if ((rank < 0 || r == rank) && l.held < l.slots && (best < 0 || l.held < load[size_t(best)].held)) best = r;
+    }
+    if (best < 0) {
+      if (rank >= 0) fail("all ", load[size_t(rank)].slots, " sequence slots of rank ", rank, " are taken");
+      fail("all ", max_sequences(), " sequence slots are taken");
+    }
     const Placed p{.rank = best, .local = ranks_->rank(best).new_sequence()};
     for (size_t i = 0; i < placed_.size(); ++i)
       if (placed_[i].rank < 0) {
@@ -131,6 +147,40 @@ void Runner::resume_at(int slot, int64_t pos) {
   if (pos < 0 || pos >= max_context())
     fail("sequence slot ", slot, ": cannot resume at position ", pos, "; the context holds ", max_context());
   pos_[size_t(slot)] = pos;
+}
+
+std::shared_ptr<const SlotSnapshot> Runner::snapshot(int slot, int64_t pos, int64_t mtp_pos) {
+  std::shared_ptr<const SlotSnapshot> s;
+  if (ranks_) {
+    const Placed p = placed(slot);
+    on_rank(p.rank, [&](Runner& x) { s = x.snapshot(p.local, pos, mtp_pos); });
+    return s;
+  }
+  this->pos(slot);  // taken
+  return model_.backend().snapshot(slot, pos, mtp_pos);
+}
+
+void Runner::restore(int slot, const SlotSnapshot& s) {
+  if (ranks_) {
+    const Placed p = placed(slot);
+    return on_rank(p.rank, [&](Runner& x) { x.restore(p.local, s); });
+  }
+  this->pos(slot);  // taken
+  if (s.pos < 0 || s.pos >= max_context())
+    fail("sequence slot ", slot, ": a snapshot at position ", s.pos, "; the context holds ", max_context());
+  model_.backend().restore(slot, s);
+  pos_[size_t(slot)] = s.pos;
+}
+
+KvPageInfo Runner::kv_pages(int rank) {
+  if (!ranks_) {
+    if (rank != 0) fail("kv_pages: rank ", rank, " of a runner without ranks");
+    return model_.backend().kv_pages();
+  }
+  if (rank < 0 || rank >= ranks_->size()) fail("kv_pages: rank ", rank, " of ", ranks_->size());
+  KvPageInfo info;
+  on_rank(rank, [&](Runner& x) { info = x.kv_pages(); });
+  return info;
 }
 
 void Runner::check(int slot, int64_t pos, int64_t T) const {
@@ -198,6 +248,12 @@ void Runner::round(int owner, const std::function<void(Runner&)>& mine) {
       mine(x);
     else
       x.model().step(Batch{}, StepPlan{});  // no rows: its MoE layers serve the owner's tokens
+  });
+}
+
+void Runner::on_rank(int owner, const std::function<void(Runner&)>& fn) {
+  ranks_->each([&](int r) {
+    if (r == owner) fn(ranks_->rank(r));
   });
 }
 

@@ -113,13 +113,27 @@ class Runner {
   int64_t call_tokens() const;  // tokens one Model call takes (a longer chunk or batch is split)
   bool has_peers() const { return peers_ != nullptr; }  // rank 0 of a group (calls are announced)
 
-  // A free slot, its sequence at position 0. Throws dsv4::Error when every slot is taken.
-  int new_sequence();
+  // A free slot, its sequence at position 0: over data-parallel ranks on `rank`, or (-1) on the rank
+  // holding the fewest sequences (ties: the lowest). Throws dsv4::Error when every slot (of the rank
+  // asked) is taken.
+  int new_sequence(int rank = -1);
+  // Data-parallel: the sequences each rank holds now and the slots it has (one entry without ranks).
+  struct RankLoad {
+    int held = 0, slots = 0;
+  };
+  std::vector<RankLoad> rank_loads() const;
   void release(int slot);
   int64_t pos(int slot) const;  // the next position of the slot's sequence
   // The taken slot's state was restored from a snapshot at `pos` (Backend::restore, e.g. by the prefix
   // cache): its sequence continues there.
   void resume_at(int slot, int64_t pos);
+  // The taken slot's state after `pos` positions (the MTP blocks' after mtp_pos), from its rank's
+  // backend (Backend::snapshot), and the reverse: the slot takes `s` (a snapshot of its rank's backend)
+  // and its sequence continues at s.pos. Over data-parallel ranks both run on the slot's rank's thread
+  // (its GPU); they make no collective call.
+  std::shared_ptr<const SlotSnapshot> snapshot(int slot, int64_t pos, int64_t mtp_pos = 0);
+  void restore(int slot, const SlotSnapshot& s);
+  KvPageInfo kv_pages(int rank = 0);  // the KV page pool of `rank`'s backend
 
   // The one split: pieces [begin, end) of a chunk of T tokens, each at most call_tokens().
   std::vector<std::pair<int64_t, int64_t>> pieces(int64_t T) const;
@@ -156,6 +170,8 @@ class Runner {
 
   // Data-parallel: one round of calls, `mine` on `owner`'s runner and a call of 0 tokens on the others.
   void round(int owner, const std::function<void(Runner&)>& mine);
+  // Data-parallel: `fn` on `owner`'s runner, on its thread; the others make no call.
+  void on_rank(int owner, const std::function<void(Runner&)>& fn);
   struct Placed {
     int rank = -1, local = -1;  // rank -1: a free slot
   };

@@ -3,9 +3,11 @@
 // routed experts, and every engine step is one round of calls of all ranks. Several concurrent
 // requests of different lengths (prefill chunks and decode batches sharing steps; greedy, backend-
 // sampled and host-sampled draws) get the ids one rank gives them, on the bundled model and on tiny-q,
-// and every rank ran some of them.
+// and every rank ran some of them. With the prefix cache (one place per rank), conversations sharing a
+// system prompt hit it on the rank that cached it, and the ids stay one rank's without a cache.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 
@@ -82,6 +84,72 @@ TEST(EngineRanks, TinyQGivesOneRanksIds) {
   const std::string dir = test::fixture_dir("tiny-q") + "/model";
   if (!std::filesystem::exists(dir)) GTEST_SKIP() << "no " << dir;
   expect_ranks_match_one(dir);
+}
+
+// The prefix cache over 2 data-parallel ranks: a request sharing a cached 256-token prefix goes to the rank
+// that holds it (a snapshot restores only into its own rank's backend: a wrong rank fails the request) and
+// every request's ids are those of one rank without the cache. Waves of requests: one alone (it caches
+// 256 on rank 0), one alone (it hits there), three at once (each restores 256 or computes it, as the
+// loads allow; never another prefix), and the first again once all are done (it hits 256).
+TEST(EngineRanks, PrefixCacheOverRanksGivesOneRanksIds) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "two engines over prompts of ~300 tokens: minutes under AddressSanitizer on 2 cores";
+#endif
+  const std::string dir = test::bundled_model_dir();
+  const Tokenizer tok = Tokenizer::load(dir);
+  const int64_t V = std::min<int64_t>(tok.vocab_size(), 1000);  // ids of the model's vocabulary
+  const std::vector<int32_t> sys = test::token_ids(260, 3, V);
+  std::vector<GenerationRequest> reqs;
+  for (int k = 0; k < 5; ++k) {
+    GenerationRequest r;
+    r.prompt = sys;
+    const std::vector<int32_t> own = test::token_ids(20 + 7 * k, 50 + k, V);
+    r.prompt.insert(r.prompt.end(), own.begin(), own.end());
+    r.stop.max_tokens = 6;
+    r.sampling.temperature = 0;
+    reqs.push_back(r);
+  }
+  auto run = [&](int ranks, uint64_t cache_bytes, std::vector<int64_t>* cached, std::vector<int64_t>* rows,
+                 PrefixCacheStats* st) {
+    const BackendOptions o{.numerics = Numerics::Official, .capacity = {.max_seqs = 4 / ranks, .max_ctx = 512, .max_tokens = 96}};
+    const auto runner = load_ranked(dir, o, {.ranks = ranks, .data_parallel = true});
+    std::vector<std::atomic<int64_t>> n(static_cast<size_t>(ranks));
+    for (int r = 0; r < ranks; ++r)
+      runner->rank(r).on_call([&n, r](const Batch& b, const StepPlan&) { n[size_t(r)] += b.size(); });
+    EngineOptions opt{.max_num_seqs = 4, .max_step_tokens = 96, .prefill_chunk = 96, .max_context = 512,
+                      .prefix_cache_bytes = cache_bytes};
+    std::vector<std::vector<int32_t>> ids(6);
+    std::vector<int64_t> hit(6, -1);
+    {
+      Engine e(*runner, tok, opt);
+      auto one = [&](size_t i, size_t k) { ids[i] = test::collect_ids(*e.submit(reqs[k]), &hit[i]); };
+      one(0, 0);
+      if (rows) rows->push_back(n[ranks - 1].load());  // the last rank's rows after the first request
+      one(1, 1);
+      if (rows) rows->push_back(n[ranks - 1].load());
+      std::vector<std::shared_ptr<RequestChannel>> chans;
+      for (size_t k = 2; k < 5; ++k) chans.push_back(e.submit(reqs[k]));
+      for (size_t k = 2; k < 5; ++k) ids[k] = test::collect_ids(*chans[k - 2], &hit[k]);
+      one(5, 0);
+      if (st) *st = e.stats().prefix;
+    }
+    if (cached) *cached = hit;
+    return ids;
+  };
+  const auto cold = run(1, 0, nullptr, nullptr, nullptr);
+  for (const auto& x : cold) ASSERT_EQ(x.size(), 6u);
+  std::vector<int64_t> cached, rows;
+  PrefixCacheStats st;
+  const auto warm = run(2, uint64_t(64) << 20, &cached, &rows, &st);
+  EXPECT_EQ(warm, cold);
+  EXPECT_EQ(cached[0], 0);
+  EXPECT_EQ(cached[1], 256);  // on rank 0, which caches it (both ranks idle: the hit decides nothing else)
+  EXPECT_EQ(rows, (std::vector<int64_t>{0, 0}));  // rank 1 ran neither of the first two
+  for (size_t k = 2; k < 5; ++k) EXPECT_TRUE(cached[k] == 0 || cached[k] == 256) << "request " << k << ": " << cached[k];
+  EXPECT_EQ(cached[5], 256);
+  EXPECT_GE(st.hits, 2u);
+  EXPECT_EQ(st.budget_bytes, uint64_t(128) << 20);  // 64 MiB for each rank
+  EXPECT_EQ(st.lookups, 6u);
 }
 
 }  // namespace

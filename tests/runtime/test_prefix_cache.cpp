@@ -101,6 +101,53 @@ TEST(PrefixCache, LongestCachedPrefixLeavingOneToken) {
   EXPECT_EQ(s.entries, 3u);
 }
 
+// Places (data-parallel ranks): an entry is found only in its own place, probe() tells each place's
+// hit without counting or touching anything, each place has its budget, evict_oldest takes the place's
+// oldest, and the prompts remembered for branch points are shared by all places.
+TEST(PrefixCache, PlacesKeepTheirOwnEntriesAndBudgets) {
+  // 2,600 bytes a place: one entry of 1,000 + 4 x 128 fits, two do not.
+  PrefixCache c({.budget_bytes = 2600, .places = 2});
+  EXPECT_EQ(c.places(), 2);
+  EXPECT_EQ(c.stats().budget_bytes, 5200u);
+  const auto a = seq(700, 1), b = seq(700, 2);
+  ASSERT_TRUE(c.insert(first(a, 128), fake(128, 1000, 1), {}, 0));
+  ASSERT_TRUE(c.insert(first(a, 256), fake(256, 1000, 2), {}, 1));
+  EXPECT_TRUE(c.contains(first(a, 128), 0));
+  EXPECT_FALSE(c.contains(first(a, 128), 1));
+  EXPECT_EQ(c.probe(a), (std::vector<int64_t>{128, 256}));
+  EXPECT_EQ(c.probe(first(a, 200)), (std::vector<int64_t>{128, 0}));
+  EXPECT_EQ(c.probe(b), (std::vector<int64_t>{0, 0}));
+  EXPECT_EQ(c.stats().lookups, 0u);  // probes are not lookups
+  const PrefixHit h0 = c.lookup(a, 0), h1 = c.lookup(a, 1);
+  EXPECT_EQ(h0.tokens, 128);
+  EXPECT_EQ(tag_of(h0), 1);
+  EXPECT_EQ(h1.tokens, 256);
+  EXPECT_EQ(tag_of(h1), 2);
+  // Another entry in place 0 evicts place 0's, and place 1's stays.
+  ASSERT_TRUE(c.insert(first(b, 128), fake(128, 1000, 3), {}, 0));
+  EXPECT_EQ(c.stats().evictions, 1u);
+  EXPECT_EQ(c.lookup(a, 0).tokens, 0);
+  EXPECT_EQ(c.lookup(a, 1).tokens, 256);
+  EXPECT_EQ(c.stats().bytes, (1000u + 4 * 128) + (1000u + 4 * 256));
+  // The same prefix in both places: two entries.
+  ASSERT_TRUE(c.insert(first(b, 128), fake(128, 1000, 4), {}, 1));
+  EXPECT_EQ(c.stats().evictions, 2u);  // place 1's budget: a's entry went
+  EXPECT_EQ(tag_of(c.lookup(b, 0)), 3);
+  EXPECT_EQ(tag_of(c.lookup(b, 1)), 4);
+  ASSERT_TRUE(c.evict_oldest(1));
+  EXPECT_FALSE(c.evict_oldest(1));
+  EXPECT_EQ(c.stats().entries, 1u);
+  EXPECT_EQ(tag_of(c.lookup(b, 0)), 3);
+  // A prompt seen in place 0 makes the branch point of one looked up in place 1.
+  const auto x = concat(first(seq(400, 5), 300), seq(50, 6)), y = concat(first(seq(400, 5), 300), seq(50, 7));
+  EXPECT_EQ(c.lookup(x, 0).shared_tokens, 0);
+  EXPECT_EQ(c.lookup(y, 1).shared_tokens, 256);
+  EXPECT_THROW(c.lookup(a, 2), Error);
+  EXPECT_THROW(c.insert(first(a, 128), fake(128), {}, -1), Error);
+  EXPECT_THROW(c.evict_oldest(2), Error);
+  EXPECT_THROW(PrefixCache({.budget_bytes = 1, .places = 0}), Error);
+}
+
 // What an inserter keeps beside the snapshot (speculative decoding: the MTP block's pending streams)
 // comes back with the hit, its floats counted in the entry's bytes; an entry without one has none.
 TEST(PrefixCache, CarryComesBackWithTheHit) {
@@ -353,10 +400,11 @@ struct Served {
   std::vector<int32_t> next = {};  // check(): the greedy ids after the prompt
 };
 
-Served serve(Model& m, PrefixCache& cache, int slot, const std::vector<int32_t>& prompt, int64_t chunk,
+Served serve(Runner& r, PrefixCache& cache, int slot, const std::vector<int32_t>& prompt, int64_t chunk,
              PrefixSnapshots policy = PrefixSnapshots::LastAndBranch) {
+  Model& m = r.model();
   const int64_t L = int64_t(prompt.size()), V = m.config().vocab_size;
-  PromptPrefix pp(cache, m.backend(), slot, prompt, policy);
+  PromptPrefix pp(cache, r, slot, prompt, policy);
   Served s{.logits = Tensor({L - pp.start(), V}), .hit = pp.start()};
   for (int64_t at = pp.start(), end = 0; at < L; at = end) {
     end = pp.chunk_end(at, L, chunk);
@@ -394,6 +442,8 @@ class PrefixReuse : public ::testing::TestWithParam<const char*> {
     m_ = Model::load(name == "bundled" ? test::bundled_model_dir() : test::fixture_dir(name) + "/model",
                      Numerics::Official);
     V_ = m_->config().vocab_size;
+    runner_ = std::make_unique<Runner>(*m_);  // PromptPrefix restores through a runner: its slots 0, 1, 2
+    for (int slot : {kFirst, kWarm, kCold}) ASSERT_EQ(runner_->new_sequence(), slot);
   }
   std::vector<int32_t> ids(int64_t n, int32_t seed) const {
     std::vector<int32_t> v = seq(n, seed);
@@ -404,7 +454,7 @@ class PrefixReuse : public ::testing::TestWithParam<const char*> {
   // position fed are equal bit for bit, and so are `n` greedy ids after it.
   Served check(PrefixCache& cache, const std::vector<int32_t>& prompt, int64_t chunk, int n = 3) {
     const int64_t L = int64_t(prompt.size());
-    Served warm = serve(*m_, cache, kWarm, prompt, chunk);
+    Served warm = serve(*runner_, cache, kWarm, prompt, chunk);
     const Tensor cold = m_->forward(kCold, 0, prompt);
     EXPECT_EQ(warm.fed, L - warm.hit);
     const std::vector<float> tail(cold.row(warm.hit), cold.row(L));
@@ -415,6 +465,7 @@ class PrefixReuse : public ::testing::TestWithParam<const char*> {
   }
   static constexpr int kFirst = 0, kWarm = 1, kCold = 2;
   std::unique_ptr<Model> m_;
+  std::unique_ptr<Runner> runner_;
   int64_t V_ = 0;
 };
 
@@ -423,7 +474,7 @@ class PrefixReuse : public ::testing::TestWithParam<const char*> {
 TEST_P(PrefixReuse, SharedPrefixOf128kTokens) {
   PrefixCache cache({.budget_bytes = uint64_t(1) << 34});
   const auto base = ids(8 * 128 + 9, 1);
-  const Served r1 = serve(*m_, cache, kFirst, base, 256, PrefixSnapshots::EveryBlock);
+  const Served r1 = serve(*runner_, cache, kFirst, base, 256, PrefixSnapshots::EveryBlock);
   EXPECT_EQ(r1.hit, 0);
   EXPECT_EQ(cache.stats().inserts, 8u);
   for (int64_t k = 1; k <= 8; ++k) {
@@ -475,7 +526,7 @@ TEST_P(PrefixReuse, SharedSystemPromptHitsFromTheThird) {
 TEST_P(PrefixReuse, EvictionKeepsOutputsExact) {
   const auto a = ids(400, 11), b = ids(400, 12), c = ids(400, 13);
   PrefixCache probe({.budget_bytes = uint64_t(1) << 34});
-  serve(*m_, probe, kFirst, a, 256);
+  serve(*runner_, probe, kFirst, a, 256);
   const uint64_t one = probe.stats().bytes;  // one entry at 384 tokens
   PrefixCache cache({.budget_bytes = 2 * one + one / 2});
   for (const auto* p : {&a, &b}) EXPECT_EQ(check(cache, concat(*p, ids(5, 1)), 256).hit, 0);

@@ -120,5 +120,27 @@ TEST(CachePool, ReservesWholePagesAndReleases) {
   EXPECT_THROW(CachePool(10, 128), Error);
 }
 
+// Placement over data-parallel ranks (held, slots, hit): the longest cached prefix among the ranks at
+// most max(1, slots / 4) sequences above the least loaded; ties by load, then rank; -1 when all are full.
+TEST(PlaceSequence, LongestHitWithinTheLoadSlack) {
+  using R = RankRoom;
+  // No hit anywhere: the least loaded, the lowest on a tie.
+  EXPECT_EQ(place_sequence({R{0, 4, 0}, R{0, 4, 0}}), 0);
+  EXPECT_EQ(place_sequence({R{2, 4, 0}, R{1, 4, 0}}), 1);
+  // A hit on a rank one sequence busier (slack 1 of 4 slots) wins; two busier loses.
+  EXPECT_EQ(place_sequence({R{1, 4, 256}, R{0, 4, 0}}), 0);
+  EXPECT_EQ(place_sequence({R{2, 4, 256}, R{0, 4, 0}}), 1);
+  // 16 slots: a slack of 4.
+  EXPECT_EQ(place_sequence({R{4, 16, 0}, R{8, 16, 128}}), 1);
+  EXPECT_EQ(place_sequence({R{4, 16, 0}, R{9, 16, 128}}), 0);
+  // The longer of two hits; equal hits: the less loaded.
+  EXPECT_EQ(place_sequence({R{0, 4, 128}, R{0, 4, 384}, R{1, 4, 256}}), 1);
+  EXPECT_EQ(place_sequence({R{1, 4, 256}, R{0, 4, 256}}), 1);
+  // A full rank takes nothing, however long its hit; the least loaded is over the ranks with room.
+  EXPECT_EQ(place_sequence({R{4, 4, 1024}, R{3, 4, 0}, R{3, 4, 128}}), 2);
+  EXPECT_EQ(place_sequence({R{2, 2, 0}, R{2, 2, 0}}), -1);
+  EXPECT_EQ(place_sequence({}), -1);
+}
+
 }  // namespace
 }  // namespace dsv4

@@ -69,6 +69,7 @@ class ServeProcess {
       stop(SIGKILL);
       throw std::runtime_error("dsv4 serve did not start: " + text + "\n" + log());
     }
+    ready_ = text;
   }
 
   ~ServeProcess() {
@@ -99,6 +100,7 @@ class ServeProcess {
     return status_ = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
   }
 
+  const std::string& ready_text() const { return ready_; }  // stdout up to the ready line
   std::string log() const {
     std::ifstream in(log_);
     std::stringstream ss;
@@ -110,6 +112,7 @@ class ServeProcess {
   pid_t pid_ = -1;
   int out_ = -1, port_ = 0, status_ = -1;
   std::string log_;
+  std::string ready_;
 };
 
 // One HTTP/1.1 connection on loopback, written and read by hand.

@@ -1,6 +1,7 @@
 // The prefix cache through the real `dsv4 serve` (on by default): a three-turn chat over HTTP hits the
-// earlier turns' snapshots and /metrics counts it; the greedy replies equal those of a server started
-// with --no-prefix-cache, whose prefix metrics stay zero. Prompts of a few hundred tokens.
+// earlier turns' snapshots and /metrics counts it, on one rank and over two data-parallel ranks; the
+// greedy replies equal those of a server started with --no-prefix-cache, whose prefix metrics stay zero.
+// Prompts of a few hundred tokens.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -66,39 +67,46 @@ TEST(ServePrefix, MultiTurnChatHitsAndRepliesEqualNoCache) {
   ASSERT_EQ(cold.size(), 3u);
   ASSERT_GT(cold[0].prompt_tokens, 256) << "the system prompt must span two 128-token blocks";
 
-  ServeProcess s({"--prefix-cache-mib", "64"});
-  const std::vector<Turn> warm = chat(s);
-  ASSERT_EQ(warm.size(), 3u);
-  for (size_t t = 0; t < 3; ++t) {
-    EXPECT_EQ(warm[t].reply, cold[t].reply) << "turn " << t;
-    EXPECT_EQ(warm[t].prompt_tokens, cold[t].prompt_tokens) << "turn " << t;
+  // One rank, then two data-parallel ranks (each its own cache place of 64 MiB; a request goes to the
+  // rank holding its prefix): the same hits, the replies of no cache.
+  for (const char* ranks : {"1", "2"}) {
+    SCOPED_TRACE(std::string("--ranks ") + ranks);
+    ServeProcess s({"--prefix-cache-mib", "64", "--ranks", ranks});
+    const std::vector<Turn> warm = chat(s);
+    ASSERT_EQ(warm.size(), 3u);
+    for (size_t t = 0; t < 3; ++t) {
+      EXPECT_EQ(warm[t].reply, cold[t].reply) << "turn " << t;
+      EXPECT_EQ(warm[t].prompt_tokens, cold[t].prompt_tokens) << "turn " << t;
+    }
+    const std::string m = metrics(s);
+    EXPECT_EQ(metric(m, "dsv4_prefix_cache_enabled"), 1) << m;
+    EXPECT_EQ(metric(m, "dsv4_prefix_cache_budget_bytes"), 64.0 * (1 << 20) * std::stoi(ranks));
+    EXPECT_EQ(metric(m, "dsv4_prefix_cache_lookups_total"), 3);
+    EXPECT_EQ(metric(m, "dsv4_prefix_cache_hits_total"), 2) << m;  // turns 1 and 2
+    // Each later turn restores at least the system prompt's first 256 tokens.
+    const double hit = metric(m, "dsv4_prefix_cache_hit_tokens_total");
+    EXPECT_GE(hit, 2 * 256);
+    EXPECT_EQ(int64_t(hit) % 128, 0);
+    double prompts = 0, cached = 0;
+    for (const Turn& t : warm) {
+      prompts += double(t.prompt_tokens);
+      cached += double(t.cached_tokens);
+    }
+    // usage.prompt_tokens_details.cached_tokens: none on turn 0 (and none without the cache), the hits after.
+    EXPECT_EQ(warm[0].cached_tokens, 0);
+    EXPECT_GE(warm[1].cached_tokens, 256);
+    EXPECT_EQ(cached, hit);
+    for (const Turn& t : cold) EXPECT_EQ(t.cached_tokens, 0);
+    EXPECT_EQ(metric(m, "dsv4_prefix_cache_miss_tokens_total"), prompts - hit);
+    EXPECT_GE(metric(m, "dsv4_prefix_cache_inserts_total"), 1);  // turn 0 at 256 at least
+    EXPECT_EQ(metric(m, "dsv4_prefix_cache_evictions_total"), 0);
+    EXPECT_GT(metric(m, "dsv4_prefix_cache_bytes"), 0);
+    EXPECT_EQ(metric(m, "dsv4_prefix_cache_entries"), metric(m, "dsv4_prefix_cache_inserts_total"));
+    EXPECT_EQ(metric(m, "dsv4_prefix_cache_snapshot_errors_total"), 0);
+    EXPECT_EQ(s.stop(), 0) << s.log();
+    if (std::string(ranks) == "2")
+      EXPECT_NE(s.ready_text().find("prefix cache 64 MiB, 2 data-parallel ranks"), std::string::npos) << s.ready_text();
   }
-  const std::string m = metrics(s);
-  EXPECT_EQ(metric(m, "dsv4_prefix_cache_enabled"), 1) << m;
-  EXPECT_EQ(metric(m, "dsv4_prefix_cache_budget_bytes"), 64.0 * (1 << 20));
-  EXPECT_EQ(metric(m, "dsv4_prefix_cache_lookups_total"), 3);
-  EXPECT_EQ(metric(m, "dsv4_prefix_cache_hits_total"), 2) << m;  // turns 1 and 2
-  // Each later turn restores at least the system prompt's first 256 tokens.
-  const double hit = metric(m, "dsv4_prefix_cache_hit_tokens_total");
-  EXPECT_GE(hit, 2 * 256);
-  EXPECT_EQ(int64_t(hit) % 128, 0);
-  double prompts = 0, cached = 0;
-  for (const Turn& t : warm) {
-    prompts += double(t.prompt_tokens);
-    cached += double(t.cached_tokens);
-  }
-  // usage.prompt_tokens_details.cached_tokens: none on turn 0 (and none without the cache), the hits after.
-  EXPECT_EQ(warm[0].cached_tokens, 0);
-  EXPECT_GE(warm[1].cached_tokens, 256);
-  EXPECT_EQ(cached, hit);
-  for (const Turn& t : cold) EXPECT_EQ(t.cached_tokens, 0);
-  EXPECT_EQ(metric(m, "dsv4_prefix_cache_miss_tokens_total"), prompts - hit);
-  EXPECT_GE(metric(m, "dsv4_prefix_cache_inserts_total"), 1);  // turn 0 at 256 at least
-  EXPECT_EQ(metric(m, "dsv4_prefix_cache_evictions_total"), 0);
-  EXPECT_GT(metric(m, "dsv4_prefix_cache_bytes"), 0);
-  EXPECT_EQ(metric(m, "dsv4_prefix_cache_entries"), metric(m, "dsv4_prefix_cache_inserts_total"));
-  EXPECT_EQ(metric(m, "dsv4_prefix_cache_snapshot_errors_total"), 0);
-  EXPECT_EQ(s.stop(), 0) << s.log();
 }
 
 TEST(ServePrefix, FlagsAreChecked) {

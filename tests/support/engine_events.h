@@ -18,14 +18,18 @@ inline std::vector<int32_t> token_ids(int64_t n, int32_t seed, int64_t vocab) {
   return v;
 }
 
-inline std::vector<int32_t> collect_ids(RequestChannel& ch) {
+// `cached`: the prompt tokens the request restored from the prefix cache (its final event's).
+inline std::vector<int32_t> collect_ids(RequestChannel& ch, int64_t* cached = nullptr) {
   using namespace std::chrono_literals;
   std::vector<int32_t> ids;
   const auto deadline = std::chrono::steady_clock::now() + 120s;
   while (std::chrono::steady_clock::now() < deadline)
     for (const EngineEvent& e : ch.wait(100ms)) {
       if (e.kind == EngineEvent::Kind::Token) ids.push_back(e.id);
-      if (e.kind == EngineEvent::Kind::Finished) return ids;
+      if (e.kind == EngineEvent::Kind::Finished) {
+        if (cached) *cached = e.cached_tokens;
+        return ids;
+      }
       if (e.kind == EngineEvent::Kind::Failed) {
         ADD_FAILURE() << "failed: " << e.text;
         return ids;
