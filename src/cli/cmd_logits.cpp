@@ -62,7 +62,6 @@ void run_logits(const LogitsArgs& a) {
   std::vector<int32_t> ids = read_tokens(a.tokens);
   const int64_t n = int64_t(ids.size());
   const bool cuda = use_cuda(a.device, "logits");
-  if (a.mtp) refuse_rank_group(a.ranks, "dsv4 logits --mtp");
   // One slot of n positions; the CPU runs a schedule's chunk in one Model call, the GPU in calls of
   // 256 tokens (its exact tier is bit-identical to the CPU up to 512 tokens per call).
   const RunnerRequest r{.cuda = cuda, .numerics = a.numerics, .kernels = a.kernels, .max_ctx = n,

@@ -87,14 +87,13 @@ void serve(ServeArgs& a) {
   }
 
   const bool cuda = use_cuda(a.device, "serve");
-  if (a.engine.speculative != 0) refuse_rank_group({}, "dsv4 serve --speculative");
   const Tokenizer tok = Tokenizer::load(a.model);
   // A slot per sequence, each of the engine's context (cuda: default the model's, capped), and Model
   // calls of the engine's prefill chunk (a decode batch of every sequence fits one).
   const RunnerRequest r{.cuda = cuda, .numerics = a.numerics, .kernels = a.kernels, .max_seqs = a.engine.max_num_seqs,
                         .max_ctx = a.engine.max_context,
                         .chunk = std::min(a.engine.prefill_chunk, a.engine.max_step_tokens), .ranks = a.ranks,
-                        .data_parallel = true};
+                        .data_parallel = a.engine.speculative == 0};
   const std::unique_ptr<Runner> runner = load_runner(a.model, r, terminal_load_progress(a.model));
   if (!runner) return;  // another rank of a TCP group (WORLD_SIZE): it followed rank 0 to the end
   if (a.engine.speculative != 0 && runner->model().num_mtp() < 1)
@@ -110,6 +109,7 @@ void serve(ServeArgs& a) {
                                                        : std::string("no prefix cache");
   if (a.engine.speculative > 0) prefix += cat(", speculative k ", a.engine.speculative);
   if (runner->ranks() > 1) prefix += cat(", ", runner->ranks(), " data-parallel ranks");
+  if (runner->has_peers()) prefix += ", expert-parallel ranks with every sequence on rank 0";
   std::printf("dsv4 serve: %s (%s numerics, %s, context %lld, max %d sequences, %s) on http://%s:%d\n",
               ctx.model_name.c_str(), numerics_name(parse_numerics(a.numerics)), cuda ? "cuda" : "cpu",
               (long long)engine.max_context(), a.engine.max_num_seqs, prefix.c_str(), a.http.host.c_str(), port);

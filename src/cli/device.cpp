@@ -95,10 +95,4 @@ std::unique_ptr<Runner> load_runner(const std::string& dir, const RunnerRequest&
   return load_ranked(dir, o, ranks, progress);
 }
 
-void refuse_rank_group(const RankFlags& ranks, const std::string& what) {
-  const char* world = std::getenv("WORLD_SIZE");  // a TCP rank group (load_runner)
-  if (ranks.count() > 1 || (world && *world && std::string(world) != "1"))
-    fail(what, ": not yet over ranks (the MTP block's calls are not announced to the other ranks)");
-}
-
 }  // namespace dsv4::cli

@@ -57,9 +57,4 @@ struct RunnerRequest {
 // rank 0's calls and returns nullptr once rank 0 is done (the command then exits 0 without output).
 std::unique_ptr<Runner> load_runner(const std::string& dir, const RunnerRequest& r, const LoadProgress& progress);
 
-// The one refusal of what is not yet done over ranks (the MTP block's calls are made on the model
-// directly, not announced to the other ranks): fails "WHAT: not yet over ranks (...)" when ranks > 1 or
-// the environment makes this process a rank of a TCP group.
-void refuse_rank_group(const RankFlags& ranks, const std::string& what);
-
 }  // namespace dsv4::cli

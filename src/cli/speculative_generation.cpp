@@ -19,7 +19,6 @@ void check_speculative_options(const GenOptions& o, const char* command) {
   if (!o.json_schema.empty() || o.json_object || !o.grammar_file.empty())
     fail("dsv4 ", command, ": --speculative takes no --json-schema, --json-object or --grammar");
   if (o.thinking) fail("dsv4 ", command, ": --speculative takes no --thinking (its reply is constrained after </think>)");
-  refuse_rank_group(o.ranks, cat("dsv4 ", command, " --speculative"));
 }
 
 void check_speculative_model(const Loaded& l, const GenOptions& o, const char* command) {

@@ -58,6 +58,7 @@ void Model::check_plan(const Batch& b, const StepPlan& plan) const {
 
 void Model::replay(const Batch& b, const StepPlan& plan) {
   check_plan(b, plan);
+  announce({});
   const StepShape shape{.tokens = b.size(), .run_len = b.run_len, .layers = plan.layers, .head = 0,
                         .head_first = plan.head_first, .head_rows = plan.head_rows, .sample = plan.sample,
                         .graph = plan.graph};
@@ -109,6 +110,7 @@ Tensor Model::forward(int slot, int64_t pos, const std::vector<int32_t>& tokens,
     const Batch b = run_of(slot, pos, tokens, t0, n);
     const bool last = t0 + n == T;
     const bool capture = opt.hidden != nullptr;
+    announce({});
     be_->begin(b);
     const StepShape shape{.tokens = n, .run_len = n, .graph = !capture};
     be_->execute(shape, [&] { body(StepPlan{}, capture ? &opt : nullptr); });
@@ -130,6 +132,7 @@ void Model::step_mtp(const Batch& b, const Tensor& S, int64_t k) {
   if (k < 0 || k >= be_->num_mtp()) fail("the checkpoint has ", be_->num_mtp(), " MTP block(s), block ", k, " requested");
   if (S.shape != Shape{T, n, D}) fail("MTP input streams are ", shape_str(S.shape), ", expected ", shape_str({T, n, D}));
   const int64_t layer = cfg_.num_layers + k;
+  announce({.mtp = true, .block = k});
   be_->begin(b);
   be_->set_streams(S);
   const StepShape shape{.tokens = T, .run_len = b.run_len, .head = 1 + k, .mtp = true};

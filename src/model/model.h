@@ -5,6 +5,7 @@
 // on the backend when asked. MTP blocks run through the same layer code (MODEL.md §8).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -29,6 +30,13 @@ struct ForwardOptions {
   bool all_logits = true;                // logits for every position of the chunk (else only the last)
   std::vector<Tensor>* hidden = nullptr;  // if set: streams at each layer boundary (fixtures' hidden_i)
   Tensor* streams = nullptr;              // if set: the last layer's output streams [T, n, D] (MTP input)
+};
+
+// A call of the model as the other ranks of an expert-parallel group must mirror it (runtime/rank_group.h):
+// the main stack, or MTP block `block`.
+struct ModelCall {
+  bool mtp = false;
+  int64_t block = 0;  // mtp: which MTP block
 };
 
 class Model {
@@ -66,7 +74,16 @@ class Model {
   // positions pos.. of the block and the ids of the tokens that follow them. Returns logits [T, V].
   Tensor forward_mtp(int slot, int64_t pos, const Tensor& S, const std::vector<int32_t>& next_ids, int64_t k = 0);
 
+  // Called before every call that runs the layers (step, replay, each chunk of forward, step_mtp), with
+  // its kind: rank 0 of an expert-parallel group tells the other ranks, which make the same kind of call
+  // with 0 tokens (their MoE layers take part in the collectives), whoever drives this model (a runner,
+  // a speculative decoder, `dsv4 logits --mtp`). Set once, before the calls start.
+  void on_call(std::function<void(const ModelCall&)> fn) { on_call_ = std::move(fn); }
+
  private:
+  void announce(const ModelCall& c) {
+    if (on_call_) on_call_(c);
+  }
   void body(const StepPlan& plan, const ForwardOptions* capture);  // the batch is the backend's (begin)
   void check_plan(const Batch& b, const StepPlan& plan) const;
   void block(int64_t layer, const LayerSpec& spec, bool last);
@@ -74,6 +91,7 @@ class Model {
 
   ModelConfig cfg_;
   std::unique_ptr<Backend> be_;
+  std::function<void(const ModelCall&)> on_call_;
 };
 
 // A sequence of a model in one slot, fed chunk by chunk (tests, `dsv4 logits`, perplexity).

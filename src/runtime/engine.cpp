@@ -129,8 +129,9 @@ Engine::Engine(std::unique_ptr<Runner> owned, Runner* runner, const Tokenizer& t
   opt_.prefill_chunk = std::clamp<int64_t>(opt_.prefill_chunk, 1, opt_.max_step_tokens);
   if (opt_.speculative != 0) {
     check_speculative(runner_.model(), {.drafts = opt_.speculative});
-    if (runner_.has_peers() || runner_.ranks() > 1)
-      fail("speculative decoding: not yet over ranks (the MTP block's calls are not announced to the other ranks)");
+    if (runner_.ranks() > 1)
+      fail("speculative decoding: not yet over data-parallel ranks (", runner_.ranks(),
+           "); a rank group that holds the sequences on rank 0 can take it");
   }
   stats_.max_num_seqs = opt_.max_num_seqs;
   stats_.speculative = opt_.speculative;

@@ -1,5 +1,7 @@
 #include "runtime/rank_group.h"
 
+#include <algorithm>
+#include <climits>
 #include <condition_variable>
 #include <cstddef>
 #include <exception>
@@ -13,17 +15,24 @@
 namespace dsv4 {
 namespace {
 
-// The call a rank without sequences makes for each of rank 0's: 0 tokens, no head. Its MoE layers
-// still take part in the collectives (they serve rank 0's tokens routed to this rank's experts).
-void idle_call(Model& m) { m.step(Batch{}, StepPlan{}); }
+// The call a rank without sequences makes for each of rank 0's, of the same kind (the main stack or an
+// MTP block): 0 tokens, no head. Its MoE layers still take part in the collectives (they serve rank 0's
+// tokens routed to this rank's experts).
+void idle_call(Model& m, const ModelCall& c = {}) {
+  if (!c.mtp) return m.step(Batch{}, StepPlan{});
+  m.step_mtp(Batch{}, Tensor({0, m.config().hc_mult, m.config().hidden_size}), c.block);
+}
 
-// Ranks 1..N-1 as threads of this process. Rank 0 posts calls (a counter); each thread makes as many
-// idle calls as were posted, and returns once stopped with none left.
+// Ranks 1..N-1 as threads of this process. Rank 0 posts each call's kind (a queue, trimmed below the
+// slowest thread); each thread makes an idle call of each kind posted, in order, and returns once
+// stopped with none left.
 class ThreadPeers final : public RankPeers {
  public:
   ThreadPeers(const std::string& dir, const BackendOptions& o, int ranks, bool gpu_per_rank)
       : group_({.ranks = ranks}), gpu_per_rank_(gpu_per_rank) {
     errors_.resize(size_t(ranks));
+    done_.assign(size_t(ranks), 0);
+    done_[0] = INT64_MAX;
     for (int r = 1; r < ranks; ++r) threads_.emplace_back([this, dir, o, r] { follow(dir, o, r); });
   }
   ~ThreadPeers() override {
@@ -49,10 +58,17 @@ class ThreadPeers final : public RankPeers {
       if (!e.empty()) fail(e);
   }
 
-  void call() override {
+  void call(const ModelCall& c) override {
     {
       const std::lock_guard<std::mutex> lock(mu_);
+      calls_.push_back(c);
       ++posted_;
+      // Every follower has made the calls below the slowest one's count: drop those.
+      const int64_t done = *std::min_element(done_.begin(), done_.end());
+      if (done > first_ + 1024) {
+        calls_.erase(calls_.begin(), calls_.begin() + (done - first_));
+        first_ = done;
+      }
     }
     cv_.notify_all();
   }
@@ -76,14 +92,22 @@ class ThreadPeers final : public RankPeers {
     cv_.notify_all();
     if (!m) return;
     for (int64_t done = 0;; ++done) {
+      ModelCall c;
       {
         std::unique_lock<std::mutex> lock(mu_);
+        done_[size_t(r)] = done;
         cv_.wait(lock, [&] { return posted_ > done || stop_; });
-        if (posted_ == done) return;  // stopped with every call made
+        if (posted_ == done) {  // stopped with every call made
+          done_[size_t(r)] = INT64_MAX;
+          return;
+        }
+        c = calls_[size_t(done - first_)];
       }
       try {
-        idle_call(*m);
+        idle_call(*m, c);
       } catch (const std::exception&) {
+        const std::lock_guard<std::mutex> lock(mu_);
+        done_[size_t(r)] = INT64_MAX;
         return;  // the group is broken: rank 0's collective reports it
       }
     }
@@ -94,6 +118,9 @@ class ThreadPeers final : public RankPeers {
   std::mutex mu_;
   std::condition_variable cv_;
   int64_t posted_ = 0;
+  std::vector<ModelCall> calls_;  // calls first_ .. posted_ - 1, in order
+  int64_t first_ = 0;
+  std::vector<int64_t> done_;     // per rank: calls it made (rank 0 and a rank that left: INT64_MAX)
   int loaded_ = 0;
   bool stop_ = false;
   std::vector<std::string> errors_;  // per rank: its load error
@@ -224,8 +251,9 @@ class ThreadRanks final : public RankSet {
   std::vector<std::thread> threads_;
 };
 
-// One byte from every rank; rank 0's says what the group does next (kCall / kStop).
-constexpr uint8_t kStop = 0, kCall = 1;
+// One byte from every rank; rank 0's says what the group does next: kStop, kCall (the main stack), or
+// kMtp + k (MTP block k).
+constexpr uint8_t kStop = 0, kCall = 1, kMtp = 2;
 std::vector<uint8_t> gather_byte(comm::Communicator& c, uint8_t mine) {
   std::vector<uint8_t> all(size_t(c.size()));
   comm::all_gather<uint8_t>(c, std::span<const uint8_t>(&mine, 1), all);
@@ -242,7 +270,10 @@ class TcpPeers final : public RankPeers {
     } catch (const std::exception&) {  // a broken group: the others time out on their own
     }
   }
-  void call() override { gather_byte(*c_, kCall); }
+  void call(const ModelCall& c) override {
+    if (c.mtp && (c.block < 0 || c.block > 255 - kMtp)) fail("rank group: MTP block ", c.block, " cannot be announced");
+    gather_byte(*c_, c.mtp ? uint8_t(kMtp + c.block) : kCall);
+  }
 
  private:
   std::unique_ptr<comm::Communicator> c_;
@@ -268,7 +299,8 @@ std::unique_ptr<Runner> load_tcp(const std::string& dir, BackendOptions o, const
     if (!ok[p]) failed += (failed.empty() ? "" : ", ") + std::to_string(p);
   if (!failed.empty()) fail("rank(s) ", failed, " of WORLD_SIZE=", c->size(), " could not load the model (each says why)");
   if (rank == 0) return std::make_unique<Runner>(std::move(m), std::make_unique<TcpPeers>(std::move(c)));
-  while (gather_byte(*c, kStop)[0] == kCall) idle_call(*m);
+  for (uint8_t next; (next = gather_byte(*c, kStop)[0]) != kStop;)
+    idle_call(*m, next == kCall ? ModelCall{} : ModelCall{.mtp = true, .block = next - kMtp});
   return nullptr;
 }
 

@@ -13,7 +13,9 @@ Runner::Runner(Model& model) : model_(model) {}
 Runner::Runner(std::unique_ptr<Model> model) : owned_(std::move(model)), model_(*owned_) {}
 
 Runner::Runner(std::unique_ptr<Model> model, std::unique_ptr<RankPeers> peers)
-    : owned_(std::move(model)), peers_(std::move(peers)), model_(*owned_) {}
+    : owned_(std::move(model)), peers_(std::move(peers)), model_(*owned_) {
+  model_.on_call([p = peers_.get()](const ModelCall& c) { p->call(c); });
+}
 
 Runner::Runner(std::unique_ptr<RankSet> ranks) : ranks_(std::move(ranks)), model_(ranks_->rank(0).model()) {}
 
@@ -218,7 +220,6 @@ Batch Runner::run(int slot, int64_t pos, const std::vector<int32_t>& tokens, int
 
 void Runner::announce(const Batch& b, const StepPlan& plan) {
   if (on_call_) on_call_(b, plan);
-  if (peers_) peers_->call();
 }
 
 void Runner::step(const Batch& b, const StepPlan& plan) {

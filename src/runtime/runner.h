@@ -66,12 +66,13 @@ struct Draw {
 using PieceFn = std::function<bool(int64_t done, int64_t total)>;
 
 // The other ranks of an expert-parallel group (runtime/rank_group.h) behind a runner of rank 0: told
-// before every Model call so that each makes the same call with 0 tokens (the MoE's collectives need
-// every rank); destroyed before the runner's model, which stops them.
+// before every Model call (Model::on_call: the main stack or an MTP block) so that each makes the same
+// call with 0 tokens (the MoE's collectives need every rank); destroyed before the runner's model, which
+// stops them.
 class RankPeers {
  public:
   virtual ~RankPeers() = default;
-  virtual void call() = 0;
+  virtual void call(const ModelCall& c) = 0;
 };
 
 class Runner;
@@ -92,7 +93,7 @@ class Runner {
  public:
   explicit Runner(Model& model);                  // `model` outlives the runner
   explicit Runner(std::unique_ptr<Model> model);
-  // Rank 0 of a group: every call of `model` is announced to `peers` first.
+  // Rank 0 of a group: every call of `model` is announced to `peers` first (whoever makes it).
   Runner(std::unique_ptr<Model> model, std::unique_ptr<RankPeers> peers);
   // Over data-parallel ranks (model() is rank 0's).
   explicit Runner(std::unique_ptr<RankSet> ranks);
@@ -162,7 +163,7 @@ class Runner {
   void check(int slot, int64_t pos, int64_t T) const;  // taken, at pos, room for T
   Batch run(int slot, int64_t pos, const std::vector<int32_t>& tokens, int64_t begin, int64_t end) const;
   void step(const Batch& b, const StepPlan& plan);
-  void announce(const Batch& b, const StepPlan& plan);  // on_call_, then the peers
+  void announce(const Batch& b, const StepPlan& plan);  // on_call_ (the model tells the peers)
   // Runs the pieces of a chunk but the last (false: `between` stopped); returns the last's begin.
   bool lead(int slot, int64_t pos, const std::vector<int32_t>& tokens, const PieceFn& between, int64_t& last);
   void draw_host(Draw& d, const float* logits) const;

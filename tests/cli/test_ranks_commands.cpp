@@ -74,6 +74,13 @@ TEST(Ranks, RunGreedyTextEqualsOneRank) {
     EXPECT_EQ(r.exit_code, 0) << n << " ranks: " << r.output;
     EXPECT_EQ(r.output, one.output) << n << " ranks";
   }
+  // Speculative decoding over ranks: the MTP block's calls are announced like the main stack's (the
+  // MTP layer's routed experts are split too), and greedy speculative text is greedy text.
+  for (int n : {1, 2}) {
+    const auto r = run_command(run_greedy(n) + " --speculative 2");
+    EXPECT_EQ(r.exit_code, 0) << n << " ranks, --speculative 2: " << r.output;
+    EXPECT_EQ(r.output, one.output) << n << " ranks, --speculative 2";
+  }
 }
 
 // Logits of 11 tokens fed in three chunks (prefill pieces and a 1-token chunk).
@@ -82,28 +89,33 @@ std::string logits_args(const TempDir& d, const std::string& out) {
   return " logits --device cpu --tokens " + d / "tokens.json" + " --schedule chunks:4,3,1,3 --out " + out;
 }
 
+// With --mtp too: the MTP block's calls (its own split MoE layer) go through the ranks as well.
 TEST(Ranks, LogitsFileIsByteIdentical) {
-  TempDir d;
-  const auto one = run_command(bin() + logits_args(d, d / "one.safetensors"));
-  ASSERT_EQ(one.exit_code, 0) << one.output;
-  const auto two = run_command(bin() + logits_args(d, d / "two.safetensors") + " --ranks 2");
-  ASSERT_EQ(two.exit_code, 0) << two.output;
-  const std::string want = read_bytes(d / "one.safetensors");
-  ASSERT_GT(want.size(), 11u * 1026u * 4u);
-  EXPECT_TRUE(read_bytes(d / "two.safetensors") == want);
+  for (const std::string mtp : {"", " --mtp"}) {
+    TempDir d;
+    const auto one = run_command(bin() + logits_args(d, d / "one.safetensors") + mtp);
+    ASSERT_EQ(one.exit_code, 0) << mtp << ": " << one.output;
+    const auto two = run_command(bin() + logits_args(d, d / "two.safetensors") + mtp + " --ranks 2");
+    ASSERT_EQ(two.exit_code, 0) << mtp << ": " << two.output;
+    const std::string want = read_bytes(d / "one.safetensors");
+    ASSERT_GT(want.size(), (mtp.empty() ? 11u : 21u) * 1026u * 4u) << mtp;
+    EXPECT_TRUE(read_bytes(d / "two.safetensors") == want) << mtp;
+  }
 }
 
+// The MTP block's calls included (--mtp): rank 0 announces each call's kind in its "call" byte.
 TEST(Ranks, TwoProcessesOverTheRendezvousWriteTheOneProcessFile) {
   TempDir d;
-  const auto one = run_command(bin() + logits_args(d, d / "one.safetensors"));
+  auto mtp_args = [](const TempDir& d, const std::string& out) { return logits_args(d, out) + " --mtp"; };
+  const auto one = run_command(bin() + mtp_args(d, d / "one.safetensors"));
   ASSERT_EQ(one.exit_code, 0) << one.output;
   const int port = free_port();
   ASSERT_GT(port, 0);
   const std::string env = "MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) + " WORLD_SIZE=2 DSV4_COMM_TIMEOUT=60";
   // Rank 1 in the background (its exit status in a file), rank 0 in front; both must exit 0.
-  const std::string cmd = "(env " + env + " RANK=1 LOCAL_RANK=1 " + bin() + logits_args(d, d / "r1.safetensors") +
+  const std::string cmd = "(env " + env + " RANK=1 LOCAL_RANK=1 " + bin() + mtp_args(d, d / "r1.safetensors") +
                           " > " + d / "r1.log" + " 2>&1; echo $? > " + d / "r1.rc) & env " + env +
-                          " RANK=0 LOCAL_RANK=0 " + bin() + logits_args(d, d / "r0.safetensors") + "; rc=$?; wait; exit $rc";
+                          " RANK=0 LOCAL_RANK=0 " + bin() + mtp_args(d, d / "r0.safetensors") + "; rc=$?; wait; exit $rc";
   const auto r = run_command(cmd);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(read_bytes(d / "r1.rc"), "0\n") << read_bytes(d / "r1.log");

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <filesystem>
 
+#include "core/error.h"
 #include "runtime/engine.h"
 #include "runtime/rank_group.h"
 #include "support/engine_events.h"
@@ -150,6 +151,53 @@ TEST(EngineRanks, PrefixCacheOverRanksGivesOneRanksIds) {
   EXPECT_GE(st.hits, 2u);
   EXPECT_EQ(st.budget_bytes, uint64_t(128) << 20);  // 64 MiB for each rank
   EXPECT_EQ(st.lookups, 6u);
+}
+
+// Speculative decoding in the engine over a rank group that holds every sequence on rank 0 (the others
+// mirror each call, MTP block's included, with 0 tokens): greedy requests give plain greedy ids of one
+// rank. Over data-parallel ranks the engine refuses it with one line.
+TEST(EngineRanks, SpeculativeOverARankGroupGivesPlainGreedy) {
+  const std::string dir = test::bundled_model_dir();
+  const Tokenizer tok = Tokenizer::load(dir);
+  std::vector<GenerationRequest> reqs = requests(std::min<int64_t>(tok.vocab_size(), 1000));
+  for (GenerationRequest& r : reqs) {
+    r.sampling.temperature = 0;
+    r.sampling.repetition_penalty = 1;
+  }
+  const BackendOptions o{.numerics = Numerics::Official, .capacity = {.max_seqs = kSeqs, .max_ctx = 512, .max_tokens = 16}};
+  auto run = [&](int ranks, int64_t drafts, EngineStats* st) {
+    const auto runner = load_ranked(dir, o, {.ranks = ranks});
+    EngineOptions opt;
+    opt.max_num_seqs = kSeqs;
+    opt.max_step_tokens = 16;
+    opt.prefill_chunk = 6;
+    opt.max_context = 512;
+    opt.speculative = drafts;
+    std::vector<std::vector<int32_t>> ids;
+    Engine engine(*runner, tok, opt);
+    std::vector<std::shared_ptr<RequestChannel>> chans;
+    for (const GenerationRequest& r : reqs) chans.push_back(engine.submit(r));
+    for (auto& ch : chans) ids.push_back(test::collect_ids(*ch));
+    if (st) *st = engine.stats();
+    return ids;
+  };
+  const auto plain = run(1, 0, nullptr);
+  EngineStats st;
+  EXPECT_EQ(run(2, 2, &st), plain);
+  EXPECT_GT(st.spec_verify_steps, 0u);
+  EXPECT_GT(st.spec_draft_tokens, 0u);
+
+  const auto dp = load_ranked(dir, {.capacity = {.max_seqs = 1, .max_ctx = 512, .max_tokens = 16}},
+                              {.ranks = 2, .data_parallel = true});
+  EngineOptions opt;
+  opt.max_num_seqs = 2;
+  opt.speculative = 2;
+  try {
+    Engine e(*dp, tok, opt);
+    ADD_FAILURE() << "speculative decoding over data-parallel ranks";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not yet over data-parallel ranks"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

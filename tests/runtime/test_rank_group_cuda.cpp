@@ -7,7 +7,8 @@
 //   - data parallel (each rank its own sequences), exact tier: the same bits;
 //   - fast tier: the group's logits within the fast tier's model tolerance (rel-L2 0.02) of one rank's;
 //   - a device communicator (NCCL, one rank: the most one GPU takes) given to the backend: the
-//     exchange's device paths, one rank's bits.
+//     exchange's device paths, one rank's bits;
+//   - speculative decoding over 2 ranks (the MTP block's calls mirrored): plain greedy ids.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -18,6 +19,7 @@
 #include "model/golden.h"
 #include "runtime/rank_group.h"
 #include "runtime/runner.h"
+#include "runtime/speculative.h"
 #include "support/rank_drive.h"
 #include "support/test_paths.h"
 #if DSV4_HAVE_NCCL
@@ -60,6 +62,28 @@ TEST(RankGroupCuda, DataParallelRanksGiveOneRanksBits) {
   EXPECT_TRUE(got == want) << "ids " << ::testing::PrintToString(got.ids) << ", one rank's "
                            << ::testing::PrintToString(want.ids) << ", logits rel-L2 " << rel_l2(got.logits, want.logits);
   EXPECT_EQ(group->rank_of(1), 1) << "B ran on rank 1";
+}
+
+// Speculative decoding over an expert-parallel group on the GPU: the MTP block's calls are mirrored by
+// idle ranks (0 tokens, the MTP layer's exchange only); greedy ids are those of one rank's decoder.
+TEST(RankGroupCuda, SpeculativeDecodingOverRanksGivesOneRanksIds) {
+  if (!Runner::cuda_available()) GTEST_SKIP() << "no Hopper GPU";
+  BackendOptions o = cuda_options(KernelTier::Exact);
+  o.capacity.max_tokens = 8;
+  const std::vector<int32_t> prompt = {1, 5, 9, 33, 2, 7, 100, 4, 8, 3, 11};
+  std::vector<int32_t> want;
+  {
+    const auto one = load_ranked(test::bundled_model_dir(), o, {.ranks = 1});
+    if (one->model().num_mtp() < 1) GTEST_SKIP() << "the CUDA backend holds no MTP block";
+    want = SpeculativeDecoder(one->model(), one->new_sequence(), {.drafts = 1}).generate(prompt, 12);
+  }
+  ASSERT_EQ(want.size(), 12u);
+  const auto group = load_ranked(test::bundled_model_dir(), o, {.ranks = 2});
+  for (int64_t k : {1, 2}) {
+    const int slot = group->new_sequence();
+    EXPECT_EQ(SpeculativeDecoder(group->model(), slot, {.drafts = k}).generate(prompt, 12), want) << "k " << k;
+    group->release(slot);
+  }
 }
 
 TEST(RankGroupCuda, FastTierRanksStayWithinTheModelTolerance) {

@@ -53,6 +53,22 @@ TEST(ServeRanks, TwoRanksGiveOneRanksText) {
   EXPECT_EQ(s.stop(), 0) << s.log();
 }
 
+// --speculative over ranks: a rank group with every sequence on rank 0 (the other ranks mirror each
+// call, the MTP block's included); greedy speculative text is greedy text.
+TEST(ServeRanks, SpeculativeOverTwoRanksGivesOneRanksText) {
+  std::vector<std::string> one;
+  {
+    ServeProcess s({"--device", "cpu", "--ranks", "1", "--max-num-seqs", "6"});
+    one = texts(s);
+    EXPECT_EQ(s.stop(), 0) << s.log();
+  }
+  ServeProcess s({"--device", "cpu", "--ranks", "2", "--max-num-seqs", "6", "--speculative", "2"});
+  EXPECT_NE(s.ready_text().find("speculative k 2, expert-parallel ranks with every sequence on rank 0"), std::string::npos)
+      << s.ready_text();
+  EXPECT_EQ(texts(s), one);
+  EXPECT_EQ(s.stop(), 0) << s.log();
+}
+
 TEST(ServeRanks, RanksThatDoNotSplitTheExpertsFailWithOneLine) {
   const CommandResult r = run_command(dsv4_binary() + " serve --device cpu --port 0 --ranks 3");
   EXPECT_NE(r.exit_code, 0) << r.output;

@@ -353,12 +353,14 @@ void CudaBackend::moe_experts(int64_t layer) {
 
 void CudaBackend::mtp_input(int64_t k) {
   if (k < 0 || k >= num_mtp()) fail("the checkpoint has ", num_mtp(), " MTP block(s), block ", k, " requested");
+  if (T_ == 0) return;  // an idle rank
   mtp_input_forward(*ctx_, w_.mtp[size_t(k)], embed_view(w_.embed, cfg_), *mtp_ws_, *attn_ws_, ids_.get(), T_,
                     float(cfg_.rms_norm_eps), X_.get());
 }
 
 void CudaBackend::set_streams(const Tensor& S) {
   if (!mtp_ws_) fail("cuda backend: MTP input streams, the checkpoint has no MTP block");
+  if (T_ == 0 && !S.shape.empty() && S.shape[0] == 0) return;  // an idle rank's MTP call: no rows
   mtp_ws_->set_streams(*ctx_, S);
 }
 
