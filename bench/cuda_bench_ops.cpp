@@ -13,7 +13,9 @@
 // the median over timed replays with CUDA events.
 //
 //   bench_cuda_ops [--json FILE] [--quick] [--sweep] [--fp4-only] [--exact-only] [--exact-sweep] [--fast-only]
-//                  [--moe-decode [--moe-tokens T]] [--moe-variants]
+//                  [--moe-decode [--moe-tokens T]] [--moe-variants] [--stream]
+// --stream: the FP8 decode linears through stream_gemv's configurations beside fast_gemv's register
+// kernel (1-32 tokens), then exits.
 // --moe-variants: the routed experts in MXFP4 / NVFP4 / FP8 through fp4_grouped_decode at 1-128 tokens
 // against each format's byte floor (cuda_bench_moe_variants.cpp, issue 19), then exits.
 // --moe-decode: the routed FP4 experts of a Flash decode step at 32-256 tokens, fp4_grouped_decode beside
@@ -43,6 +45,7 @@
 #include "backend/cuda/linear_exact.h"
 #include "backend/cuda/linear_exact_reg.h"
 #include "backend/cuda/linear_fast.h"
+#include "backend/cuda/linear_stream.h"
 #include "cuda_bench_kernels.h"
 #include "cuda_bench_moe_decode.h"
 #include "cuda_graph_timer.h"
@@ -59,6 +62,7 @@ constexpr size_t kRotateBytes = size_t(320) << 20;  // weights cycled per graph:
 
 int g_moe_tokens = 0;  // --moe-tokens T: only that batch
 bool g_moe_variants = false;  // --moe-variants: the routed experts by format (issue 19), then exits
+bool g_stream = false;  // --stream: stream_gemv's configurations beside the register kernel, then exits
 bool g_moe_decode = false, g_fast_only = false, g_quick = false, g_sweep = false, g_fp4_only = false, g_exact_only = false, g_exact_sweep = false;
 FILE* g_json = nullptr;
 
@@ -133,8 +137,10 @@ void bench_fp8(const DeviceContext& ctx, const char* name, int64_t out, int64_t 
 // activations with fp32 outputs, the head's linear_f32), weights rotated past L2. reg_config >= 0 picks
 // the register-tiled kernel's tile configuration.
 // fast: fast_gemv (the fast tier's kernel) on the same call instead.
+// registers: fast_gemv's register kernel (fast_gemv_registers) instead of its dispatch (stream_gemv for FP8).
 void bench_exact(const DeviceContext& ctx, const char* name, int64_t out, int64_t in, int64_t T, ExactLinearKernel kernel,
-                 bool bf16 = false, int reg_config = -1, bool fast = false) {
+                 bool bf16 = false, int reg_config = -1, bool fast = false, bool registers = false,
+                 const StreamGemvConfig* stream = nullptr) {
   const size_t elem = bf16 ? 2 : 1, wbytes = size_t(out * in) * elem;
   const int copies = int(std::clamp<size_t>(kRotateBytes / wbytes, 1, 16));
   const int64_t ob = (out + 127) / 128, ld = (in + 127) / 128;
@@ -178,12 +184,22 @@ void bench_exact(const DeviceContext& ctx, const char* name, int64_t out, int64_
       q.w8 = wc.get() + size_t(c) * wbytes;
       q.w_scales = ws.get() + size_t(c) * size_t(ob * ld);
     }
-    if (fast) fast_gemv(ctx, q);
+    if (fast && stream) stream_gemv_config(ctx, fast_gemv_params(q), *stream);
+    else if (fast && registers) fast_gemv_registers(ctx, fast_gemv_params(q));
+    else if (fast) fast_gemv(ctx, q);
     else exact_linear(ctx, q);
   });
   const double bytes = double(wbytes) + (bf16 ? 0.0 : 4.0 * ob * ld) + double(T * in) * elem + (bf16 ? 0.0 : 4.0 * T * ld) +
                        (bf16 ? 4.0 : 2.0) * T * out;
-  const std::string what = fast ? "fast_gemv"
+  ExactLinearParams first = p;  // the call of copy 0 (which kernel fast_gemv takes)
+  if (!bf16) {
+    first.w8 = wc.get();
+    first.w_scales = ws.get();
+  }
+  const std::string what = fast ? (stream ? "stream_gemv s" + std::to_string(stream->splits) + " r" + std::to_string(stream->stages)
+                                   : registers                                                        ? "fast_gemv registers"
+                                   : !bf16 && stream_gemv_supports(ctx, fast_gemv_params(first)) ? "fast_gemv stream"
+                                                                                                 : "fast_gemv")
                            : kernel == ExactLinearKernel::Tiled  ? "exact_linear tiled"
                            : kernel == ExactLinearKernel::Gemv ? "exact_linear gemv"
                            : kernel == ExactLinearKernel::Reg
@@ -214,12 +230,48 @@ void bench_fast(const DeviceContext& ctx) {
                           {"shared w1", 2048, 4096}, {"shared w2", 4096, 2048}, {"head bf16", 129280, 4096}};
   for (const Shape& s : shapes) {
     const bool head = s.out > 100000;
-    for (int64_t T : {1, 2, 4, 8, 15, 16, 32}) bench_exact(ctx, s.name, s.out, s.in, T, ExactLinearKernel::Auto, head, -1, true);
+    for (int64_t T : {1, 2, 4, 8, 15, 16, 32}) {
+      bench_exact(ctx, s.name, s.out, s.in, T, ExactLinearKernel::Auto, head, -1, true);
+      if (!head) bench_exact(ctx, s.name, s.out, s.in, T, ExactLinearKernel::Auto, head, -1, true, true);
+    }
     for (int64_t T : {1, 8, 32, 128}) bench_exact(ctx, s.name, s.out, s.in, T, ExactLinearKernel::Auto, head);
     if (!head)
       for (int64_t m : {16, 32, 64, 128}) bench_fp8(ctx, s.name, s.out, s.in, m);
   }
   for (int64_t T : {32, 64, 128}) bench_head_lt(ctx, T);
+}
+
+// --stream: the FP8 decode linears through stream_gemv in its chosen configuration and its neighbours
+// (half and twice the K splits, 8-slot rings) beside the register kernel, Flash shapes at 1-32 tokens.
+void bench_stream(const DeviceContext& ctx) {
+  struct Shape { const char* name; int64_t out, in; };
+  const Shape shapes[] = {{"wq_a", 1024, 4096}, {"wq_b", 32768, 1024}, {"wo_b", 4096, 8192},
+                          {"shared w1", 2048, 4096}, {"shared w2", 4096, 2048}};
+  for (const Shape& s : shapes)
+    for (int64_t T : {1, 4, 8, 16, 32}) {
+      bench_exact(ctx, s.name, s.out, s.in, T, ExactLinearKernel::Auto, false, -1, true, true);
+      FastGemvParams p;
+      p.x_codes = reinterpret_cast<const uint8_t*>(256);
+      p.x_scales = reinterpret_cast<const float*>(256);
+      p.x_stride = s.in;
+      p.tokens = T;
+      p.in = int(s.in);
+      p.nproj = 1;
+      p.proj[0] = {.w8 = reinterpret_cast<const uint8_t*>(256), .w_scales = reinterpret_cast<const float*>(256),
+                   .w_scale_ld = (s.in + 127) / 128, .y = reinterpret_cast<__nv_bfloat16*>(256), .y_stride = s.out,
+                   .out = int(s.out)};
+      const StreamGemvConfig d = stream_gemv_default(ctx, p);
+      std::vector<StreamGemvConfig> cfgs = {d, {d.splits, 8}};
+      if (d.splits > 1) cfgs.push_back({d.splits / 2, 4});
+      if (d.splits < 16 && (s.in / 128) % (2 * d.splits) == 0) cfgs.push_back({d.splits * 2, 4});
+      for (const StreamGemvConfig& c : cfgs) {
+        try {
+          bench_exact(ctx, s.name, s.out, s.in, T, ExactLinearKernel::Auto, false, -1, true, false, &c);
+        } catch (const std::exception& e) {
+          std::printf("stream_gemv s%d r%d %s T=%lld: %s\n", c.splits, c.stages, s.name, (long long)T, e.what());
+        }
+      }
+    }
 }
 
 // `selections` matrices [rows, K] per call, chosen round-robin from a pool larger than L2.
@@ -288,13 +340,14 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--exact-only")) g_exact_only = true;
     else if (!std::strcmp(argv[i], "--exact-sweep")) g_exact_sweep = true;
     else if (!std::strcmp(argv[i], "--fast-only")) g_fast_only = true;
+    else if (!std::strcmp(argv[i], "--stream")) g_stream = true;
     else if (!std::strcmp(argv[i], "--moe-decode")) g_moe_decode = true;
     else if (!std::strcmp(argv[i], "--moe-variants")) g_moe_variants = true;
     else if (!std::strcmp(argv[i], "--moe-tokens") && i + 1 < argc) g_moe_tokens = std::atoi(argv[++i]);
     else {
       std::fprintf(stderr,
                    "usage: %s [--json FILE] [--quick] [--sweep] [--fp4-only] [--exact-only] [--exact-sweep] [--fast-only] "
-                   "[--moe-decode [--moe-tokens T]] [--moe-variants]\n",
+                   "[--moe-decode [--moe-tokens T]] [--moe-variants] [--stream]\n",
                    argv[0]);
       return 2;
     }
@@ -316,6 +369,11 @@ int main(int argc, char** argv) {
     }
     if (g_moe_decode) {
       bench_moe_decode(ctx, g_quick ? 5 : 15, g_json, g_moe_tokens);
+      if (g_json) std::fclose(g_json);
+      return 0;
+    }
+    if (g_stream) {
+      bench_stream(ctx);
       if (g_json) std::fclose(g_json);
       return 0;
     }

@@ -23,9 +23,11 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "backend/cuda/async_copy.cuh"
 #include "backend/cuda/check.h"
 #include "backend/cuda/fp4_grouped_mma.h"
 #include "backend/cuda/kernel_util.cuh"
+#include "backend/cuda/wgmma.cuh"
 #include "core/error.h"
 
 namespace dsv4::cuda {
@@ -49,20 +51,6 @@ __host__ __device__ constexpr int64_t smem_bytes(int N, int S, int64_t K, Fmt f)
   return align16(N * K + N * (K / 128) * 4) + int64_t(kWarps) * S * slot_bytes(f);
 }
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async4(uint32_t dst, const void* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async8(uint32_t dst, const void* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(dst), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
-
 // e2m1x8_to_e4m3 (kernel_util.cuh) decodes the packed weights.
 // Byte j of four E8M0 bytes -> 2^(b - 127) * 2^6 (undoes the decode's 2^-6); b <= 248.
 __device__ __forceinline__ float e8m0_x64(uint32_t s4, int j) {
@@ -72,41 +60,6 @@ __device__ __forceinline__ float e8m0_x64(uint32_t s4, int j) {
 __device__ __forceinline__ float e4m3_at(uint32_t lo, uint32_t hi, int j) {
   const uint32_t b = ((j < 4 ? lo : hi) >> (8 * (j & 3))) & 0xffu;
   return __half2float(__half(__nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t(b), __NV_E4M3)));
-}
-__device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
-  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
-}
-
-// Shared-memory matrix descriptor, no swizzle (layout type 0, base offset 0).
-__device__ __forceinline__ uint64_t smem_desc(const void* p, uint32_t lbo, uint32_t sbo) {
-  uint64_t d = uint64_t((smem_u32(p) & 0x3FFFFu) >> 4);
-  d |= uint64_t((lbo >> 4) & 0x3FFFu) << 16;
-  d |= uint64_t((sbo >> 4) & 0x3FFFu) << 32;
-  return d;
-}
-
-__device__ __forceinline__ void fence_f32(float& x) { asm volatile("" : "+f"(x)::"memory"); }
-__device__ __forceinline__ void fence_u32(uint32_t& x) { asm volatile("" : "+r"(x)::"memory"); }
-
-// d[64 x N] = A[64 x 32] (registers, e4m3) * B[32 x N] (shared, e4m3, K-major); scale-d = 0 (fresh sum).
-template <int N>
-__device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc);
-template <>
-__device__ __forceinline__ void wgmma_rs<8>(float (&d)[4], const uint32_t (&a)[4], uint64_t desc) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
-}
-template <>
-__device__ __forceinline__ void wgmma_rs<16>(float (&d)[8], const uint32_t (&a)[4], uint64_t desc) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7}, "
-      "{%8, %9, %10, %11}, %12, p, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
 }
 
 // One CTA: tile blockIdx.y, output blocks blockIdx.x * nb .. (+ nb - 1) of 128 features one after the
@@ -274,7 +227,7 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_decode_kernel(Fp4GroupedD
 #pragma unroll
     for (int m = 0; m < kMma; ++m) {
       const int kk = F == Fmt::Nvfp4 ? m / 2 : m;
-      wgmma_rs<N>(tmp[h][m], a[h][m], smem_desc(sB + (c * 4 + kk) * (N / 8) * 256, 128, 256));
+      wgmma_rs<N>(tmp[h][m], a[h][m], smem_desc(sB + (c * 4 + kk) * (N / 8) * 256, 128, 256), false);
     }
     asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
   };

@@ -6,6 +6,7 @@
 #include "backend/cuda/check.h"
 #include "backend/cuda/fp4_grouped_mma.h"
 #include "backend/cuda/kernel_util.cuh"
+#include "backend/cuda/wgmma.cuh"
 #include "core/error.h"
 
 namespace dsv4::cuda {
@@ -60,38 +61,6 @@ __device__ __forceinline__ uint32_t e2m1x4_to_e4m3x4(uint32_t x) {
 
 __device__ __forceinline__ float e8m0_to_f32(uint32_t s) {
   return s ? __uint_as_float(s << 23) : __uint_as_float(0x00400000u);
-}
-
-__device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
-  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
-}
-
-// Shared-memory matrix descriptor, no swizzle: lbo = byte step between the two 16-byte core matrices of
-// a 32-k slice (K direction), sbo = byte step between 8-row groups.
-__device__ __forceinline__ uint64_t smem_desc(const void* p, uint32_t lbo, uint32_t sbo) {
-  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(p));
-  uint64_t d = uint64_t((a & 0x3FFFFu) >> 4);
-  d |= uint64_t((lbo >> 4) & 0x3FFFu) << 16;
-  d |= uint64_t((sbo >> 4) & 0x3FFFu) << 32;
-  return d;  // base offset 0, layout type 0 (no swizzle)
-}
-
-__device__ __forceinline__ void fence_f32(float& x) { asm volatile("" : "+f"(x)::"memory"); }
-__device__ __forceinline__ void fence_u32(uint32_t& x) { asm volatile("" : "+r"(x)::"memory"); }
-
-// d[64 x 64] = A[64 x 32] (registers, e4m3) * B[32 x 64] (shared, e4m3, K-major); scale-d = 0.
-__device__ __forceinline__ void wgmma_m64n64k32_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t desc) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-      "{%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
 }
 
 // Global loads of one 128-k chunk, held in registers until they are stored / used.
@@ -188,7 +157,7 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_mma_kernel(Fp4GroupedMmaP
 #pragma unroll
       for (int i = 0; i < 4; ++i) fence_u32(a[i]);
       asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-      wgmma_m64n64k32_rs(tmp, a, smem_desc(sB[st] + kk * 256, 128, 1024));
+      wgmma_rs<64>(tmp, a, smem_desc(sB[st] + kk * 256, 128, 1024), false);
       asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
       asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 #pragma unroll

@@ -7,6 +7,7 @@
 #include "backend/cuda/check.h"
 #include "backend/cuda/kernel_util.cuh"
 #include "backend/cuda/linear_fast.h"
+#include "backend/cuda/linear_stream.h"
 
 namespace dsv4::cuda {
 namespace {
@@ -269,6 +270,11 @@ bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15)
 }  // namespace
 
 void fast_gemv(const DeviceContext& ctx, const FastGemvParams& p) {
+  if (stream_gemv_supports(ctx, p)) return stream_gemv(ctx, p);
+  fast_gemv_registers(ctx, p);
+}
+
+void fast_gemv_registers(const DeviceContext& ctx, const FastGemvParams& p) {
   const bool fp8 = p.x_codes != nullptr;
   if (p.tokens < 1 || p.tokens > kFastGemvMaxTokens)
     fail("fast_gemv: ", p.tokens, " tokens (1..", kFastGemvMaxTokens, ")");
@@ -361,12 +367,14 @@ ExactLinearParams token_slice(const ExactLinearParams& e, int64_t t0, int64_t n)
 
 }  // namespace
 
-void fast_gemv(const DeviceContext& ctx, const ExactLinearParams& e) {
+FastGemvParams fast_gemv_params(const ExactLinearParams& e) {
   FastGemvParams p = input_of(e);
   p.nproj = e.groups;
   for (int g = 0; g < e.groups; ++g) p.proj[g] = projection_of(e, g);
-  fast_gemv(ctx, p);
+  return p;
 }
+
+void fast_gemv(const DeviceContext& ctx, const ExactLinearParams& e) { fast_gemv(ctx, fast_gemv_params(e)); }
 
 void linear(const DeviceContext& ctx, const ExactLinearParams& e) {
   if (ctx.kernels() == KernelTier::Fast) {

@@ -55,12 +55,17 @@ struct FastGemvParams {
   int nproj = 0;
   FastProjection proj[kFastMaxProjections];
 };
+// FP8 launches that stream_gemv supports (linear_stream.h: the weight stream on wgmma) run there, the
+// rest (bf16, shapes it does not take) on the register kernel below.
 void fast_gemv(const DeviceContext& ctx, const FastGemvParams& p);
+// The register kernel alone (mma.sync; every launch fast_gemv takes): for tests and benchmarks.
+void fast_gemv_registers(const DeviceContext& ctx, const FastGemvParams& p);
 
 // Whether fast_gemv computes this exact_linear call (no expert mode or row selections, token count and
 // K granularity in range). The group mode maps onto projections.
 bool fast_gemv_supports(const ExactLinearParams& e);
-// The exact_linear call as a fast_gemv launch (fast_gemv_supports(e) must hold).
+// The exact_linear call as a fast_gemv launch (fast_gemv_supports(e) must hold): its parameters, and the run.
+FastGemvParams fast_gemv_params(const ExactLinearParams& e);
 void fast_gemv(const DeviceContext& ctx, const ExactLinearParams& e);
 
 // A linear's kernel by the context's tier (DeviceContext::kernels(); the CUDA backend's sites choose in

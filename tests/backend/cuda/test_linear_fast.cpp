@@ -4,10 +4,12 @@
 // one launch, bf16 x bf16 with fp32 and bf16 outputs, the group mode; the same bits on a second run; and
 // the tier's choice (cuda::linear): exact_linear's bits in the exact tier and wherever fast_gemv does not
 // apply; grouped calls above fast_gemv's range in token slices; several linears of one input in one
-// launch (linear_shared_input).
+// launch (linear_shared_input). The FP8 launches run stream_gemv (linear_stream.h) where it applies:
+// its every column tile, K split and ring depth, the register kernel beside it, and its refusals.
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -15,6 +17,7 @@
 #include "backend/cuda/check.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/linear_fast.h"
+#include "backend/cuda/linear_stream.h"
 #include "backend/cuda/ops.h"
 #include "core/quant.h"
 #include "fp8_host.h"
@@ -49,8 +52,22 @@ Fp8Input fp8_input(const DeviceContext& ctx, Rng& rng, int64_t T, int64_t in, bo
   return r;
 }
 
-// Projections of `outs` rows each on one FP8 input of T tokens, in one launch.
-void check_fp8(const std::vector<int64_t>& outs, int64_t in, int64_t T, bool block_major, uint64_t seed) {
+// A kernel of FP8 fast_gemv launches and its name.
+struct Fp8Kernel {
+  std::string name;
+  std::function<void(const DeviceContext&, const FastGemvParams&)> run;
+};
+const Fp8Kernel kFastGemv{"fast_gemv", [](const DeviceContext& c, const FastGemvParams& p) { fast_gemv(c, p); }};
+const Fp8Kernel kRegisters{"fast_gemv_registers",
+                           [](const DeviceContext& c, const FastGemvParams& p) { fast_gemv_registers(c, p); }};
+Fp8Kernel stream_kernel(int splits, int stages) {
+  return {"stream_gemv splits=" + std::to_string(splits) + " stages=" + std::to_string(stages),
+          [=](const DeviceContext& c, const FastGemvParams& p) { stream_gemv_config(c, p, {splits, stages}); }};
+}
+
+// Projections of `outs` rows each on one FP8 input of T tokens, in one launch of `kernel`.
+void check_fp8(const std::vector<int64_t>& outs, int64_t in, int64_t T, bool block_major, uint64_t seed,
+               const Fp8Kernel& kernel = kFastGemv) {
   DeviceContext ctx;
   Rng rng(seed);
   Fp8Input x = fp8_input(ctx, rng, T, in, block_major);
@@ -83,20 +100,20 @@ void check_fp8(const std::vector<int64_t>& outs, int64_t in, int64_t T, bool blo
     pr.y_stride = outs[i];
     pr.out = int(outs[i]);
   }
-  fast_gemv(ctx, p);
+  kernel.run(ctx, p);
   ctx.synchronize();
   for (size_t i = 0; i < outs.size(); ++i) {
     const int64_t out = outs[i];
     std::vector<float> wd = hw[i].dequantized(), ref(size_t(T * out));
     cpu::matmul(x.xq.data(), T, in, wd.data(), out, ref.data());
-    const std::string what = "fast_gemv fp8 proj " + std::to_string(i) + " out=" + std::to_string(out) +
+    const std::string what = kernel.name + " fp8 proj " + std::to_string(i) + " out=" + std::to_string(out) +
                              " in=" + std::to_string(in) + " T=" + std::to_string(T) + (block_major ? " block-major" : "");
     const std::vector<float> got = yf[i].download(what);
     EXPECT_TRUE(compare(what + " f32", got, ref, Tol::GemmFp8).ok);
     EXPECT_TRUE(compare(what + " bf16", from_bf16(y[i].download(what)), ref, Tol::GemmFp8).ok);
     // Deterministic: a second launch writes the same bits.
     DSV4_CUDA_CHECK(cudaMemsetAsync(yf[i].get(), 0xff, size_t(T * out) * 4, ctx.stream()));
-    fast_gemv(ctx, p);
+    kernel.run(ctx, p);
     ctx.synchronize();
     EXPECT_EQ(bits(yf[i].download(what)), bits(got)) << what << ": a second run differs";
   }
@@ -113,6 +130,99 @@ TEST(CudaLinearFast, Fp8ShapesScalesAndProjections) {
   check_fp8({2048}, 512, 3, true, 2);        // block-major scales (cuBLASLt's VEC128 layout)
   check_fp8({1024, 512}, 4096, 4, false, 3); // wq_a and wkv of one input in one launch
   check_fp8({40, 8, 300}, 256, 12, true, 4); // projections of a few tiles each
+}
+
+// stream_gemv: every column tile (8, 16, 32 tokens, partial), each through fast_gemv's dispatch and the
+// register kernel beside it.
+TEST(CudaLinearStream, EveryColumnTile) {
+  DSV4_REQUIRE_HOPPER();
+  for (int64_t T : {1, 2, 5, 8, 9, 15, 16, 17, 31, 32}) {
+    check_fp8({264}, 1024, T, false, 300 + uint64_t(T), stream_kernel(1, 4));
+    check_fp8({264}, 1024, T, false, 300 + uint64_t(T), kRegisters);
+  }
+}
+
+// Every K split (the cluster's partials added in rank order) and both ring depths on a wo_b-like weight
+// (K 8192: up to 64 chunks per warp) and wq_b-like rows; a split whose activations do not fit shared
+// memory is refused with a one-line error.
+TEST(CudaLinearStream, SplitsAndStages) {
+  DSV4_REQUIRE_HOPPER();
+  DeviceContext ctx;
+  for (int64_t T : {1, 8, 20, 32})
+    for (int splits : {1, 2, 4, 8, 16})
+      for (int stages : {4, 8}) {
+        const int N = T <= 8 ? 8 : T <= 16 ? 16 : 32;
+        const int64_t in = 8192, act = int64_t(N) * (in / 128 / splits) * 132;
+        if (act + 8 * stages * 2064 > int64_t(ctx.max_smem_per_block())) continue;  // refused: below
+        check_fp8({384}, in, T, T == 20, 400 + uint64_t(T * 100 + splits * 10 + stages), stream_kernel(splits, stages));
+      }
+  check_fp8({4096 + 128}, 1024, 3, false, 5, stream_kernel(1, 8));  // 33 row blocks, 8 chunks per warp
+}
+
+// Several projections of one input (wq_a + wkv), rows no multiple of 128 or 16, block-major scales,
+// through the chosen configuration (fast_gemv's dispatch).
+TEST(CudaLinearStream, ProjectionsAndShapes) {
+  DSV4_REQUIRE_HOPPER();
+  DeviceContext ctx;
+  check_fp8({1024, 512}, 4096, 4, false, 11);
+  check_fp8({1000}, 4096, 1, false, 12);
+  check_fp8({40, 8, 300}, 256, 12, true, 13);
+  check_fp8({2048, 2048}, 4096, 32, true, 14);  // the shared expert's w1 + w3 at 32 tokens
+  FastGemvParams p;
+  p.x_codes = reinterpret_cast<const uint8_t*>(16);
+  p.x_scales = reinterpret_cast<const float*>(16);
+  p.x_stride = 4096;
+  p.tokens = 1;
+  p.in = 4096;
+  p.nproj = 1;
+  p.proj[0] = {.w8 = reinterpret_cast<const uint8_t*>(16), .w_scales = reinterpret_cast<const float*>(16),
+               .w_scale_ld = 32, .y = reinterpret_cast<bf16*>(16), .y_stride = 1024, .out = 1024};
+  EXPECT_TRUE(stream_gemv_supports(ctx, p));
+  // 8 row blocks of 32 chunks (wq_a): split as far as allowed (16 x 2 chunks) to spread over 132 SMs.
+  EXPECT_EQ(stream_gemv_default(ctx, p).splits, ctx.sm_count() >= 74 ? 16 : 8);
+}
+
+// What stream_gemv does not take: fast_gemv keeps it on the register kernel, stream_gemv_config says why.
+TEST(CudaLinearStream, Refusals) {
+  DSV4_REQUIRE_HOPPER();
+  DeviceContext ctx;
+  FastGemvParams p;
+  p.x_codes = reinterpret_cast<const uint8_t*>(16);
+  p.x_scales = reinterpret_cast<const float*>(16);
+  p.x_stride = 1024;
+  p.tokens = 1;
+  p.in = 1024;
+  p.nproj = 1;
+  p.proj[0] = {.w8 = reinterpret_cast<const uint8_t*>(16), .w_scales = reinterpret_cast<const float*>(16),
+               .w_scale_ld = 8, .y = reinterpret_cast<bf16*>(16), .y_stride = 264, .out = 264};
+  // `shape`: the launch itself is refused (fast_gemv keeps it), not only the configuration.
+  auto refused = [&](const FastGemvParams& q, StreamGemvConfig cfg, const std::string& expect, bool shape = true) {
+    EXPECT_NE(stream_gemv_supports(ctx, q), shape) << expect;
+    try {
+      stream_gemv_config(ctx, q, cfg);
+      ADD_FAILURE() << "no error; expected " << expect;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(expect), std::string::npos) << e.what();
+    }
+  };
+  FastGemvParams q = p;
+  q.x_codes = nullptr;
+  q.x = reinterpret_cast<const bf16*>(16);
+  refused(q, {1, 4}, "needs FP8 activations");
+  q = p;
+  q.tokens = 33;
+  refused(q, {1, 4}, "takes 1-32 tokens");
+  q = p;
+  q.in = 1088;
+  q.x_stride = 1088;
+  refused(q, {1, 4}, "in % 128 == 0");
+  q = p;
+  q.proj[0].x_offset = 8;
+  refused(q, {1, 4}, "16-byte aligned");
+  refused(p, {3, 4}, "splits = 3", false);
+  refused(p, {16, 4}, "splits = 16", false);  // 8 chunks cannot split 16 ways
+  refused(p, {1, 6}, "stages = 6", false);
+  EXPECT_TRUE(stream_gemv_supports(ctx, p));
 }
 
 // bf16 x bf16 (dense linears and the head): fp32 and bf16 outputs; the group mode through exact_linear's
