@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <random>
 #include <vector>
@@ -154,6 +155,32 @@ DevMoeWeights flash_moe_weights(const DeviceContext& ctx) {
   return w;
 }
 
+// `call` captured in a CUDA graph, 5 warm-up replays, then the mean of 50 timed replays, in microseconds.
+double graph_replay_us(const DeviceContext& ctx, const std::function<void()>& call) {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  DSV4_CUDA_CHECK(cudaStreamBeginCapture(ctx.stream(), cudaStreamCaptureModeThreadLocal));
+  call();
+  DSV4_CUDA_CHECK(cudaStreamEndCapture(ctx.stream(), &graph));
+  DSV4_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int i = 0; i < 5; ++i) DSV4_CUDA_CHECK(cudaGraphLaunch(exec, ctx.stream()));
+  cudaEvent_t a, b;
+  DSV4_CUDA_CHECK(cudaEventCreate(&a));
+  DSV4_CUDA_CHECK(cudaEventCreate(&b));
+  const int reps = 50;
+  DSV4_CUDA_CHECK(cudaEventRecord(a, ctx.stream()));
+  for (int i = 0; i < reps; ++i) DSV4_CUDA_CHECK(cudaGraphLaunch(exec, ctx.stream()));
+  DSV4_CUDA_CHECK(cudaEventRecord(b, ctx.stream()));
+  ctx.synchronize();
+  float ms = 0;
+  DSV4_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  return 1e3 * ms / reps;
+}
+
 // Batch-1 (and batch-8) MoE time of the Flash-shaped layer; CUDA-graph replays timed with events.
 TEST(MoeSublayer, FlashMoeTiming) {
   DSV4_REQUIRE_HOPPER();
@@ -178,24 +205,7 @@ TEST(MoeSublayer, FlashMoeTiming) {
     ctx.synchronize();
     if (!tiles) per_selection = from_device_bf16(y.get(), size_t(T * D));
     else EXPECT_EQ(from_device_bf16(y.get(), size_t(T * D)), per_selection) << "expert tiles, T " << T;
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    DSV4_CUDA_CHECK(cudaStreamBeginCapture(ctx.stream(), cudaStreamCaptureModeThreadLocal));
-    moe(ctx, w, ws, x.get(), tok.get(), T, y_graph.get());
-    DSV4_CUDA_CHECK(cudaStreamEndCapture(ctx.stream(), &graph));
-    DSV4_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-    for (int i = 0; i < 5; ++i) DSV4_CUDA_CHECK(cudaGraphLaunch(exec, ctx.stream()));
-    cudaEvent_t a, b;
-    DSV4_CUDA_CHECK(cudaEventCreate(&a));
-    DSV4_CUDA_CHECK(cudaEventCreate(&b));
-    const int reps = 50;
-    DSV4_CUDA_CHECK(cudaEventRecord(a, ctx.stream()));
-    for (int i = 0; i < reps; ++i) DSV4_CUDA_CHECK(cudaGraphLaunch(exec, ctx.stream()));
-    DSV4_CUDA_CHECK(cudaEventRecord(b, ctx.stream()));
-    ctx.synchronize();
-    float ms = 0;
-    DSV4_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-    const double us = 1e3 * ms / reps;
+    const double us = graph_replay_us(ctx, [&] { moe(ctx, w, ws, x.get(), tok.get(), T, y_graph.get()); });
     // Bytes a step must read at least: distinct experts x 12.75 MiB + shared 24 MiB + router 2 MiB.
     const std::vector<int32_t> ids = ws.ids.download();
     std::vector<bool> used(size_t(E), false);
@@ -208,10 +218,44 @@ TEST(MoeSublayer, FlashMoeTiming) {
                 (long long)T, tiles ? "expert tiles" : "per selection", us, distinct, bytes / us * 1e-6,
                 gemv_bytes / us * 1e-6);
     EXPECT_EQ(from_device_bf16(y.get(), size_t(T * D)), from_device_bf16(y_graph.get(), size_t(T * D)));
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
+  }
+}
+
+// The fast tier's small steps (1-15 tokens: the routed experts in fp4_grouped_decode's selection mode, K
+// split over clusters; the shared expert through stream_gemv) against the exact tier's per-selection
+// path of the same call (bf16 level: the moe-grouped row), a graph replay equal to the eager call bit for
+// bit, and the time per layer.
+TEST(MoeSublayer, FlashMoeFastSmallSteps) {
+  DSV4_REQUIRE_HOPPER();
+  DeviceContext ctx;
+  const ModelConfig cfg = flash_moe_config();
+  const int64_t D = 4096;
+  const DevMoeWeights w = flash_moe_weights(ctx);
+  MoeWorkspace ws(ctx, cfg, 32);
+  DeviceBuffer<bf16> x(size_t(32 * D)), y(size_t(32 * D)), y_graph(size_t(32 * D));
+  fill_random_bf16(ctx, x.get(), x.size(), 23, 1.0f);
+  std::vector<int32_t> toks(32);
+  for (int i = 0; i < 32; ++i) toks[size_t(i)] = 3 * i + 7;
+  DeviceBuffer<int32_t> tok(toks);
+  for (const int64_t T : {1, 2, 3, 4, 8, 15, 16, 32}) {
+    const size_t n = size_t(T * D);
+    ctx.set_kernels(KernelTier::Exact);
+    ws.prepare(ctx, T);
+    moe(ctx, w, ws, x.get(), tok.get(), T, y.get());
+    ctx.synchronize();
+    const std::vector<float> exact = from_device_bf16(y.get(), n);
+    ctx.set_kernels(KernelTier::Fast);
+    ws.prepare(ctx, T);
+    moe(ctx, w, ws, x.get(), tok.get(), T, y.get());
+    ctx.synchronize();
+    const std::vector<float> fast = from_device_bf16(y.get(), n);
+    const test::CompareResult r =
+        compare("moe flash fast vs exact T=" + std::to_string(T), fast, exact, Tol::MoeGrouped);
+    EXPECT_LT(r.rel_l2, 1e-2) << r.line;
+    const double us = graph_replay_us(ctx, [&] { moe(ctx, w, ws, x.get(), tok.get(), T, y_graph.get()); });
+    std::printf("[moe flash fast T=%lld] %.1f us per layer (graph), rel-L2 vs exact %.3g\n", (long long)T, us,
+                r.rel_l2);
+    EXPECT_EQ(from_device_bf16(y_graph.get(), n), fast) << "graph replay, T " << T;
   }
 }
 

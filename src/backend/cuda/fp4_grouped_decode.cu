@@ -20,6 +20,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
+#include <cooperative_groups.h>
+
 #include <cstdint>
 #include <type_traits>
 
@@ -62,12 +64,14 @@ __device__ __forceinline__ float e4m3_at(uint32_t lo, uint32_t hi, int j) {
   return __half2float(__half(__nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t(b), __NV_E4M3)));
 }
 
-// One CTA: tile blockIdx.y, output blocks blockIdx.x * nb .. (+ nb - 1) of 128 features one after the
-// other (the weight ring runs on across them, so a block after the first starts with its data in flight).
+// One CTA: tile blockIdx.y, output blocks blockIdx.x / splits * nb .. (+ nb - 1) of 128 features one after
+// the other (the weight ring runs on across them, so a block after the first starts with its data in
+// flight), over K chunks [split * nC / splits, (split + 1) * nC / splits) with split = blockIdx.x % splits
+// (a K split: the cluster's ranks, nb = 1, their partial sums added in rank order at the end).
 // kPipe: the 4 MMAs of chunk c are promoted after chunk c + 1's are issued (wgmma.wait_group 1), so the
 // tensor-core latency overlaps the next chunk's loads and decode; else each chunk waits for its own.
 template <int N, int S, bool kPipe, Fmt F>
-__global__ void __launch_bounds__(kThreads, 2) grouped_decode_kernel(Fp4GroupedDecodeParams p, int nb) {
+__global__ void __launch_bounds__(kThreads, 2) grouped_decode_kernel(Fp4GroupedDecodeParams p, int nb, int splits) {
   static_assert(N == 8 || N == 16, "tile rows: the wgmma N");
   static_assert(S >= 2, "ring depth");
   static_assert(!(kPipe && F == Fmt::Nvfp4), "Nvfp4 holds two MMAs per block: no second buffer");
@@ -75,35 +79,42 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_decode_kernel(Fp4GroupedD
   constexpr int kBufs = kPipe ? 2 : 1;
   constexpr int kMma = F == Fmt::Nvfp4 ? 8 : 4;  // MMAs per chunk: one per 32-k block (Nvfp4: per 16-k half)
   constexpr int kSlot = slot_bytes(F), kWBytes = weight_bytes(F);
+  static_assert(kFp4DecodeTileOut * N * 4 <= kWarps * S * kSlot, "the partial sums reuse the rings");
+  grid_dependency_wait();  // a programmatic launch: the plan, ids and activations come from the kernels before
   const int tile = int(blockIdx.y);
-  if (tile >= p.tiles[0]) return;
-  const int e = p.tiles[1 + 2 * tile];
-  const int row0 = p.tiles[2 + 2 * tile];
-  const int row_end = p.offsets[e] + p.counts[e];
-  const int K = int(p.K), nC = K / kChunk;
-  const int ob0 = int(blockIdx.x) * nb;
+  // Selection mode (no plan): tile s = selection s, one row, expert expert_ids[s], source row s / picks.
+  const bool selections = p.tiles == nullptr;
+  if (selections ? tile >= p.n : tile >= p.tiles[0]) return;  // a cluster shares its tile: all return
+  const int e = selections ? p.expert_ids[tile] : p.tiles[1 + 2 * tile];
+  const int row0 = selections ? tile : p.tiles[2 + 2 * tile];
+  const int row_end = selections ? tile + 1 : p.offsets[e] + p.counts[e];
+  const int K = int(p.K), nC = K / kChunk, nCu = nC / splits, split = int(blockIdx.x) % splits, c0 = split * nCu;
+  const int ob0 = int(blockIdx.x) / splits * nb;
   const int nblk = min(nb, int(p.out / kFp4DecodeTileOut) - ob0);
-  const int total = nblk * nC;  // chunks this CTA streams per warp
+  const int total = nblk * nCu;  // chunks this CTA streams per warp
 
   extern __shared__ __align__(128) uint8_t smem[];
   uint8_t* sB = smem;
-  float* sS = reinterpret_cast<float*>(smem + N * K);  // [N][nC]
+  float* sS = reinterpret_cast<float*>(smem + N * nCu * kChunk);  // [N][nCu]
   const int tid = int(threadIdx.x), warp = tid / 32, lane = tid % 32;
   const int g = lane / 4, t = lane % 4;
-  uint8_t* ring = smem + align16(int64_t(N) * K + int64_t(N) * nC * 4) + warp * S * kSlot;
+  uint8_t* rings = smem + align16(int64_t(N) * nCu * kChunk + int64_t(N) * nCu * 4);
+  uint8_t* ring = rings + warp * S * kSlot;
   const uint32_t ring_s = smem_u32(ring);
 
   // This warp's 16 weight rows of block b: features (ob0 + b) * 128 + 16 warp ..; tiled pieces of kWBytes
   // (16-row tile r, chunk c at (r * nC + c) pieces) and their scale rows (Fp8: one tile scale per chunk,
   // consecutive along the chunks and blocks of an expert). The issue pointer walks the CTA's chunks in
-  // order: within a block +1 piece per chunk, to the next block +(7 nC + 1) pieces (8 tiles of 16 rows).
+  // order from chunk c0: within a block +1 piece per chunk, from its last chunk to the next block's c0
+  // +(8 nC - nCu + 1) pieces (8 tiles of 16 rows).
   constexpr int kSpb = F == Fmt::Nvfp4 ? 8 : 4;  // scale bytes per row and chunk (Mxfp4 / Nvfp4)
   const int64_t srow = K / 128 * kSpb;            // scale bytes per weight row
   const uint8_t* wnext = p.w + int64_t(e) * p.out * K / (F == Fmt::Fp8 ? 1 : 2) +
-                         (int64_t(ob0) * 8 + warp) * nC * kWBytes + lane * 16;
+                         ((int64_t(ob0) * 8 + warp) * nC + c0) * kWBytes + lane * 16;
   const uint8_t* snext =
-      F == Fmt::Fp8 ? reinterpret_cast<const uint8_t*>(p.w_tile_scales + (int64_t(e) * (p.out / 128) + ob0) * nC)
-                    : p.w_scales + (int64_t(e) * p.out + int64_t(ob0) * 128 + warp * 16 + (lane & 15)) * srow;
+      F == Fmt::Fp8
+          ? reinterpret_cast<const uint8_t*>(p.w_tile_scales + (int64_t(e) * (p.out / 128) + ob0) * nC + c0)
+          : p.w_scales + (int64_t(e) * p.out + int64_t(ob0) * 128 + warp * 16 + (lane & 15)) * srow + c0 * kSpb;
   int issued = 0, issue_c = 0;
   auto issue = [&]() {
     if (issued < total) {
@@ -118,11 +129,11 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_decode_kernel(Fp4GroupedD
         if (lane < 16) cp_async4(slot + kWBytes + lane * 4, snext);
       }
       ++issued;
-      const bool next_block = ++issue_c == nC;
+      const bool next_block = ++issue_c == nCu;
       if (next_block) issue_c = 0;
-      wnext += next_block ? int64_t(7 * nC + 1) * kWBytes : kWBytes;
-      if constexpr (F == Fmt::Fp8) snext += 4;
-      else snext += next_block ? 128 * srow - srow + kSpb : kSpb;
+      wnext += next_block ? int64_t(8 * nC - nCu + 1) * kWBytes : kWBytes;
+      if constexpr (F == Fmt::Fp8) snext += next_block ? 4 * (nC - nCu + 1) : 4;
+      else snext += next_block ? 128 * srow - (nCu - 1) * kSpb : kSpb;
     }
     cp_async_commit();  // an empty group past the end keeps the wait counts uniform
   };
@@ -134,14 +145,15 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_decode_kernel(Fp4GroupedD
 #pragma unroll
   for (int r = 0; r < N; ++r) {
     const int pr = row0 + r;
-    src[r] = pr < row_end ? (p.rows ? p.rows[pr] / p.picks : pr) : -1;
+    src[r] = pr < row_end ? (selections ? pr / p.picks : p.rows ? p.rows[pr] / p.picks : pr) : -1;
   }
-  const int pieces = K / 16;  // 16-byte pieces per row
+  const int pieces = nCu * kChunk / 16;  // 16-byte pieces per row of the CTA's K range
+  const uint8_t* xk = p.xq + int64_t(c0) * kChunk;
   for (int pc = tid; pc < pieces; pc += kThreads) {
     uint4 v[N];
 #pragma unroll
     for (int r = 0; r < N; ++r)
-      v[r] = src[r] >= 0 ? __ldg(reinterpret_cast<const uint4*>(p.xq + int64_t(src[r]) * K + pc * 16)) : make_uint4(0, 0, 0, 0);
+      v[r] = src[r] >= 0 ? __ldg(reinterpret_cast<const uint4*>(xk + int64_t(src[r]) * K + pc * 16)) : make_uint4(0, 0, 0, 0);
     const int kb = pc >> 1, q = pc & 1;  // 32-k block, which half of its 8-byte groups
 #pragma unroll
     for (int r = 0; r < N; ++r) {
@@ -152,11 +164,11 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_decode_kernel(Fp4GroupedD
           make_uint2(__byte_perm(v[r].x, v[r].y, 0x7531), __byte_perm(v[r].z, v[r].w, 0x7531));
     }
   }
-  for (int i = tid; i < N * nC; i += kThreads) {
-    const int r = i / nC, c = i % nC;
+  for (int i = tid; i < N * nCu; i += kThreads) {
+    const int r = i / nCu, c = i % nCu;
     const int pr = row0 + r;
-    const int64_t s = pr < row_end ? (p.rows ? p.rows[pr] / p.picks : pr) : -1;
-    sS[i] = s >= 0 ? p.xs[s * p.xs_row_stride + int64_t(c) * p.xs_block_stride] : 0.0f;
+    const int64_t s = pr < row_end ? (selections ? pr / p.picks : p.rows ? p.rows[pr] / p.picks : pr) : -1;
+    sS[i] = s >= 0 ? p.xs[s * p.xs_row_stride + int64_t(c0 + c) * p.xs_block_stride] : 0.0f;
   }
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // B is read by the tensor cores
   __syncthreads();
@@ -271,7 +283,7 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_decode_kernel(Fp4GroupedD
 #pragma unroll
     for (int j = 0; j < kAcc; ++j) {
       const int col = 8 * (j >> 2) + 2 * t + (j & 1);
-      acc[j] = fmaf(part[j], sS[col * nC + c], acc[j]);
+      acc[j] = fmaf(part[j], sS[col * nCu + c], acc[j]);
     }
   };
   using H0 = std::integral_constant<int, 0>;
@@ -287,7 +299,7 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_decode_kernel(Fp4GroupedD
     if constexpr (kPipe) {
       // Chunks in pairs (buffers 0, 1); the MMAs of one chunk are promoted after the next is issued.
       int c = 0;
-      for (; c + 1 < nC; c += 2) {
+      for (; c + 1 < nCu; c += 2) {
         start_chunk(c, H0{});
         asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
         if (c > 0) finish_chunk(c - 1, H1{});
@@ -295,7 +307,7 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_decode_kernel(Fp4GroupedD
         asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
         finish_chunk(c, H0{});
       }
-      if (c < nC) {  // odd chunk count: the last one in buffer 0
+      if (c < nCu) {  // odd chunk count: the last one in buffer 0
         start_chunk(c, H0{});
         asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
         if (c > 0) finish_chunk(c - 1, H1{});
@@ -303,10 +315,10 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_decode_kernel(Fp4GroupedD
         finish_chunk(c, H0{});
       } else {
         asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-        finish_chunk(nC - 1, H1{});
+        finish_chunk(nCu - 1, H1{});
       }
     } else {
-      for (int c = 0; c < nC; ++c) {
+      for (int c = 0; c < nCu; ++c) {
         start_chunk(c, H0{});
         asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
         finish_chunk(c, H0{});
@@ -314,45 +326,68 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_decode_kernel(Fp4GroupedD
     }
     // Feature o = block start + 16 warp + g (+ 8), token column 8 (j / 4) + 2t (+ 1).
     const int out0 = (ob0 + b) * kFp4DecodeTileOut;
+    if (splits == 1) {
 #pragma unroll
-    for (int j = 0; j < kAcc; ++j) {
-      const int col = 8 * (j >> 2) + 2 * t + (j & 1);
-      const int r = row0 + col;
-      const int o = out0 + warp * 16 + g + ((j & 2) ? 8 : 0);
-      if (r < row_end) p.y[int64_t(r) * p.out + o] = __float2bfloat16_rn(acc[j]);
+      for (int j = 0; j < kAcc; ++j) {
+        const int col = 8 * (j >> 2) + 2 * t + (j & 1);
+        const int r = row0 + col;
+        const int o = out0 + warp * 16 + g + ((j & 2) ? 8 : 0);
+        if (r < row_end) p.y[int64_t(r) * p.out + o] = __float2bfloat16_rn(acc[j]);
+      }
+      continue;
     }
+    // K split (nb = 1): partials [128 features][N] in each rank's (now idle) rings; rank s adds features
+    // s * 128 / splits .. of every rank in rank order.
+    __syncthreads();  // every warp is done with its ring
+    float* part = reinterpret_cast<float*>(rings);
+#pragma unroll
+    for (int j = 0; j < kAcc; ++j)
+      part[(warp * 16 + g + ((j & 2) ? 8 : 0)) * N + 8 * (j >> 2) + 2 * t + (j & 1)] = acc[j];
+    cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+    cluster.sync();
+    const int per = kFp4DecodeTileOut / splits;
+    for (int i = tid; i < per * N; i += kThreads) {
+      const int f = split * per + i / N, col = i % N;
+      float sum = 0.0f;
+      for (int q = 0; q < splits; ++q) sum += cluster.map_shared_rank(part, unsigned(q))[f * N + col];
+      if (row0 + col < row_end) p.y[int64_t(row0 + col) * p.out + out0 + f] = __float2bfloat16_rn(sum);
+    }
+    cluster.sync();  // no rank leaves while another reads its partials
   }
 }
 
+// A programmatic dependent launch (the kernel waits first), in clusters of `splits` CTAs along x.
 template <int N, int S, bool kPipe, Fmt F>
-void launch(const DeviceContext& ctx, const Fp4GroupedDecodeParams& p, int nb) {
+void launch(const DeviceContext& ctx, const Fp4GroupedDecodeParams& p, int nb, int splits) {
   const auto kernel = grouped_decode_kernel<N, S, kPipe, F>;
   allow_max_dynamic_smem(ctx, kernel);
-  const int64_t tiles = fp4_grouped_max_tiles(p.n, p.E, N);
-  const dim3 grid(unsigned(ceil_div(p.out / kFp4DecodeTileOut, nb)), unsigned(tiles));
-  kernel<<<grid, kThreads, size_t(smem_bytes(N, S, p.K, F)), ctx.stream()>>>(p, nb);
-  DSV4_CUDA_CHECK_LAUNCH();
+  const int64_t tiles = p.tiles ? fp4_grouped_max_tiles(p.n, p.E, N) : p.n;
+  const dim3 grid(unsigned(ceil_div(p.out / kFp4DecodeTileOut, nb) * splits), unsigned(tiles));
+  launch_cluster_pdl(ctx, kernel, grid, dim3(kThreads), splits > 1 ? splits : 0,
+                     size_t(smem_bytes(N, S, p.K / splits, F)), p, nb, splits);
 }
 
 // The configurations of one weight format (Nvfp4: no pipelined promotion).
 template <Fmt F>
 void launch_format(const DeviceContext& ctx, const Fp4GroupedDecodeParams& p, const Fp4DecodeConfig& cfg) {
-  const int nb = cfg.blocks_per_cta;
+  const int nb = cfg.blocks_per_cta, s = cfg.splits;
   if (p.tile_rows == 8) {
     if constexpr (F != Fmt::Nvfp4)
       if (cfg.pipelined)
-        return cfg.stages == 8 ? launch<8, 8, true, F>(ctx, p, nb) : launch<8, 4, true, F>(ctx, p, nb);
-    return cfg.stages == 8 ? launch<8, 8, false, F>(ctx, p, nb) : launch<8, 4, false, F>(ctx, p, nb);
+        return cfg.stages == 8 ? launch<8, 8, true, F>(ctx, p, nb, s) : launch<8, 4, true, F>(ctx, p, nb, s);
+    return cfg.stages == 8 ? launch<8, 8, false, F>(ctx, p, nb, s) : launch<8, 4, false, F>(ctx, p, nb, s);
   }
-  return cfg.stages == 8 ? launch<16, 8, false, F>(ctx, p, nb) : launch<16, 4, false, F>(ctx, p, nb);
+  return cfg.stages == 8 ? launch<16, 8, false, F>(ctx, p, nb, s) : launch<16, 4, false, F>(ctx, p, nb, s);
 }
 
 }  // namespace
 
 void fp4_grouped_decode_check(const Fp4GroupedDecodeParams& p) {
   const bool fp8 = p.format == Fmt::Fp8, nv = p.format == Fmt::Nvfp4;
-  if (!p.xq || !p.xs || !p.w || (!fp8 && !p.w_scales) || !p.counts || !p.offsets || !p.tiles || !p.y)
-    fail("fp4_grouped_decode: null pointer");
+  if (!p.xq || !p.xs || !p.w || (!fp8 && !p.w_scales) || !p.y) fail("fp4_grouped_decode: null pointer");
+  if (p.tiles ? !p.counts || !p.offsets : !p.expert_ids)
+    fail("fp4_grouped_decode: needs a plan (counts, offsets, tiles) or, in selection mode, expert_ids");
+  if (!p.tiles && p.tile_rows != 8) fail("fp4_grouped_decode: selection mode takes tile_rows 8");
   if (fp8 && !p.w_tile_scales) fail("fp4_grouped_decode: FP8 weights need w_tile_scales");
   if (nv && (!p.w_global || p.global_rows <= 0 || p.global_rows % kFp4DecodeTileOut || p.out % p.global_rows))
     fail("fp4_grouped_decode: NVFP4 weights need w_global and global_rows (a multiple of 128 dividing out = ",
@@ -362,14 +397,14 @@ void fp4_grouped_decode_check(const Fp4GroupedDecodeParams& p) {
     fail("fp4_grouped_decode: out = ", p.out, ", K = ", p.K, " (multiples of 128, K <= 8192)");
   if (p.E <= 0) fail("fp4_grouped_decode: E = ", p.E);
   if (p.n < 0) fail("fp4_grouped_decode: n = ", p.n);
-  if (p.rows && p.picks <= 0) fail("fp4_grouped_decode: picks = ", p.picks);
+  if ((p.rows || !p.tiles) && p.picks <= 0) fail("fp4_grouped_decode: picks = ", p.picks);
   if ((reinterpret_cast<uintptr_t>(p.xq) & 15u) || (reinterpret_cast<uintptr_t>(p.w) & 15u) ||
       (reinterpret_cast<uintptr_t>(p.w_scales) & (nv ? 7u : 3u)) || (reinterpret_cast<uintptr_t>(p.w_tile_scales) & 3u))
     fail("fp4_grouped_decode: activations and weights must be 16-byte aligned, scales 4-byte (NVFP4: 8-byte) aligned");
   narrow_int(p.n + 16, "fp4_grouped_decode n");
   narrow_int(p.out / kFp4DecodeTileOut, "fp4_grouped_decode out blocks");
-  if (fp4_grouped_max_tiles(p.n, p.E, p.tile_rows) > 65535)
-    fail("fp4_grouped_decode: ", fp4_grouped_max_tiles(p.n, p.E, p.tile_rows), " tiles exceed the grid");
+  const int64_t tiles = p.tiles ? fp4_grouped_max_tiles(p.n, p.E, p.tile_rows) : p.n;
+  if (tiles > 65535) fail("fp4_grouped_decode: ", tiles, " tiles exceed the grid");
 }
 
 void fp4_grouped_decode_config(const DeviceContext& ctx, const Fp4GroupedDecodeParams& p, const Fp4DecodeConfig& cfg) {
@@ -378,9 +413,14 @@ void fp4_grouped_decode_config(const DeviceContext& ctx, const Fp4GroupedDecodeP
   if (cfg.stages != 4 && cfg.stages != 8) fail("fp4_grouped_decode: stages = ", cfg.stages, " (4 or 8)");
   if (cfg.pipelined && p.tile_rows != 8) fail("fp4_grouped_decode: the pipelined kernel takes 8-row tiles");
   if (cfg.pipelined && p.format == Fmt::Nvfp4) fail("fp4_grouped_decode: no pipelined kernel for NVFP4 weights");
-  if (size_t(smem_bytes(p.tile_rows, cfg.stages, p.K, p.format)) > ctx.max_smem_per_block())
-    fail("fp4_grouped_decode: K = ", p.K, " with ", p.tile_rows, "-row tiles and ", cfg.stages,
-         " stages needs more shared memory than a block has");
+  const int64_t nC = p.K / kChunk;
+  if (cfg.splits < 1 || cfg.splits > 16 || (cfg.splits & (cfg.splits - 1)) || nC % cfg.splits)
+    fail("fp4_grouped_decode: splits = ", cfg.splits, " (a power of two <= 16 dividing K / 128 = ", nC, ")");
+  if (cfg.splits > 1 && cfg.blocks_per_cta != 1)
+    fail("fp4_grouped_decode: a K split takes one output block per CTA (blocks_per_cta = ", cfg.blocks_per_cta, ")");
+  if (size_t(smem_bytes(p.tile_rows, cfg.stages, p.K / cfg.splits, p.format)) > ctx.max_smem_per_block())
+    fail("fp4_grouped_decode: K = ", p.K, " over ", cfg.splits, " splits with ", p.tile_rows, "-row tiles and ",
+         cfg.stages, " stages needs more shared memory than a block has");
   if (p.n == 0) return;
   switch (p.format) {
     case Fmt::Mxfp4: return launch_format<Fmt::Mxfp4>(ctx, p, cfg);
@@ -408,6 +448,16 @@ Fp4DecodeConfig fp4_grouped_decode_default(const DeviceContext& ctx, const Fp4Gr
     c.blocks_per_cta = 2;
   }
   if (size_t(smem_bytes(p.tile_rows, c.stages, p.K, p.format)) > ctx.max_smem_per_block()) c.stages = 4;
+  if (!p.tiles) {
+    // Selection mode (1-15 tokens: one row per CTA): K splits until the grid is ~2.5 waves of two CTAs per
+    // SM (a Flash step at 1 token: 6 picks x 32 output blocks = 192 CTAs, which left SMs idle), keeping
+    // at least 2 chunks per warp.
+    const int64_t nC = p.K / kChunk, ctas = p.out / kFp4DecodeTileOut * p.n;
+    while (ctas * c.splits * 2 < int64_t(ctx.sm_count()) * 5 && c.splits < 16 && nC % (2 * c.splits) == 0 &&
+           nC / (2 * c.splits) >= 2)
+      c.splits *= 2;
+    if (c.splits > 1) c.blocks_per_cta = 1;
+  }
   return c;
 }
 

@@ -77,6 +77,10 @@ struct Fp4GroupedDecodeParams {
   const int32_t* counts = nullptr;   // [E] plan rows per expert
   const int32_t* offsets = nullptr;  // [E + 1]
   const int32_t* tiles = nullptr;    // fp4_grouped_schedule's list for these counts with rows_per_tile = tile_rows
+  // Selection mode (tiles null; counts, offsets and rows unused): plan row r = selection r of expert
+  // expert_ids[r], reading source row r / picks (w1|w3: the token rows of xq; w2: picks 1), y in entry
+  // order: one row per CTA, for the 1-15-token steps that need no plan (tile_rows 8).
+  const int32_t* expert_ids = nullptr;
   __nv_bfloat16* y = nullptr;        // [n, out], plan order
   int64_t n = 0;                     // plan rows (sum of counts)
   int64_t out = 0, K = 0;            // out % 128 == 0, K % 128 == 0, K <= 8192
@@ -93,6 +97,10 @@ struct Fp4DecodeConfig {
   int stages = 8;          // 4 or 8 ring slots (1 KiB chunks) per warp
   bool pipelined = false;  // promote chunk c after chunk c + 1's MMAs are issued (8-row tiles, not Nvfp4)
   int blocks_per_cta = 1;  // consecutive 128-feature blocks per CTA, the weight ring running across them
+  // CTAs over K per output block (a thread block cluster; a power of two dividing K / 128, with
+  // blocks_per_cta 1): their partial sums meet in distributed shared memory, added in rank order. The
+  // fp32 sums are grouped by split, so a split count changes the last bits (each is deterministic).
+  int splits = 1;
 };
 Fp4DecodeConfig fp4_grouped_decode_default(const DeviceContext& ctx, const Fp4GroupedDecodeParams& p);
 void fp4_grouped_decode_config(const DeviceContext& ctx, const Fp4GroupedDecodeParams& p, const Fp4DecodeConfig& cfg);

@@ -50,12 +50,16 @@ bool run_shared_input(const DeviceContext& ctx, LinearKernel k, const ExactLinea
 
 RoutedKernel routed_kernel(int64_t tokens, bool grouped_prefill, KernelTier tier, int64_t tiles_from) {
   if (tokens > kExactLinearMaxTokens) return grouped_prefill ? RoutedKernel::Grouped : RoutedKernel::PerSelection;
-  if (tokens < tiles_from) return RoutedKernel::PerSelection;
-  return tier == KernelTier::Fast ? RoutedKernel::DecodeMma : RoutedKernel::Tiles;
+  const bool fast = tier == KernelTier::Fast;
+  if (tokens < tiles_from) return fast ? RoutedKernel::DecodeSelections : RoutedKernel::PerSelection;
+  return fast ? RoutedKernel::DecodeMma : RoutedKernel::Tiles;
 }
 
-RoutedKernel stacked_routed_kernel(KernelTier tier) {
-  return tier == KernelTier::Fast ? RoutedKernel::DecodeMma : RoutedKernel::PerSelection;
+RoutedKernel stacked_routed_kernel(int64_t tokens, KernelTier tier) {
+  if (!stacked_fast_layout(tier)) return RoutedKernel::PerSelection;
+  return tokens < kMoeExpertTileMinTokens ? RoutedKernel::DecodeSelections : RoutedKernel::DecodeMma;
 }
+
+bool stacked_fast_layout(KernelTier tier) { return tier == KernelTier::Fast; }
 
 }  // namespace dsv4::cuda

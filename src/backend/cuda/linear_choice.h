@@ -16,12 +16,13 @@
 // on the H200 (docs/perf-log.md, 2026-12-01): cuBLASLt beats exact_linear 5-30x on FP8 projections from
 // 33 tokens; the head through fast_gemv takes 268-284 us up to 16 rows and 392 at 32, cuBLASLt 271-293.
 //
-// Routed FP4 experts: PerSelection (one fp4_gemv selection per (token, pick)) below 16 tokens, Tiles
-// (one selection per (expert, up to 8 plan rows), the same bits) up to 512, Grouped (fp4_grouped_mma on
-// the tensor cores, bf16-level) above when the options allow it, else PerSelection at any size.
+// Routed FP4 experts: PerSelection (one fp4_gemv selection per (token, pick)) below 16 tokens (the fast
+// tier: DecodeSelections, fp4_grouped_decode's selection mode), Tiles (one selection per (expert, up to
+// 8 plan rows), the same bits) up to 512 (the fast tier: DecodeMma), Grouped (fp4_grouped_mma on the
+// tensor cores, bf16-level) above when the options allow it, else PerSelection at any size.
 // Routed FP8 / NVFP4 experts (moe_expert_stack.h): exact tier exact_linear's expert mode per (token,
 // pick) at every size; fast tier fp4_grouped_decode on the tensor cores at every size (its NVFP4 and
-// FP8 weight formats; 16-row tiles from kDecodeMma16RowsFrom tokens), issue 19.
+// FP8 weight formats; selection mode below 16 tokens, 16-row tiles from kDecodeMma16RowsFrom), issue 19.
 #pragma once
 #include <cstdint>
 
@@ -68,15 +69,20 @@ bool run_shared_input(const DeviceContext& ctx, LinearKernel k, const ExactLinea
 //   DecodeMma: fp4_grouped_decode (fast tier, tiles_from..512 tokens; H200 2026-12-01: 1.08-1.16x of the
 //          experts' byte floor at 32-128 tokens vs 1.77-1.92x for Tiles), 8-row tiles up to
 //          kDecodeMma16RowsFrom tokens, 16-row tiles from there.
+//   DecodeSelections: fp4_grouped_decode in selection mode (fast tier, below tiles_from tokens: no plan,
+//          one row per CTA in entry order, K split over a cluster where the grid would leave SMs idle).
 //   Grouped: fp4_grouped_mma's prefill pass (above 512 tokens, unless grouped_prefill is off).
-enum class RoutedKernel : uint8_t { PerSelection, Tiles, DecodeMma, Grouped };
+enum class RoutedKernel : uint8_t { PerSelection, Tiles, DecodeMma, DecodeSelections, Grouped };
 inline constexpr int64_t kMoeExpertTileMinTokens = 16;
 inline constexpr int kMoeExpertTileRows = 8;
 inline constexpr int64_t kDecodeMma16RowsFrom = 257;
 // `tiles_from`: the Tiles / DecodeMma threshold (kMoeExpertTileMinTokens; tests move it to compare paths).
 RoutedKernel routed_kernel(int64_t tokens, bool grouped_prefill, KernelTier tier,
                            int64_t tiles_from = kMoeExpertTileMinTokens);
-// Routed FP8 / NVFP4 experts: PerSelection (exact tier) or DecodeMma (fast tier), at any token count.
-RoutedKernel stacked_routed_kernel(KernelTier tier);
+// Routed FP8 / NVFP4 experts: PerSelection (exact tier) at any token count; the fast tier DecodeSelections
+// below kMoeExpertTileMinTokens, DecodeMma from there.
+RoutedKernel stacked_routed_kernel(int64_t tokens, KernelTier tier);
+// Whether the tier's stacked experts are uploaded in fp4_grouped_decode's layouts (the fast tier).
+bool stacked_fast_layout(KernelTier tier);
 
 }  // namespace dsv4::cuda

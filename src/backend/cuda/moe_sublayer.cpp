@@ -101,7 +101,7 @@ DevMoeWeights upload_moe_weights(const DeviceContext& ctx, const MoeWeights& w, 
       p13.push_back({&x.w1, &x.w3});
       p2.push_back({&x.w2});
     }
-    const bool fast = stacked_routed_kernel(ctx.kernels()) == RoutedKernel::DecodeMma;  // the tier's layout
+    const bool fast = stacked_fast_layout(ctx.kernels());  // the tier's layout
     d.w13_x = upload_expert_stack(p13, I, D, fast);
     d.w2_x = upload_expert_stack(p2, D, I, fast);
   } else if (d.dense_experts) {
@@ -293,8 +293,9 @@ GroupedRouted routed_experts(const MoeCall& c) {
   const KernelTier tier = ctx.kernels();
   const bool stacked = w.w13_x.present();  // FP8 / NVFP4 routed experts (moe_expert_stack.h)
   const RoutedKernel routed =
-      stacked ? stacked_routed_kernel(tier) : routed_kernel(T, ws.grouped_prefill, tier, ws.expert_tiles_from);
-  if (stacked && (routed == RoutedKernel::DecodeMma) != w.w13_x.fast_layout)
+      stacked ? stacked_routed_kernel(T, tier) : routed_kernel(T, ws.grouped_prefill, tier, ws.expert_tiles_from);
+  const bool decode_kernel = routed == RoutedKernel::DecodeMma || routed == RoutedKernel::DecodeSelections;
+  if (stacked && decode_kernel != w.w13_x.fast_layout)
     fail("moe: routed experts uploaded for the other kernel tier (the layout follows the tier at load)");
 
   // Large FP4 calls: the grouped tensor-core pass (moe_prefill.h) instead of the GEMVs below.
@@ -361,6 +362,30 @@ GroupedRouted routed_experts(const MoeCall& c) {
       exact_linear(ctx, e);
     }
   };
+  // The fast tier's small steps: fp4_grouped_decode's selection mode, in entry order (no plan, no gather).
+  if (!w.dense_experts && routed == RoutedKernel::DecodeSelections) {
+    auto selections = [&](const uint8_t* xq, const float* xs, int64_t xs_row, int64_t xs_blk, int picks,
+                          Fp4GroupedDecodeParams wt, bf16* yout) {
+      wt.xq = xq;
+      wt.xs = xs;
+      wt.xs_row_stride = xs_row;
+      wt.xs_block_stride = xs_blk;
+      wt.picks = picks;
+      wt.expert_ids = ws.ids.get();
+      wt.y = yout;
+      wt.n = Tk;
+      wt.E = int(E);
+      wt.tile_rows = 8;
+      fp4_grouped_decode(ctx, wt);
+    };
+    selections(ws.xq.get(), ws.xs.get(), 1, P, int(k),
+               stacked ? fast_stack_params(w.w13_x) : fp4_weights(w.w13, w.w13_scales, 2 * I, D), ws.y13.get());
+    swiglu_gate_up(ctx, ws.y13.get(), ws.weights.get(), ws.h.get(), Tk, I, w.swiglu_limit);
+    act_quant_rows(ctx, ws.h.get(), Tk, I, ws.hq.get(), ws.hs.get(), I / 128, 1);
+    selections(ws.hq.get(), ws.hs.get(), I / 128, 1, 1,
+               stacked ? fast_stack_params(w.w2_x) : fp4_weights(w.w2, w.w2_scales, D, I), ws.y2.get());
+    return {.y2 = ws.y2.get(), .entry_row = nullptr};
+  }
   if (!w.dense_experts && (routed == RoutedKernel::DecodeMma || routed == RoutedKernel::Tiles)) {
     const bool mma = routed == RoutedKernel::DecodeMma;
     const int tile_rows = !mma ? kMoeExpertTileRows : T >= kDecodeMma16RowsFrom ? 16 : 8;

@@ -1,7 +1,9 @@
 // The decode-batch grouped FP4 x FP8 expert GEMM (backend/cuda/fp4_grouped_decode.h) against its CPU twin:
 // the checkpoint formats dequantized (core/dtype.h) and multiplied with double sums -- the twin of
 // fp4_grouped_mma. Uneven experts (0, 1 rows, more rows than a tile), both row modes (w1|w3 through the
-// plan's entries, w2 in plan order), 8- and 16-row tiles, small and Flash shapes.
+// plan's entries, w2 in plan order), 8- and 16-row tiles, small and Flash shapes; the selection mode (no
+// plan: one row per CTA, experts in any order, source row = selection / picks) with its K splits over a
+// thread block cluster.
 //
 // Tolerances (fast tier: products exact, summation order free):
 // * exact cases -- small-integer activations, e2m1 magnitudes <= 1.5, power-of-two scales in 2^-1..2^1:
@@ -56,6 +58,7 @@ struct Case {
   int tile_rows = 8;
   uint64_t seed = 1;
   GroupedWeightFormat fmt = GroupedWeightFormat::Mxfp4;
+  bool selection = false;  // selection mode: counts[e] selections of expert e, shuffled; tile_rows 8
 };
 using Fmt = GroupedWeightFormat;
 
@@ -93,9 +96,13 @@ void run_case(const Case& cs) {
   for (int64_t s = 0; s < T; ++s)
     for (int64_t b = 0; b < KB; ++b)
       xs[size_t(cs.indirect ? b * T + s : s * KB + b)] = xrow_scale[size_t(s * KB + b)];
-  std::vector<int32_t> rows;
-  if (cs.indirect)
+  std::vector<int32_t> rows, ids;  // plan entries; selection mode: the expert of each selection
+  if (cs.selection) {
+    for (int e = 0; e < E; ++e) ids.insert(ids.end(), size_t(cs.counts[size_t(e)]), e);
+    for (size_t i = ids.size(); i > 1; --i) std::swap(ids[i - 1], ids[size_t(rng.uniform_int(0, int(i) - 1))]);
+  } else if (cs.indirect) {
     for (int64_t r = 0; r < n; ++r) rows.push_back(int32_t(rng.uniform_int(0, int(T * cs.picks) - 1)));
+  }
 
   // Weights per expert, checkpoint layout, then tiled; scales per format (the header's comment).
   const bool fp8 = cs.fmt == Fmt::Fp8, nv = cs.fmt == Fmt::Nvfp4;
@@ -148,8 +155,10 @@ void run_case(const Case& cs) {
   for (int e = 0; e < E; ++e)
     for (int64_t o = 0; o < out; ++o) {
       for (int64_t k = 0; k < K; ++k) wd[size_t(k)] = w_value(e, o, k);
-      for (int64_t r = offsets[size_t(e)]; r < offsets[size_t(e) + 1]; ++r) {
-        const int64_t s = cs.indirect ? rows[size_t(r)] / cs.picks : r;
+      for (int64_t r = 0; r < n; ++r) {
+        // Plan row r of expert e (plan order), or selection r of expert ids[r].
+        if (cs.selection ? ids[size_t(r)] != e : r < offsets[size_t(e)] || r >= offsets[size_t(e) + 1]) continue;
+        const int64_t s = cs.selection ? r / cs.picks : cs.indirect ? rows[size_t(r)] / cs.picks : r;
         double acc = 0, mag = 0;
         for (int64_t k = 0; k < K; ++k) {
           const double pk = wd[size_t(k)] * xd[size_t(s * K + k)];
@@ -165,6 +174,7 @@ void run_case(const Case& cs) {
   DeviceBuffer<float> dxs(xs), dglobal(globals), dtile(tile_scales);
   DeviceBuffer<int32_t> dcounts(cs.counts), doffsets(offsets);
   DeviceBuffer<int32_t> drows(rows.empty() ? std::vector<int32_t>{0} : rows);
+  DeviceBuffer<int32_t> dids(ids.empty() ? std::vector<int32_t>{0} : ids);
   DeviceBuffer<int32_t> dtiles(size_t(fp4_grouped_tile_ints(n, E, cs.tile_rows)));
   Guarded<uint16_t> y(size_t(std::max<int64_t>(n * out, 1)));
 
@@ -190,9 +200,14 @@ void run_case(const Case& cs) {
     p.global_rows = global_rows;
   }
   if (fp8) p.w_tile_scales = dtile.get();
-  p.counts = dcounts.get();
-  p.offsets = doffsets.get();
-  p.tiles = dtiles.get();
+  if (cs.selection) {
+    p.rows = nullptr;
+    p.expert_ids = dids.get();
+  } else {
+    p.counts = dcounts.get();
+    p.offsets = doffsets.get();
+    p.tiles = dtiles.get();
+  }
   p.y = reinterpret_cast<__nv_bfloat16*>(y.get());
   p.n = n;
   p.out = out;
@@ -202,11 +217,70 @@ void run_case(const Case& cs) {
   fp4_grouped_decode(ctx, p);
   ctx.synchronize();
   char what[200];
-  std::snprintf(what, sizeof what, "fp4_grouped_decode %s %s n=%lld out=%lld K=%lld E=%d tile=%d%s",
-                fp8 ? "fp8" : nv ? "nvfp4" : "mxfp4", cs.indirect ? "indirect" : "plain", (long long)n,
-                (long long)out, (long long)K, E, cs.tile_rows, cs.exact ? " exact" : "");
+  std::snprintf(what, sizeof what, "fp4_grouped_decode %s %s%s n=%lld out=%lld K=%lld E=%d tile=%d%s",
+                fp8 ? "fp8" : nv ? "nvfp4" : "mxfp4", cs.selection ? "selections " : "",
+                cs.indirect ? "indirect" : "plain", (long long)n, (long long)out, (long long)K, E, cs.tile_rows,
+                cs.exact ? " exact" : "");
   const std::vector<uint16_t> bits = y.download(what);
   const std::vector<float> got = from_bf16(bits);
+  // Against the twin: exact cases bit for bit, random cases within the per-element bound.
+  auto check = [&](const std::vector<float>& out_got, const std::string& name) {
+    if (cs.exact) {
+      EXPECT_TRUE(compare(name, out_got, round_bf16(ref), Tol::Exact).ok);
+      return;
+    }
+    size_t outside = 0, worst = 0;
+    double worst_ratio = 0, d2 = 0, r2 = 0, g2 = 0, gr = 0;
+    for (size_t i = 0; i < out_got.size(); ++i) {
+      const double d = double(out_got[i]) - double(ref[i]);
+      const double bound = std::ldexp(std::fabs(double(ref[i])), -8) + 1.01 * std::ldexp(double(abs_sum[i]), -8);
+      const double ratio = std::isfinite(out_got[i]) ? std::fabs(d) / bound : INFINITY;
+      if (!(ratio <= 1.0)) ++outside;
+      if (!(ratio <= worst_ratio)) {
+        worst_ratio = ratio;
+        worst = i;
+      }
+      d2 += d * d;
+      r2 += double(ref[i]) * ref[i];
+      g2 += double(out_got[i]) * out_got[i];
+      gr += double(out_got[i]) * ref[i];
+    }
+    const double rel_l2 = std::sqrt(d2 / std::max(r2, 1e-300)),
+                 cos_dist = 1.0 - gr / std::sqrt(std::max(g2 * r2, 1e-300));
+    std::printf("[%s] rel_l2=%.3g cos_dist=%.3g worst |d|/bound=%.3g at %zu (got %.6g ref %.6g A %.4g), %zu outside\n",
+                name.c_str(), rel_l2, cos_dist, worst_ratio, worst, out_got[worst], ref[worst], abs_sum[worst], outside);
+    // The harness's FP4 GEMV tolerance (fp32-accumulating kernels), for information only: the FP8
+    // accumulation inside the MMA is allowed the wider per-element bound above.
+    compare(name + " (Tol::GemvFp4, informative)", out_got, ref, Tol::GemvFp4);
+    EXPECT_EQ(outside, 0u) << name;
+    EXPECT_LT(rel_l2, 4e-3) << name;
+    EXPECT_LT(cos_dist, 1e-5) << name;
+  };
+
+  if (cs.selection) {
+    // Every K split (the cluster's partials in rank order) and ring configuration: within the bound
+    // (exact cases: the same bits), each deterministic.
+    const int64_t nC = K / 128;
+    for (int splits = 1; splits <= 16 && nC % splits == 0; splits *= 2)
+      for (Fp4DecodeConfig c : {Fp4DecodeConfig{4, !nv, 1, splits}, Fp4DecodeConfig{8, false, 1, splits}}) {
+        const std::string name = std::string(what) + " splits " + std::to_string(splits) + " stages " +
+                                 std::to_string(c.stages) + (c.pipelined ? " pipelined" : "");
+        DSV4_CUDA_CHECK(cudaMemsetAsync(y.get(), 0xff, size_t(n * out) * 2, ctx.stream()));
+        fp4_grouped_decode_config(ctx, p, c);
+        ctx.synchronize();
+        const std::vector<uint16_t> b = y.download(name);
+        check(from_bf16(b), name);
+        if (cs.exact) {
+          EXPECT_EQ(b, bits) << name;
+        }
+        DSV4_CUDA_CHECK(cudaMemsetAsync(y.get(), 0xff, size_t(n * out) * 2, ctx.stream()));
+        fp4_grouped_decode_config(ctx, p, c);
+        ctx.synchronize();
+        EXPECT_EQ(y.download(name), b) << name << ": a second run differs";
+      }
+    check(got, std::string(what) + " default");
+    return;
+  }
 
   // Deterministic, and every kernel configuration (ring depth, pipelined promotion, several output
   // blocks per CTA, a partial last group of blocks) writes the same bits as the default.
@@ -225,35 +299,7 @@ void run_case(const Case& cs) {
                                       << " blocks " << c.blocks_per_cta << " differ from the default";
   }
 
-  if (cs.exact) {
-    EXPECT_TRUE(compare(what, got, round_bf16(ref), Tol::Exact).ok);
-    return;
-  }
-  size_t outside = 0, worst = 0;
-  double worst_ratio = 0, d2 = 0, r2 = 0, g2 = 0, gr = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double d = double(got[i]) - double(ref[i]);
-    const double bound = std::ldexp(std::fabs(double(ref[i])), -8) + 1.01 * std::ldexp(double(abs_sum[i]), -8);
-    const double ratio = std::isfinite(got[i]) ? std::fabs(d) / bound : INFINITY;
-    if (!(ratio <= 1.0)) ++outside;
-    if (!(ratio <= worst_ratio)) {
-      worst_ratio = ratio;
-      worst = i;
-    }
-    d2 += d * d;
-    r2 += double(ref[i]) * ref[i];
-    g2 += double(got[i]) * got[i];
-    gr += double(got[i]) * ref[i];
-  }
-  const double rel_l2 = std::sqrt(d2 / std::max(r2, 1e-300)), cos_dist = 1.0 - gr / std::sqrt(std::max(g2 * r2, 1e-300));
-  std::printf("[%s] rel_l2=%.3g cos_dist=%.3g worst |d|/bound=%.3g at %zu (got %.6g ref %.6g A %.4g), %zu outside\n",
-              what, rel_l2, cos_dist, worst_ratio, worst, got[worst], ref[worst], abs_sum[worst], outside);
-  // The harness's FP4 GEMV tolerance (fp32-accumulating kernels), for information only: the FP8
-  // accumulation inside the MMA is allowed the wider per-element bound above.
-  compare(std::string(what) + " (Tol::GemvFp4, informative)", got, ref, Tol::GemvFp4);
-  EXPECT_EQ(outside, 0u) << what;
-  EXPECT_LT(rel_l2, 4e-3) << what;
-  EXPECT_LT(cos_dist, 1e-5) << what;
+  check(got, what);
 }
 
 TEST(CudaFp4GroupedDecode, ExactIndirect8) { run_case({{3, 0, 9, 1, 8, 17}, 256, 512, true, 2, true, 8, 21}); }
@@ -279,6 +325,23 @@ TEST(CudaFp4GroupedDecode, Fp8FlashW2Plain16) { run_case({{2, 11, 0, 16, 7}, 409
 
 // The FP8 tiled layout (fp4_tiled.h): a bijection onto [0, rows * K), the round trip restores the
 // input, and lane L of quarter q holds k 8t..8t+7 of its row's blocks as the header's formula says.
+// Selection mode (1-15-token steps): experts in shuffled selection order, repeated experts, every K split.
+TEST(CudaFp4GroupedDecode, SelectionsExactIndirect) {
+  run_case({{2, 0, 3, 1}, 256, 512, true, 2, true, 8, 51, Fmt::Mxfp4, true});
+}
+TEST(CudaFp4GroupedDecode, SelectionsFlashW13) {
+  run_case({{1, 0, 2, 0, 1, 1, 1}, 4096, 4096, true, 6, false, 8, 52, Fmt::Mxfp4, true});
+}
+TEST(CudaFp4GroupedDecode, SelectionsFlashW2) {
+  run_case({{1, 2, 0, 1, 2}, 4096, 2048, false, 1, false, 8, 53, Fmt::Mxfp4, true});
+}
+TEST(CudaFp4GroupedDecode, SelectionsNvfp4AndFp8) {
+  run_case({{2, 0, 3, 1}, 256, 1024, true, 3, true, 8, 54, Fmt::Nvfp4, true});
+  run_case({{1, 2, 1}, 384, 2048, false, 1, false, 8, 55, Fmt::Nvfp4, true});
+  run_case({{2, 0, 3, 1}, 256, 1024, true, 3, true, 8, 56, Fmt::Fp8, true});
+  run_case({{1, 2, 1}, 384, 2048, true, 2, false, 8, 57, Fmt::Fp8, true});
+}
+
 TEST(CudaFp8Tiled, RoundTripAndOffsets) {
   const int64_t rows = 32, K = 256;
   std::vector<int> seen(size_t(rows * K), 0);
@@ -321,6 +384,12 @@ TEST(CudaFp4GroupedDecode, RejectsBadShapes) {
   p.tile_rows = 8;
   EXPECT_THROW(fp4_grouped_decode_config(ctx, p, {6, false, 1}), Error);
   EXPECT_THROW(fp4_grouped_decode_config(ctx, p, {8, false, 0}), Error);
+  EXPECT_THROW(fp4_grouped_decode_config(ctx, p, {8, false, 1, 3}), Error);   // splits: a power of two
+  EXPECT_THROW(fp4_grouped_decode_config(ctx, p, {8, false, 2, 2}), Error);   // a K split: one block per CTA
+  EXPECT_THROW(fp4_grouped_decode_config(ctx, p, {8, false, 1, 4}), Error);   // 2 chunks cannot split 4 ways
+  p.tiles = nullptr;  // selection mode needs expert_ids
+  EXPECT_THROW(fp4_grouped_decode(ctx, p), Error);
+  p.tiles = i.get();
   p.tile_rows = 8;
   p.out = 100;
   EXPECT_THROW(fp4_grouped_decode(ctx, p), Error);
