@@ -4,6 +4,8 @@
 //   * the path moe_forward takes today from 16 to 512 tokens: fp4_gemv expert tiles of 8 rows (after a
 //     moe_gather of the token rows into plan order, timed apart);
 //   * fp4_grouped_mma (the prefill kernel, 64-row tiles), for reference.
+// Below 16 tokens (1, 2, 4, 8, 15): fp4_grouped_decode's selection mode (fast tier) in its K-split
+// configurations beside fp4_gemv per selection (the exact tier's path, after a moe_gather).
 // w1|w3 ([2I, D], indirect rows) and w2 ([D, I], plan rows) are timed as separate graphs (median of
 // replays); the floor is the active experts' weight + scale bytes at 4.26 TB/s (the activations and
 // outputs are < 1% of it). The expert pool (3.3 GB) is ~55x the L2.
@@ -96,6 +98,76 @@ void bench_moe_decode(const DeviceContext& ctx, int trials, FILE* json, int only
   std::mt19937 rng(11);
   std::printf("routed FP4 experts, Flash decode (E %d, D %lld, I %lld, k %d); floor = active experts' bytes at %.2f TB/s\n",
               E, (long long)D, (long long)I, k, kHbmTBs);
+  auto time = [&](const std::function<void()>& f) { return graph_time_us(ctx, 2, [&](int) { f(); }, 2, trials); };
+  for (int64_t T : {1, 2, 4, 8, 15}) {
+    if (only_tokens > 0 && T != only_tokens) continue;
+    const int64_t n = T * k;
+    const BenchRouting route = bench_routing(ctx, T, k, E, rng, plan.get(), scratch.get(), {{tiles8.get(), 8}});
+    const double floor13 = double(route.active) * double(b13) / (kHbmTBs * 1e6);
+    const double floor2 = double(route.active) * double(b2) / (kHbmTBs * 1e6);
+    std::printf("T=%lld: %d active experts; floor w1|w3 %.1f us, w2 %.1f us, both %.1f us\n", (long long)T, route.active,
+                floor13, floor2, floor13 + floor2);
+    auto selections = [&](bool up, const Fp4DecodeConfig* cfg) {
+      Fp4GroupedDecodeParams d;
+      d.xq = up ? xq.get() : hq.get();
+      d.xs = up ? xs.get() : hs.get();
+      d.xs_row_stride = up ? 1 : I / 128;
+      d.xs_block_stride = up ? T : 1;
+      d.picks = up ? k : 1;
+      d.expert_ids = route.ids.get();
+      d.w = up ? w13.get() : w2.get();
+      d.w_scales = up ? w13s.get() : w2s.get();
+      d.y = up ? y13.get() : y2.get();
+      d.n = n;
+      d.out = up ? 2 * I : D;
+      d.K = up ? D : I;
+      d.E = E;
+      d.tile_rows = 8;
+      if (cfg) fp4_grouped_decode_config(ctx, d, *cfg);
+      else fp4_grouped_decode(ctx, d);
+    };
+    auto per_selection = [&](bool up) {
+      Fp4GemvParams f;
+      f.w_packed = up ? w13.get() : w2.get();
+      f.tiled = true;
+      f.w_scales = up ? w13s.get() : w2s.get();
+      f.expert_ids = route.ids.get();
+      f.x_codes = up ? sel_xq.get() : hq.get();
+      f.x_scales = up ? sel_xs.get() : hs.get();
+      f.y = up ? y13.get() : y2.get();
+      f.selections = int(n);
+      f.tokens = 1;
+      f.rows = up ? 2 * I : D;
+      f.K = up ? D : I;
+      f.x_sel_stride = f.K;
+      f.xs_sel_stride = f.K / 128;
+      f.xs_blk_stride = 1;
+      f.y_sel_stride = f.rows;
+      fp4_gemv(ctx, f);
+    };
+    auto line = [&](const std::string& name, double us13, double us2) {
+      std::printf("  %-30s w1|w3 %8.1f us (%.2fx)  w2 %8.1f us (%.2fx)  both %8.1f us = %.2fx floor\n", name.c_str(), us13,
+                  us13 / floor13, us2, us2 / floor2, us13 + us2, (us13 + us2) / (floor13 + floor2));
+      if (json)
+        std::fprintf(json,
+                     "{\"op\": \"moe decode\", \"path\": \"%s\", \"T\": %lld, \"active\": %d, \"us_w13\": %.2f, "
+                     "\"us_w2\": %.2f, \"floor_w13\": %.2f, \"floor_w2\": %.2f, \"ratio\": %.4f}\n",
+                     name.c_str(), (long long)T, route.active, us13, us2, floor13, floor2, (us13 + us2) / (floor13 + floor2));
+    };
+    line("selections (default)", time([&] { selections(true, nullptr); }), time([&] { selections(false, nullptr); }));
+    for (int splits : {1, 2, 4, 8})
+      for (Fp4DecodeConfig c : {Fp4DecodeConfig{4, true, 1, splits}, Fp4DecodeConfig{8, true, 1, splits},
+                                Fp4DecodeConfig{4, false, 1, splits}}) {
+        char name[64];
+        std::snprintf(name, sizeof name, "  split %d s%d%s", splits, c.stages, c.pipelined ? " pipe" : "");
+        line(name, time([&] { selections(true, &c); }), time([&] { selections(false, &c); }));
+      }
+    if (T >= 4) {
+      const Fp4DecodeConfig b2cfg{4, true, 2, 1};
+      line("  split 1 s4 pipe b2", time([&] { selections(true, &b2cfg); }), time([&] { selections(false, &b2cfg); }));
+    }
+    line("fp4_gemv per selection (exact)", time([&] { per_selection(true); }), time([&] { per_selection(false); }));
+  }
   for (int64_t T : {16, 32, 64, 128, 256, 512}) {
     if (only_tokens > 0 && T != only_tokens) continue;
     const int64_t n = T * k;
@@ -183,7 +255,6 @@ void bench_moe_decode(const DeviceContext& ctx, int trials, FILE* json, int only
       m.E = E;
       fp4_grouped_mma(ctx, m);
     };
-    auto time = [&](const std::function<void()>& f) { return graph_time_us(ctx, 2, [&](int) { f(); }, 2, trials); };
     const double floor13 = double(active) * double(b13) / (kHbmTBs * 1e6), floor2 = double(active) * double(b2) / (kHbmTBs * 1e6);
     std::printf("T=%lld: %d active experts, at most %d rows per expert; floor w1|w3 %.1f us, w2 %.1f us, both %.1f us\n",
                 (long long)T, active, max_rows, floor13, floor2, floor13 + floor2);

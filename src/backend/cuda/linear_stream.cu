@@ -1,21 +1,24 @@
 // stream_gemv (contract and design in linear_stream.h).
 //
 // Per CTA (256 threads = 2 warpgroups; 128 rows of one projection, chunks c0 .. c0 + nCu - 1 of its K):
-//   shared memory = [ B: N x nCu * 128 e4m3 activation bytes | their scales: N x nCu fp32 | 8 warp rings ]
-//   B layout per 32-k block kb (kb = 4 i + kk of local chunk i): (N / 8) row groups x 2 core matrices
-//   (8 rows x 16 bytes) at (kb * N / 8 + n / 8) * 256 + half * 128 + (n % 8) * 16: the wgmma K-major
+//   shared memory = [ B: N x nCu * 128 f16 activations | their scales: N x nCu fp32 | 8 warp rings ]
+//   B layout per 16-k step kb (kb = 8 i + s of local chunk i): (N / 8) row groups x 2 core matrices
+//   (8 rows x 8 halves) at (kb * N / 8 + n / 8) * 256 + half * 128 + (n % 8) * 16: the wgmma K-major
 //   no-swizzle operand with LBO = 128, SBO = 256.
 //   A warp's ring slot (one chunk): 4 quarters of 512 bytes (row g bytes 0-63, row g bytes 64-127, row
 //   g + 8 bytes 0-63, row g + 8 bytes 64-127 of the chunk; lane (g, t) holds bytes 16t .. 16t + 15 of its
 //   row in each), then the chunk's fp32 weight scale; lane L copies and reads its own 16-byte pieces.
-// The k permutation: in a chunk, 32-k block kk takes from lane t the 8 row bytes P(kk, t) .. + 7 with
-// P(kk, t) = 64 (kk / 2) + 16 t + 8 (kk % 2); their even bytes are the A register of logical k 4t .. 4t+3,
-// the odd bytes of k 16 + 4t .. (the e4m3 A fragment of wgmma m64nNk32), and B is stored with the same
-// map (a dot product is invariant under a common permutation of k inside a scale block).
+// The k permutation: in a chunk, 16-k step s takes from lane t the 4 row bytes P(s, t) .. + 3 with
+// P(s, t) = 64 (s / 4) + 16 t + 4 (s % 4) (word s % 4 of the lane's quarter s / 4); bytes 0-1 become the f16
+// A register of logical k 2t, 2t + 1, bytes 2-3 of k 8 + 2t, 9 + 2t (the f16 A fragment of wgmma
+// m64nNk16), and B is stored with the same map (a dot product is invariant under a common permutation of
+// k inside a scale block). e4m3 -> f16 is exact.
 #include "backend/cuda/linear_stream.h"
 
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <cstdint>
 #include <string>
@@ -46,15 +49,23 @@ struct Args {
 __host__ __device__ constexpr int64_t align16(int64_t v) { return (v + 15) / 16 * 16; }
 // Dynamic shared memory of a CTA with nCu chunks of N token columns and S ring slots per warp.
 __host__ __device__ constexpr int64_t smem_bytes(int N, int64_t nCu, int S) {
-  return align16(int64_t(N) * nCu * 128 + int64_t(N) * nCu * 4) + int64_t(kWarps) * S * kSlot;
+  return align16(int64_t(N) * nCu * 256 + int64_t(N) * nCu * 4) + int64_t(kWarps) * S * kSlot;
 }
 
-template <int N, int S>
+// Two e4m3 codes (low byte first) as f16x2, low half first: exact.
+__device__ __forceinline__ uint32_t e4m3x2_f16x2(uint32_t two) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(two & 0xffffu), __NV_E4M3);
+  return uint32_t(h.x) | (uint32_t(h.y) << 16);
+}
+
+// kPipe: the MMAs of chunk i are promoted after chunk i + 1's are issued (two A buffers: N <= 16).
+template <int N, int S, bool kPipe>
 __global__ void __launch_bounds__(kThreads, 2) stream_gemv_kernel(const __grid_constant__ Args a) {
   static_assert(N == 8 || N == 16 || N == 32, "token columns: the wgmma N");
   static_assert(S >= 2, "ring depth");
   static_assert(kRows * N * 4 <= kWarps * S * kSlot, "the partial sums reuse the rings");
   constexpr int kAcc = N / 2;
+  constexpr int kBufs = kPipe ? 2 : 1;
   const FastGemvParams& p = a.p;
   const int splits = a.splits;
   const int rbg = int(blockIdx.x) / splits, split = int(blockIdx.x) % splits;
@@ -67,8 +78,8 @@ __global__ void __launch_bounds__(kThreads, 2) stream_gemv_kernel(const __grid_c
 
   extern __shared__ __align__(128) uint8_t smem[];
   uint8_t* sB = smem;
-  float* sS = reinterpret_cast<float*>(smem + N * nCu * 128);  // [N][nCu]
-  uint8_t* rings = smem + align16(int64_t(N) * nCu * 128 + int64_t(N) * nCu * 4);
+  float* sS = reinterpret_cast<float*>(smem + N * nCu * 256);  // [N][nCu]
+  uint8_t* rings = smem + align16(int64_t(N) * nCu * 256 + int64_t(N) * nCu * 4);
   uint8_t* ring = rings + warp * S * kSlot;
   const uint32_t ring_s = smem_u32(ring);
 
@@ -81,13 +92,13 @@ __global__ void __launch_bounds__(kThreads, 2) stream_gemv_kernel(const __grid_c
   int issued = 0;
   auto issue = [&]() {
     if (issued < nCu) {
-      const uint32_t slot = ring_s + uint32_t((issued % S) * kSlot) + lane * 16;
+      const uint32_t slot = ring_s + uint32_t((issued % S) * kSlot);
       const int64_t k = int64_t(issued) * 128;
-      cp_async16(slot, wa + k);
-      cp_async16(slot + 512, wa + k + 64);
-      cp_async16(slot + 1024, wb + k);
-      cp_async16(slot + 1536, wb + k + 64);
-      if (lane == 0) cp_async4(ring_s + uint32_t((issued % S) * kSlot) + 2048, wsc + issued);
+      cp_async16(slot + lane * 16, wa + k);
+      cp_async16(slot + 512 + lane * 16, wa + k + 64);
+      cp_async16(slot + 1024 + lane * 16, wb + k);
+      cp_async16(slot + 1536 + lane * 16, wb + k + 64);
+      if (lane == 0) cp_async4(slot + 2048, wsc + issued);
       ++issued;
     }
     cp_async_commit();  // an empty group past the end keeps the wait counts uniform
@@ -99,21 +110,23 @@ __global__ void __launch_bounds__(kThreads, 2) stream_gemv_kernel(const __grid_c
   for (int c = 0; c < S - 1; ++c) issue();
   grid_dependency_wait();
 
-  // B: 16-byte pieces u of each chunk row hold blocks kk = 2 (u / 4) (bytes 0-7) and kk + 1 (bytes 8-15)
-  // of lane t = u % 4; even bytes to core matrix 0 at 4t, odd bytes to core matrix 1.
+  // B: word w of 16-byte piece u of a chunk row is group (s = 4 (u / 4) + w, t = u % 4): its bytes 0-1 as
+  // f16 to core matrix 0 at 4t, bytes 2-3 to core matrix 1.
   const int pieces = nCu * 8;
   const uint8_t* xrow = p.x_codes + pr.x_offset + int64_t(c0) * 128;
   for (int idx = tid; idx < N * pieces; idx += kThreads) {
     const int n = idx / pieces, pc = idx % pieces;
     uint4 v = make_uint4(0u, 0u, 0u, 0u);
     if (n < p.tokens) v = __ldg(reinterpret_cast<const uint4*>(xrow + int64_t(n) * p.x_stride + pc * 16));
-    const int i = pc >> 3, u = pc & 7, kk = 2 * (u >> 2), tt = u & 3;
-    uint8_t* b0 = sB + ((i * 4 + kk) * (N / 8) + n / 8) * 256 + (n % 8) * 16 + 4 * tt;
-    uint8_t* b1 = b0 + (N / 8) * 256;
-    *reinterpret_cast<uint32_t*>(b0) = __byte_perm(v.x, v.y, 0x6420);
-    *reinterpret_cast<uint32_t*>(b0 + 128) = __byte_perm(v.x, v.y, 0x7531);
-    *reinterpret_cast<uint32_t*>(b1) = __byte_perm(v.z, v.w, 0x6420);
-    *reinterpret_cast<uint32_t*>(b1 + 128) = __byte_perm(v.z, v.w, 0x7531);
+    const int i = pc >> 3, u = pc & 7, tt = u & 3;
+    uint8_t* base = sB + ((i * 8 + 4 * (u >> 2)) * (N / 8) + n / 8) * 256 + (n % 8) * 16 + 4 * tt;
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      const uint32_t word = word_of(v, w);
+      uint8_t* at = base + w * (N / 8) * 256;  // step 4 (u / 4) + w
+      *reinterpret_cast<uint32_t*>(at) = e4m3x2_f16x2(word);
+      *reinterpret_cast<uint32_t*>(at + 128) = e4m3x2_f16x2(word >> 16);
+    }
   }
   for (int idx = tid; idx < N * nCu; idx += kThreads) {
     const int n = idx / nCu, i = idx % nCu;
@@ -123,13 +136,17 @@ __global__ void __launch_bounds__(kThreads, 2) stream_gemv_kernel(const __grid_c
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // B is read by the tensor cores
   __syncthreads();
 
-  float acc[kAcc], tmp[2][kAcc], sw[2];
-  uint32_t am[2][4][4];
+  float acc[kAcc], tmp[kBufs][kAcc], sw[kBufs];
+  uint32_t am[kBufs][8][4];
 #pragma unroll
-  for (int j = 0; j < kAcc; ++j) acc[j] = tmp[0][j] = tmp[1][j] = 0.0f;
+  for (int j = 0; j < kAcc; ++j) {
+    acc[j] = 0.0f;
+#pragma unroll
+    for (int h = 0; h < kBufs; ++h) tmp[h][j] = 0.0f;
+  }
   int consumed = 0;
-  // Chunk i: its slot's bytes as the A fragments of its 4 blocks (refilling the slot read one chunk
-  // earlier), its 4 MMAs accumulated in tmp[h] in the tensor core.
+  // Chunk i: its slot's bytes as the f16 A fragments of its 8 steps (refilling the slot read one chunk
+  // earlier), its 8 MMAs accumulated in tmp[h] (fp32, in the tensor core).
   auto start_chunk = [&](int i, auto hc) {
     constexpr int h = decltype(hc)::value;
     cp_async_wait<S - 2>();  // the chunk's group is complete for this thread
@@ -142,24 +159,21 @@ __global__ void __launch_bounds__(kThreads, 2) stream_gemv_kernel(const __grid_c
     sw[h] = *reinterpret_cast<const float*>(slot + 2048);
     issue();
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      const uint4& x = q[kk >> 1];      // row g
-      const uint4& y = q[2 + (kk >> 1)];  // row g + 8
-      const uint32_t x0 = (kk & 1) ? x.z : x.x, x1 = (kk & 1) ? x.w : x.y;
-      const uint32_t y0 = (kk & 1) ? y.z : y.x, y1 = (kk & 1) ? y.w : y.y;
-      am[h][kk][0] = __byte_perm(x0, x1, 0x6420);
-      am[h][kk][2] = __byte_perm(x0, x1, 0x7531);
-      am[h][kk][1] = __byte_perm(y0, y1, 0x6420);
-      am[h][kk][3] = __byte_perm(y0, y1, 0x7531);
+    for (int st = 0; st < 8; ++st) {
+      const uint32_t x = word_of(q[st >> 2], st & 3), y = word_of(q[2 + (st >> 2)], st & 3);  // rows g, g + 8
+      am[h][st][0] = e4m3x2_f16x2(x);
+      am[h][st][2] = e4m3x2_f16x2(x >> 16);
+      am[h][st][1] = e4m3x2_f16x2(y);
+      am[h][st][3] = e4m3x2_f16x2(y >> 16);
     }
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk)
+    for (int st = 0; st < 8; ++st)
 #pragma unroll
-      for (int r = 0; r < 4; ++r) fence_u32(am[h][kk][r]);
+      for (int r = 0; r < 4; ++r) fence_u32(am[h][st][r]);
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk)
-      wgmma_rs<N>(tmp[h], am[h][kk], smem_desc(sB + (i * 4 + kk) * (N / 8) * 256, 128, 256), kk > 0);
+    for (int st = 0; st < 8; ++st)
+      wgmma_rs_f16<N>(tmp[h], am[h][st], smem_desc(sB + (i * 8 + st) * (N / 8) * 256, 128, 256), st > 0);
     wgmma_commit();
   };
   // After the wait for chunk i's MMAs: the block sum x weight scale x token scale, into acc.
@@ -168,9 +182,9 @@ __global__ void __launch_bounds__(kThreads, 2) stream_gemv_kernel(const __grid_c
 #pragma unroll
     for (int j = 0; j < kAcc; ++j) fence_f32(tmp[h][j]);
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk)
+    for (int st = 0; st < 8; ++st)
 #pragma unroll
-      for (int r = 0; r < 4; ++r) fence_u32(am[h][kk][r]);  // the A registers live until the MMAs are done
+      for (int r = 0; r < 4; ++r) fence_u32(am[h][st][r]);  // the A registers live until the MMAs are done
 #pragma unroll
     for (int j = 0; j < kAcc; ++j) {
       const int col = 8 * (j >> 2) + 2 * t + (j & 1);
@@ -178,26 +192,34 @@ __global__ void __launch_bounds__(kThreads, 2) stream_gemv_kernel(const __grid_c
     }
   };
   using H0 = std::integral_constant<int, 0>;
-  using H1 = std::integral_constant<int, 1>;
-  // Chunks in pairs (buffers 0, 1): the MMAs of one chunk are promoted after the next chunk's are issued.
-  int i = 0;
-  for (; i + 1 < nCu; i += 2) {
-    start_chunk(i, H0{});
-    wgmma_wait<1>();
-    if (i > 0) finish_chunk(i - 1, H1{});
-    start_chunk(i + 1, H1{});
-    wgmma_wait<1>();
-    finish_chunk(i, H0{});
-  }
-  if (i < nCu) {  // an odd count: the last chunk in buffer 0
-    start_chunk(i, H0{});
-    wgmma_wait<1>();
-    if (i > 0) finish_chunk(i - 1, H1{});
-    wgmma_wait<0>();
-    finish_chunk(i, H0{});
+  using H1 = std::integral_constant<int, kBufs - 1>;
+  if constexpr (kPipe) {
+    // Chunks in pairs (buffers 0, 1): the MMAs of one chunk are promoted after the next chunk's are issued.
+    int i = 0;
+    for (; i + 1 < nCu; i += 2) {
+      start_chunk(i, H0{});
+      wgmma_wait<1>();
+      if (i > 0) finish_chunk(i - 1, H1{});
+      start_chunk(i + 1, H1{});
+      wgmma_wait<1>();
+      finish_chunk(i, H0{});
+    }
+    if (i < nCu) {  // an odd count: the last chunk in buffer 0
+      start_chunk(i, H0{});
+      wgmma_wait<1>();
+      if (i > 0) finish_chunk(i - 1, H1{});
+      wgmma_wait<0>();
+      finish_chunk(i, H0{});
+    } else {
+      wgmma_wait<0>();
+      finish_chunk(nCu - 1, H1{});
+    }
   } else {
-    wgmma_wait<0>();
-    finish_chunk(nCu - 1, H1{});
+    for (int i = 0; i < nCu; ++i) {
+      start_chunk(i, H0{});
+      wgmma_wait<0>();
+      finish_chunk(i, H0{});
+    }
   }
 
   // Element j: row 16 warp + g + 8 ((j / 2) % 2) of the block, token 8 (j / 4) + 2t + j % 2.
@@ -235,7 +257,7 @@ __global__ void __launch_bounds__(kThreads, 2) stream_gemv_kernel(const __grid_c
 
 template <int N, int S>
 void launch(const DeviceContext& ctx, const Args& a, int64_t nCu) {
-  const auto kernel = stream_gemv_kernel<N, S>;
+  const auto kernel = stream_gemv_kernel<N, S, N <= 16>;
   allow_max_dynamic_smem(ctx, kernel);
   const int blocks = a.block0[a.p.nproj] * a.splits;
   launch_cluster_pdl(ctx, kernel, dim3(unsigned(blocks)), dim3(kThreads), a.splits > 1 ? a.splits : 0,
@@ -290,7 +312,14 @@ StreamGemvConfig stream_gemv_default(const DeviceContext& ctx, const FastGemvPar
 bool stream_gemv_supports(const DeviceContext& ctx, const FastGemvParams& p) {
   if (!unsupported(p).empty()) return false;
   const StreamGemvConfig c = stream_gemv_default(ctx, p);
-  return size_t(smem_bytes(columns(p.tokens), p.in / 128 / c.splits, c.stages)) <= ctx.max_smem_per_block();
+  if (size_t(smem_bytes(columns(p.tokens), p.in / 128 / c.splits, c.stages)) > ctx.max_smem_per_block()) return false;
+  // Where it measured faster than the register kernel (H200, 2026-12-06, bench_cuda_ops --stream):
+  // launches of >= 24 MiB of weights (wq_b, wo_b: 2-10 us less), at any token count without a K split and
+  // up to 8 tokens with one; smaller weights (wq_a + wkv, the shared expert) are bound by the launch and
+  // the CTAs' start, where the register kernel's short CTAs do better.
+  int64_t bytes = 0;
+  for (int i = 0; i < p.nproj; ++i) bytes += int64_t(p.proj[i].out) * p.in;
+  return bytes >= (int64_t(24) << 20) && (c.splits == 1 || p.tokens <= 8);
 }
 
 void stream_gemv_config(const DeviceContext& ctx, const FastGemvParams& p, const StreamGemvConfig& cfg) {

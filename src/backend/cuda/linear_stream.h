@@ -8,18 +8,20 @@
 // Shape: a CTA = two warpgroups = 128 output rows of one projection over a range of the K blocks; each
 // warp streams its 16 rows' 2 KiB per 128-k chunk (and the chunk's weight scale) through a private
 // cp.async ring several chunks deep, started before the dependency wait of the programmatic launch
-// (weights are constant); the bytes feed wgmma.m64nNk32.e4m3 as register A unconverted (N = 8, 16, 32
-// token columns), the activations are B from shared memory, staged once per CTA with the same k
-// permutation inside each 32-k block as the A fragments. Large-K projections are split over K across a
+// (weights are constant); the bytes feed wgmma.m64nNk16 as f16 register A (N = 8, 16, 32 token columns),
+// the activations are B from shared memory, staged once per CTA as f16 with the same k permutation inside
+// each 16-k step as the A fragments. Large-K projections are split over K across a
 // thread block cluster of `splits` CTAs (2-16) so that every SM streams about as much: the partial sums
 // meet in distributed shared memory and are added in rank order (deterministic).
 //
-// Numerics (the fast tier's: the official quantization sites, a free summation order): every product is
-// exact (e4m3 x e4m3 in the tensor core); the 4 MMAs of a 128-k block accumulate in the tensor core (its
-// FP8 accumulation, as cuBLASLt's and DeepGEMM's FP8 GEMMs), the block sum is scaled once by the weight
-// block's and the token's scale in fp32 and added in fp32 (DeepSeek's promotion every 128 k), then the
-// cluster's partials in rank order; bf16 and / or fp32 out. CPU twin: cpu::matmul on the dequantized
-// operands within the gemm-fp8 tolerance (tests/backend/cuda/test_linear_stream.cpp).
+// Numerics (the fast tier's: the official quantization sites, a free summation order): e4m3 weights and
+// activations widen exactly to f16 (in registers for A, once per CTA for B), every product is exact and
+// the 8 MMAs of a 128-k block (wgmma m64nNk16, f16 in, fp32 accumulation) sum it in fp32; the block sum
+// is scaled once by the weight block's and the token's scale and added in fp32 (DeepSeek's promotion
+// every 128 k), then the cluster's partials in rank order; bf16 and / or fp32 out. (The FP8 MMAs were
+// tried first: their reduced-precision accumulation over a 128-k block missed the gemm-fp8 tolerance
+// on cancelling sums, 2026-12-06.) CPU twin: cpu::matmul on the dequantized operands within the gemm-fp8
+// tolerance (tests/backend/cuda/test_linear_fast.cpp).
 #pragma once
 #include "backend/cuda/context.h"
 #include "backend/cuda/linear_fast.h"
@@ -33,8 +35,10 @@ struct StreamGemvConfig {
   int stages = 4;  // ring slots (128-k chunks) per warp: 4 or 8
 };
 
-// Whether stream_gemv computes this fast_gemv launch: FP8 activations and weights, in % 128 == 0, 1-32
-// tokens, 16-byte aligned rows, and shared memory for the activations of a K split.
+// Whether fast_gemv runs this launch here: FP8 activations and weights, in % 128 == 0, 1-32 tokens,
+// 16-byte aligned rows, shared memory for the activations of a K split, and a shape where the stream
+// measured faster than the register kernel (linear_stream.cu). stream_gemv_config takes any launch of
+// the first kind.
 bool stream_gemv_supports(const DeviceContext& ctx, const FastGemvParams& p);
 // The chosen configuration of a supported launch.
 StreamGemvConfig stream_gemv_default(const DeviceContext& ctx, const FastGemvParams& p);

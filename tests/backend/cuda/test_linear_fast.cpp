@@ -60,6 +60,9 @@ struct Fp8Kernel {
 const Fp8Kernel kFastGemv{"fast_gemv", [](const DeviceContext& c, const FastGemvParams& p) { fast_gemv(c, p); }};
 const Fp8Kernel kRegisters{"fast_gemv_registers",
                            [](const DeviceContext& c, const FastGemvParams& p) { fast_gemv_registers(c, p); }};
+const Fp8Kernel kStreamDefault{"stream_gemv (chosen configuration)", [](const DeviceContext& c, const FastGemvParams& p) {
+                                  stream_gemv_config(c, p, stream_gemv_default(c, p));
+                                }};
 Fp8Kernel stream_kernel(int splits, int stages) {
   return {"stream_gemv splits=" + std::to_string(splits) + " stages=" + std::to_string(stages),
           [=](const DeviceContext& c, const FastGemvParams& p) { stream_gemv_config(c, p, {splits, stages}); }};
@@ -152,7 +155,7 @@ TEST(CudaLinearStream, SplitsAndStages) {
     for (int splits : {1, 2, 4, 8, 16})
       for (int stages : {4, 8}) {
         const int N = T <= 8 ? 8 : T <= 16 ? 16 : 32;
-        const int64_t in = 8192, act = int64_t(N) * (in / 128 / splits) * 132;
+        const int64_t in = 8192, act = int64_t(N) * (in / 128 / splits) * 260;
         if (act + 8 * stages * 2064 > int64_t(ctx.max_smem_per_block())) continue;  // refused: below
         check_fp8({384}, in, T, T == 20, 400 + uint64_t(T * 100 + splits * 10 + stages), stream_kernel(splits, stages));
       }
@@ -160,14 +163,15 @@ TEST(CudaLinearStream, SplitsAndStages) {
 }
 
 // Several projections of one input (wq_a + wkv), rows no multiple of 128 or 16, block-major scales,
-// through the chosen configuration (fast_gemv's dispatch).
+// through the chosen configuration; which launches fast_gemv gives it.
 TEST(CudaLinearStream, ProjectionsAndShapes) {
   DSV4_REQUIRE_HOPPER();
   DeviceContext ctx;
-  check_fp8({1024, 512}, 4096, 4, false, 11);
-  check_fp8({1000}, 4096, 1, false, 12);
-  check_fp8({40, 8, 300}, 256, 12, true, 13);
-  check_fp8({2048, 2048}, 4096, 32, true, 14);  // the shared expert's w1 + w3 at 32 tokens
+  check_fp8({1024, 512}, 4096, 4, false, 11, kStreamDefault);
+  check_fp8({1000}, 4096, 1, false, 12, kStreamDefault);
+  check_fp8({40, 8, 300}, 256, 12, true, 13, kStreamDefault);
+  check_fp8({2048, 2048}, 4096, 32, true, 14, kStreamDefault);  // the shared expert's w1 + w3 at 32 tokens
+  check_fp8({24576, 8}, 1024, 2, false, 15);                      // 24 MiB: fast_gemv's dispatch takes the stream
   FastGemvParams p;
   p.x_codes = reinterpret_cast<const uint8_t*>(16);
   p.x_scales = reinterpret_cast<const float*>(16);
@@ -177,9 +181,14 @@ TEST(CudaLinearStream, ProjectionsAndShapes) {
   p.nproj = 1;
   p.proj[0] = {.w8 = reinterpret_cast<const uint8_t*>(16), .w_scales = reinterpret_cast<const float*>(16),
                .w_scale_ld = 32, .y = reinterpret_cast<bf16*>(16), .y_stride = 1024, .out = 1024};
-  EXPECT_TRUE(stream_gemv_supports(ctx, p));
+  EXPECT_FALSE(stream_gemv_supports(ctx, p)) << "4 MiB of weights: the register kernel";
   // 8 row blocks of 32 chunks (wq_a): split as far as allowed (16 x 2 chunks) to spread over 132 SMs.
   EXPECT_EQ(stream_gemv_default(ctx, p).splits, ctx.sm_count() >= 74 ? 16 : 8);
+  p.proj[0].out = 32768;  // wq_b: 32 MiB, 256 row blocks, no split
+  p.in = 1024;
+  p.proj[0].w_scale_ld = 8;
+  EXPECT_TRUE(stream_gemv_supports(ctx, p));
+  EXPECT_EQ(stream_gemv_default(ctx, p).splits, 1);
 }
 
 // What stream_gemv does not take: fast_gemv keeps it on the register kernel, stream_gemv_config says why.
@@ -194,7 +203,7 @@ TEST(CudaLinearStream, Refusals) {
   p.in = 1024;
   p.nproj = 1;
   p.proj[0] = {.w8 = reinterpret_cast<const uint8_t*>(16), .w_scales = reinterpret_cast<const float*>(16),
-               .w_scale_ld = 8, .y = reinterpret_cast<bf16*>(16), .y_stride = 264, .out = 264};
+               .w_scale_ld = 8, .y = reinterpret_cast<bf16*>(16), .y_stride = 32768, .out = 32768};
   // `shape`: the launch itself is refused (fast_gemv keeps it), not only the configuration.
   auto refused = [&](const FastGemvParams& q, StreamGemvConfig cfg, const std::string& expect, bool shape = true) {
     EXPECT_NE(stream_gemv_supports(ctx, q), shape) << expect;
