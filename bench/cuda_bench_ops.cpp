@@ -13,7 +13,9 @@
 // the median over timed replays with CUDA events.
 //
 //   bench_cuda_ops [--json FILE] [--quick] [--sweep] [--fp4-only] [--exact-only] [--exact-sweep] [--fast-only]
-//                  [--moe-decode [--moe-tokens T]] [--moe-variants] [--stream]
+//                  [--moe-decode [--moe-tokens T]] [--moe-variants] [--stream] [--head]
+// --head: the head's cuBLASLt plan (bf16 -> fp32, [129280, 4096]) at 17-128 rows, cuBLASLt's first choice
+// and the autotuned one (LtMatmul::autotune_bf16), then exits.
 // --stream: the FP8 decode linears through stream_gemv's configurations beside fast_gemv's register
 // kernel (1-32 tokens), then exits.
 // --moe-variants: the routed experts in MXFP4 / NVFP4 / FP8 through fp4_grouped_decode at 1-128 tokens
@@ -62,6 +64,7 @@ constexpr size_t kRotateBytes = size_t(320) << 20;  // weights cycled per graph:
 
 int g_moe_tokens = 0;  // --moe-tokens T: only that batch
 bool g_moe_variants = false;  // --moe-variants: the routed experts by format (issue 19), then exits
+bool g_head = false;    // --head: the head's cuBLASLt plan at 17-128 rows, its first choice and autotuned, then exits
 bool g_stream = false;  // --stream: stream_gemv's configurations beside the register kernel, then exits
 bool g_moe_decode = false, g_fast_only = false, g_quick = false, g_sweep = false, g_fp4_only = false, g_exact_only = false, g_exact_sweep = false;
 FILE* g_json = nullptr;
@@ -218,9 +221,14 @@ void bench_head_lt(const DeviceContext& ctx, int64_t T) {
   fill_random_bf16(ctx, w.get(), w.size(), 21, 0.02f);
   fill_random_bf16(ctx, x.get(), x.size(), 22, 1.0f);
   LtMatmul mm(ctx, GemmKind::Bf16F32Out, V, D, T);
-  const double us = time_us(ctx, 3, [&](int) { mm.run_bf16_f32(ctx, x.get(), w.get(), y.get()); });
-  report("head cublasLt f32", "[129280,4096] T=" + std::to_string(T), us, 2.0 * double(T) * V * D,
-         2.0 * double(V) * D + 2.0 * T * D + 4.0 * T * V, kBf16PeakTflops);
+  for (bool tuned : {false, true}) {
+    int rank = 0;
+    if (tuned) rank = mm.autotune_bf16(ctx, x.get(), w.get(), y.get());
+    const double us = time_us(ctx, 3, [&](int) { mm.run_bf16_f32(ctx, x.get(), w.get(), y.get()); });
+    report(tuned ? ("head cublasLt f32 tuned #" + std::to_string(rank)).c_str() : "head cublasLt f32",
+           "[129280,4096] T=" + std::to_string(T), us, 2.0 * double(T) * V * D,
+           2.0 * double(V) * D + 2.0 * T * D + 4.0 * T * V, kBf16PeakTflops);
+  }
 }
 
 // The fast tier's FP8 linears (fast_gemv) beside the exact tier's Auto kernel and cuBLASLt, Flash shapes.
@@ -341,13 +349,14 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--exact-sweep")) g_exact_sweep = true;
     else if (!std::strcmp(argv[i], "--fast-only")) g_fast_only = true;
     else if (!std::strcmp(argv[i], "--stream")) g_stream = true;
+    else if (!std::strcmp(argv[i], "--head")) g_head = true;
     else if (!std::strcmp(argv[i], "--moe-decode")) g_moe_decode = true;
     else if (!std::strcmp(argv[i], "--moe-variants")) g_moe_variants = true;
     else if (!std::strcmp(argv[i], "--moe-tokens") && i + 1 < argc) g_moe_tokens = std::atoi(argv[++i]);
     else {
       std::fprintf(stderr,
                    "usage: %s [--json FILE] [--quick] [--sweep] [--fp4-only] [--exact-only] [--exact-sweep] [--fast-only] "
-                   "[--moe-decode [--moe-tokens T]] [--moe-variants] [--stream]\n",
+                   "[--moe-decode [--moe-tokens T]] [--moe-variants] [--stream] [--head]\n",
                    argv[0]);
       return 2;
     }
@@ -369,6 +378,11 @@ int main(int argc, char** argv) {
     }
     if (g_moe_decode) {
       bench_moe_decode(ctx, g_quick ? 5 : 15, g_json, g_moe_tokens);
+      if (g_json) std::fclose(g_json);
+      return 0;
+    }
+    if (g_head) {
+      for (int64_t T : {17, 32, 64, 128}) bench_head_lt(ctx, T);
       if (g_json) std::fclose(g_json);
       return 0;
     }

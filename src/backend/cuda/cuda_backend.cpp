@@ -367,7 +367,12 @@ void CudaBackend::set_streams(const Tensor& S) {
 LtMatmul* CudaBackend::head_plan(int64_t rows) {
   if (linear_kernel(LinearSite::Head, rows, opt_.kernels) != LinearKernel::Lt) return nullptr;
   auto& plan = head_plans_[rows];
-  if (!plan) plan = std::make_unique<LtMatmul>(*ctx_, GemmKind::Bf16F32Out, cfg_.vocab_size, cfg_.hidden_size, rows);
+  if (!plan) {
+    plan = std::make_unique<LtMatmul>(*ctx_, GemmKind::Bf16F32Out, cfg_.vocab_size, cfg_.hidden_size, rows);
+    // The fastest of cuBLASLt's candidates on the head itself (made before a capture or in an eager call;
+    // h_ and logits_ hold logit_rows >= rows rows, overwritten by the real run).
+    plan->autotune_bf16(*ctx_, h_.get(), head_weights(0).head, logits_.get());
+  }
   return plan.get();
 }
 

@@ -41,6 +41,8 @@ inline int64_t act_scale_index(int64_t row, int64_t block, int64_t rows) { retur
 
 enum class GemmKind { Bf16, Bf16F32Out, Fp8BlockScaled };  // Bf16F32Out: bf16 operands, fp32 y
 
+inline constexpr int kLtCandidates = 8;  // heuristic results an autotuned plan tries
+
 class LtMatmul {
  public:
   // Plans y[tokens, out] = x[tokens, in] . W^T. Throws dsv4::Error (naming the shape) when cuBLASLt
@@ -64,6 +66,13 @@ class LtMatmul {
   void run_fp8_raw(const DeviceContext& ctx, const uint8_t* x_codes, const float* x_scales, const uint8_t* w_codes,
                    const float* w_scales, bf16* y);
 
+  // bf16 plans: times each of cuBLASLt's heuristic candidates (up to kLtCandidates) on these operands
+  // (shapes as run_bf16 / run_bf16_f32; y is overwritten) and keeps the fastest; returns its rank in the
+  // heuristic's list (0: its first choice stands). On the context's stream, synchronizing; not during a
+  // graph capture. The head's plans take it (H200: the first choice streams the 1 GB head at ~2.5 TB/s
+  // at 128 rows).
+  int autotune_bf16(const DeviceContext& ctx, const bf16* x, const bf16* w, void* y);
+
   GemmKind kind() const { return kind_; }
   int64_t out() const { return out_; }
   int64_t in() const { return in_; }
@@ -79,7 +88,8 @@ class LtMatmul {
   cublasLtMatmulDesc_t desc_ = nullptr;
   cublasLtMatrixLayout_t a_ = nullptr, b_ = nullptr, d_ = nullptr;
   cublasLtMatmulAlgo_t algo_{};
-  size_t workspace_needed_ = 0;
+  cublasLtMatmulAlgo_t candidates_[kLtCandidates]{};  // the heuristic's list, best first
+  int n_candidates_ = 0;
 };
 
 }  // namespace dsv4::cuda

@@ -83,16 +83,19 @@ bool LtMatmul::plan(const DeviceContext& ctx, int64_t n) {
   cublasLtMatmulPreference_t pref = nullptr;
   DSV4_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   const size_t ws = ctx.workspace_bytes();
-  cublasLtMatmulHeuristicResult_t result{};
+  cublasLtMatmulHeuristicResult_t results[kLtCandidates]{};
   int found = 0;
   cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
   if (st == CUBLAS_STATUS_SUCCESS)
-    st = cublasLtMatmulAlgoGetHeuristic(ctx.lt(), desc_, a_, b_, d_, d_, pref, 1, &result, &found);
+    st = cublasLtMatmulAlgoGetHeuristic(ctx.lt(), desc_, a_, b_, d_, d_, pref, kLtCandidates, results, &found);
   cublasLtMatmulPreferenceDestroy(pref);
   if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && found == 0)) return false;
   DSV4_CUBLAS_CHECK(st);
-  algo_ = result.algo;
-  workspace_needed_ = result.workspaceSize;
+  n_candidates_ = 0;
+  for (int i = 0; i < found; ++i)
+    if (results[i].state == CUBLAS_STATUS_SUCCESS) candidates_[n_candidates_++] = results[i].algo;
+  if (n_candidates_ == 0) return false;
+  algo_ = candidates_[0];
   return true;
 }
 
@@ -121,6 +124,36 @@ void LtMatmul::run_bf16(const DeviceContext& ctx, const bf16* x, const bf16* w, 
 void LtMatmul::run_bf16_f32(const DeviceContext& ctx, const bf16* x, const bf16* w, float* y) {
   if (kind_ != GemmKind::Bf16F32Out) fail("LtMatmul::run_bf16_f32 on a plan of another kind");
   run(ctx, w, x, y);
+}
+
+int LtMatmul::autotune_bf16(const DeviceContext& ctx, const bf16* x, const bf16* w, void* y) {
+  if (kind_ == GemmKind::Fp8BlockScaled) fail("LtMatmul::autotune_bf16 on an FP8 plan");
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  DSV4_CUDA_CHECK(cudaStreamIsCapturing(ctx.stream(), &capturing));
+  if (capturing != cudaStreamCaptureStatusNone) fail("LtMatmul::autotune_bf16 inside a graph capture");
+  if (n_candidates_ < 2) return 0;
+  cudaEvent_t a, b;
+  DSV4_CUDA_CHECK(cudaEventCreate(&a));
+  DSV4_CUDA_CHECK(cudaEventCreate(&b));
+  const float alpha = 1.0f, beta = 0.0f;
+  float best = 0.0f;
+  int best_i = 0;
+  for (int i = 0; i < n_candidates_; ++i) {
+    float ms = 0.0f;
+    for (int r = 0; r < 4; ++r) {  // a warm-up run, then the sum of three
+      if (r == 1) DSV4_CUDA_CHECK(cudaEventRecord(a, ctx.stream()));
+      DSV4_CUBLAS_CHECK(cublasLtMatmul(ctx.lt(), desc_, &alpha, w, a_, x, b_, &beta, y, d_, y, d_, &candidates_[i],
+                                       ctx.workspace(), ctx.workspace_bytes(), ctx.stream()));
+    }
+    DSV4_CUDA_CHECK(cudaEventRecord(b, ctx.stream()));
+    DSV4_CUDA_CHECK(cudaEventSynchronize(b));
+    DSV4_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    if (i == 0 || ms < best) best = ms, best_i = i;
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  algo_ = candidates_[best_i];
+  return best_i;
 }
 
 void LtMatmul::run_fp8_raw(const DeviceContext& ctx, const uint8_t* x_codes, const float* x_scales,

@@ -138,6 +138,39 @@ TEST(CudaGemm, Bf16) {
   check_bf16_gemm(384, 1024, 37, 47);
 }
 
+// The head's plans are autotuned (LtMatmul::autotune_bf16): the chosen candidate computes the same
+// product (gemm-bf16 against the CPU), the rank is one of the heuristic's, and a graph capture refuses it.
+TEST(CudaGemm, Bf16F32OutAutotuned) {
+  DSV4_REQUIRE_HOPPER();
+  DeviceContext ctx;
+  Rng rng(48);
+  const int64_t out = 4096, in = 1024, tokens = 64;
+  std::vector<float> x = rng.bf16_normal(size_t(tokens * in));
+  std::vector<float> w = rng.bf16_normal(size_t(out * in), 1.0f / std::sqrt(float(in)));
+  auto dx = upload_bf16(x);
+  auto dw = upload_bf16(w);
+  const bf16* xp = reinterpret_cast<const bf16*>(dx.get());
+  const bf16* wp = reinterpret_cast<const bf16*>(dw.get());
+  LtMatmul mm(ctx, GemmKind::Bf16F32Out, out, in, tokens);
+  Guarded<float> y(size_t(tokens * out));
+  std::vector<float> ref(size_t(tokens * out));
+  cpu::matmul(x.data(), tokens, in, w.data(), out, ref.data());
+  const int rank = mm.autotune_bf16(ctx, xp, wp, y.get());
+  EXPECT_GE(rank, 0);
+  EXPECT_LT(rank, kLtCandidates);
+  DSV4_CUDA_CHECK(cudaMemsetAsync(y.get(), 0xff, size_t(tokens * out) * 4, ctx.stream()));
+  mm.run_bf16_f32(ctx, xp, wp, y.get());
+  ctx.synchronize();
+  EXPECT_TRUE(compare("gemm_bf16 f32 autotuned (candidate " + std::to_string(rank) + ")", y.download("autotuned"), ref,
+                      Tol::GemmBf16)
+                  .ok);
+  cudaGraph_t graph = nullptr;
+  DSV4_CUDA_CHECK(cudaStreamBeginCapture(ctx.stream(), cudaStreamCaptureModeThreadLocal));
+  EXPECT_THROW(mm.autotune_bf16(ctx, xp, wp, y.get()), Error);
+  DSV4_CUDA_CHECK(cudaStreamEndCapture(ctx.stream(), &graph));
+  if (graph) cudaGraphDestroy(graph);
+}
+
 TEST(CudaGemm, RejectsBadWeights) {
   DSV4_REQUIRE_HOPPER();
   std::vector<uint8_t> codes(256 * 200), scales(2 * 2);
