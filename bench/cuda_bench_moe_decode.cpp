@@ -74,6 +74,27 @@ BenchRouting bench_routing(const DeviceContext& ctx, int64_t T, int k, int E, st
   return r;
 }
 
+void fp4_gemv_per_selection(const DeviceContext& ctx, const uint8_t* w, const uint8_t* w_scales, const int32_t* ids,
+                            int64_t n, const uint8_t* xq, const float* xs, __nv_bfloat16* y, int64_t rows, int64_t K) {
+  Fp4GemvParams f;
+  f.w_packed = w;
+  f.tiled = true;
+  f.w_scales = w_scales;
+  f.expert_ids = ids;
+  f.x_codes = xq;
+  f.x_scales = xs;
+  f.y = y;
+  f.selections = int(n);
+  f.tokens = 1;
+  f.rows = rows;
+  f.K = K;
+  f.x_sel_stride = K;
+  f.xs_sel_stride = K / 128;
+  f.xs_blk_stride = 1;
+  f.y_sel_stride = rows;
+  fp4_gemv(ctx, f);
+}
+
 void bench_moe_decode(const DeviceContext& ctx, int trials, FILE* json, int only_tokens) {
   constexpr double kHbmTBs = 4.26;
   const int E = 256, k = 6;
@@ -127,23 +148,9 @@ void bench_moe_decode(const DeviceContext& ctx, int trials, FILE* json, int only
       else fp4_grouped_decode(ctx, d);
     };
     auto per_selection = [&](bool up) {
-      Fp4GemvParams f;
-      f.w_packed = up ? w13.get() : w2.get();
-      f.tiled = true;
-      f.w_scales = up ? w13s.get() : w2s.get();
-      f.expert_ids = route.ids.get();
-      f.x_codes = up ? sel_xq.get() : hq.get();
-      f.x_scales = up ? sel_xs.get() : hs.get();
-      f.y = up ? y13.get() : y2.get();
-      f.selections = int(n);
-      f.tokens = 1;
-      f.rows = up ? 2 * I : D;
-      f.K = up ? D : I;
-      f.x_sel_stride = f.K;
-      f.xs_sel_stride = f.K / 128;
-      f.xs_blk_stride = 1;
-      f.y_sel_stride = f.rows;
-      fp4_gemv(ctx, f);
+      fp4_gemv_per_selection(ctx, up ? w13.get() : w2.get(), up ? w13s.get() : w2s.get(), route.ids.get(), n,
+                             up ? sel_xq.get() : hq.get(), up ? sel_xs.get() : hs.get(), up ? y13.get() : y2.get(),
+                             up ? 2 * I : D, up ? D : I);
     };
     auto line = [&](const std::string& name, double us13, double us2) {
       std::printf("  %-30s w1|w3 %8.1f us (%.2fx)  w2 %8.1f us (%.2fx)  both %8.1f us = %.2fx floor\n", name.c_str(), us13,

@@ -6,6 +6,8 @@
 #include <utility>
 #include <vector>
 
+#include <cuda_bf16.h>
+
 #include "backend/cuda/buffer.h"
 #include "backend/cuda/context.h"
 
@@ -25,6 +27,12 @@ struct BenchRouting {
 };
 BenchRouting bench_routing(const DeviceContext& ctx, int64_t T, int k, int E, std::mt19937& rng, int32_t* plan,
                            int32_t* scratch, const std::vector<std::pair<int32_t*, int>>& tiles);
+// The exact tier's routed path below 16 tokens: one fp4_gemv selection per (token, pick) of n = ids' size
+// selections, w [E, rows, K] tiled FP4 with E8M0 scales, x [n, K] gathered e4m3 rows with row-major scales
+// (plain mode: xs per row K / 128), y [n, rows].
+void fp4_gemv_per_selection(const DeviceContext& ctx, const uint8_t* w, const uint8_t* w_scales, const int32_t* ids,
+                            int64_t n, const uint8_t* xq, const float* xs, __nv_bfloat16* y, int64_t rows, int64_t K);
+
 // The routed experts in MXFP4, NVFP4 and FP8 through fp4_grouped_decode at 1-128 tokens, against each
 // format's byte floor (cuda_bench_moe_variants.cpp, issue 19).
 void bench_moe_variants(const DeviceContext& ctx, int trials, FILE* json);

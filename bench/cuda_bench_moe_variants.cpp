@@ -147,27 +147,13 @@ void bench_moe_variants(const DeviceContext& ctx, int trials, FILE* json) {
           std::snprintf(name, sizeof name, "  s%d%s b%d", c.stages, c.pipelined ? " pipe" : "", c.blocks_per_cta);
           report(name, time([&] { decode(true, &c); }), time([&] { decode(false, &c); }));
         }
-      if (w.fmt == Fmt::Mxfp4 && T < 16) {  // the MXFP4 fast tier's path below 16 tokens
+      if (w.fmt == Fmt::Mxfp4 && T < 16) {  // the MXFP4 exact tier's path below 16 tokens (the fast tier's before 2026-12-06)
         auto gemv = [&](bool up) {
-          Fp4GemvParams f;
-          f.w_packed = up ? w.w13.get() : w.w2.get();
-          f.tiled = true;
-          f.w_scales = up ? w.s13.get() : w.s2.get();
-          f.expert_ids = route.ids.get();
-          f.x_codes = up ? sel_xq.get() : hq.get();
-          f.x_scales = up ? sel_xs.get() : hs.get();
-          f.y = up ? y13.get() : y2.get();
-          f.selections = int(n);
-          f.tokens = 1;
-          f.rows = up ? 2 * I : D;
-          f.K = up ? D : I;
-          f.x_sel_stride = f.K;
-          f.xs_sel_stride = f.K / 128;
-          f.xs_blk_stride = 1;
-          f.y_sel_stride = f.rows;
-          fp4_gemv(ctx, f);
+          fp4_gemv_per_selection(ctx, up ? w.w13.get() : w.w2.get(), up ? w.s13.get() : w.s2.get(), route.ids.get(), n,
+                                 up ? sel_xq.get() : hq.get(), up ? sel_xs.get() : hs.get(), up ? y13.get() : y2.get(),
+                                 up ? 2 * I : D, up ? D : I);
         };
-        report("fp4_gemv per selection", time([&] { gemv(true); }), time([&] { gemv(false); }));
+        report("fp4_gemv per selection (exact tier)", time([&] { gemv(true); }), time([&] { gemv(false); }));
       }
     }
   }

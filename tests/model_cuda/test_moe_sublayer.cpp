@@ -10,7 +10,6 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <functional>
 #include <limits>
 #include <random>
 #include <vector>
@@ -155,32 +154,6 @@ DevMoeWeights flash_moe_weights(const DeviceContext& ctx) {
   return w;
 }
 
-// `call` captured in a CUDA graph, 5 warm-up replays, then the mean of 50 timed replays, in microseconds.
-double graph_replay_us(const DeviceContext& ctx, const std::function<void()>& call) {
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  DSV4_CUDA_CHECK(cudaStreamBeginCapture(ctx.stream(), cudaStreamCaptureModeThreadLocal));
-  call();
-  DSV4_CUDA_CHECK(cudaStreamEndCapture(ctx.stream(), &graph));
-  DSV4_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  for (int i = 0; i < 5; ++i) DSV4_CUDA_CHECK(cudaGraphLaunch(exec, ctx.stream()));
-  cudaEvent_t a, b;
-  DSV4_CUDA_CHECK(cudaEventCreate(&a));
-  DSV4_CUDA_CHECK(cudaEventCreate(&b));
-  const int reps = 50;
-  DSV4_CUDA_CHECK(cudaEventRecord(a, ctx.stream()));
-  for (int i = 0; i < reps; ++i) DSV4_CUDA_CHECK(cudaGraphLaunch(exec, ctx.stream()));
-  DSV4_CUDA_CHECK(cudaEventRecord(b, ctx.stream()));
-  ctx.synchronize();
-  float ms = 0;
-  DSV4_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  return 1e3 * ms / reps;
-}
-
 // Batch-1 (and batch-8) MoE time of the Flash-shaped layer; CUDA-graph replays timed with events.
 TEST(MoeSublayer, FlashMoeTiming) {
   DSV4_REQUIRE_HOPPER();
@@ -205,7 +178,7 @@ TEST(MoeSublayer, FlashMoeTiming) {
     ctx.synchronize();
     if (!tiles) per_selection = from_device_bf16(y.get(), size_t(T * D));
     else EXPECT_EQ(from_device_bf16(y.get(), size_t(T * D)), per_selection) << "expert tiles, T " << T;
-    const double us = graph_replay_us(ctx, [&] { moe(ctx, w, ws, x.get(), tok.get(), T, y_graph.get()); });
+    const double us = test::graph_replay_us(ctx, [&] { moe(ctx, w, ws, x.get(), tok.get(), T, y_graph.get()); });
     // Bytes a step must read at least: distinct experts x 12.75 MiB + shared 24 MiB + router 2 MiB.
     const std::vector<int32_t> ids = ws.ids.download();
     std::vector<bool> used(size_t(E), false);
@@ -252,7 +225,7 @@ TEST(MoeSublayer, FlashMoeFastSmallSteps) {
     const test::CompareResult r =
         compare("moe flash fast vs exact T=" + std::to_string(T), fast, exact, Tol::MoeGrouped);
     EXPECT_LT(r.rel_l2, 1e-2) << r.line;
-    const double us = graph_replay_us(ctx, [&] { moe(ctx, w, ws, x.get(), tok.get(), T, y_graph.get()); });
+    const double us = test::graph_replay_us(ctx, [&] { moe(ctx, w, ws, x.get(), tok.get(), T, y_graph.get()); });
     std::printf("[moe flash fast T=%lld] %.1f us per layer (graph), rel-L2 vs exact %.3g\n", (long long)T, us,
                 r.rel_l2);
     EXPECT_EQ(from_device_bf16(y_graph.get(), n), fast) << "graph replay, T " << T;

@@ -20,8 +20,6 @@
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
-#include <cooperative_groups.h>
-
 #include <cstdint>
 #include <type_traits>
 
@@ -336,23 +334,10 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_decode_kernel(Fp4GroupedD
       }
       continue;
     }
-    // K split (nb = 1): partials [128 features][N] in each rank's (now idle) rings; rank s adds features
-    // s * 128 / splits .. of every rank in rank order.
-    __syncthreads();  // every warp is done with its ring
-    float* part = reinterpret_cast<float*>(rings);
-#pragma unroll
-    for (int j = 0; j < kAcc; ++j)
-      part[(warp * 16 + g + ((j & 2) ? 8 : 0)) * N + 8 * (j >> 2) + 2 * t + (j & 1)] = acc[j];
-    cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-    cluster.sync();
-    const int per = kFp4DecodeTileOut / splits;
-    for (int i = tid; i < per * N; i += kThreads) {
-      const int f = split * per + i / N, col = i % N;
-      float sum = 0.0f;
-      for (int q = 0; q < splits; ++q) sum += cluster.map_shared_rank(part, unsigned(q))[f * N + col];
+    // K split (nb = 1): the partials meet in each rank's (now idle) rings.
+    cluster_split_sum<N>(acc, reinterpret_cast<float*>(rings), split, splits, [&](int f, int col, float sum) {
       if (row0 + col < row_end) p.y[int64_t(row0 + col) * p.out + out0 + f] = __float2bfloat16_rn(sum);
-    }
-    cluster.sync();  // no rank leaves while another reads its partials
+    });
   }
 }
 

@@ -15,7 +15,6 @@
 // k inside a scale block). e4m3 -> f16 is exact.
 #include "backend/cuda/linear_stream.h"
 
-#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -236,23 +235,8 @@ __global__ void __launch_bounds__(kThreads, 2) stream_gemv_kernel(const __grid_c
     for (int j = 0; j < kAcc; ++j) store(warp * 16 + g + 8 * ((j >> 1) & 1), 8 * (j >> 2) + 2 * t + (j & 1), acc[j]);
     return;
   }
-  // K split over the cluster: partials [128 rows][N] in each rank's (now idle) rings; rank r adds rows
-  // r * 128 / splits .. of every rank in rank order.
-  __syncthreads();  // every warp is done with its ring
-  float* part = reinterpret_cast<float*>(rings);
-#pragma unroll
-  for (int j = 0; j < kAcc; ++j)
-    part[(warp * 16 + g + 8 * ((j >> 1) & 1)) * N + 8 * (j >> 2) + 2 * t + (j & 1)] = acc[j];
-  cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-  cluster.sync();
-  const int rows_per = kRows / splits;
-  for (int idx = tid; idx < rows_per * N; idx += kThreads) {
-    const int rl = split * rows_per + idx / N, col = idx % N;
-    float s = 0.0f;
-    for (int r = 0; r < splits; ++r) s += cluster.map_shared_rank(part, unsigned(r))[rl * N + col];
-    store(rl, col, s);
-  }
-  cluster.sync();  // no rank leaves while another reads its partials
+  // K split over the cluster: the partials meet in each rank's (now idle) rings.
+  cluster_split_sum<N>(acc, reinterpret_cast<float*>(rings), split, splits, store);
 }
 
 template <int N, int S>

@@ -2,6 +2,8 @@
 // (e4m3, or f16) from registers and B from shared memory (fp4_grouped_mma, fp4_grouped_decode,
 // linear_stream). Device code: include from .cu files only.
 #pragma once
+#include <cooperative_groups.h>
+
 #include <cstdint>
 
 namespace dsv4::cuda {
@@ -113,6 +115,30 @@ __device__ __forceinline__ void wgmma_rs_f16<32>(float (&d)[16], const uint32_t 
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
         "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(int(accumulate)));
+}
+
+// The end of a K split over a thread block cluster of `splits` CTAs of two warpgroups (256 threads, 128
+// rows, N columns each; this CTA is rank `split`): each thread's m64nN fragment `acc` (two warpgroups: row
+// 16 warp + lane / 4 + 8 ((j / 2) % 2), column 8 (j / 4) + 2 (lane % 4) + j % 2) goes to `part` (128 N
+// floats of this CTA's shared memory, idle by now: the CTA synchronizes first), then rank `split` adds
+// rows split * 128 / splits .. of every rank in rank order (deterministic) and calls store(row, col, sum).
+template <int N, typename Store>
+__device__ __forceinline__ void cluster_split_sum(const float (&acc)[N / 2], float* part, int split, int splits,
+                                                  Store&& store) {
+  const int tid = int(threadIdx.x), warp = tid / 32, g = (tid % 32) / 4, t = tid % 4;
+  __syncthreads();  // every warp is done with what `part` overlays
+#pragma unroll
+  for (int j = 0; j < N / 2; ++j) part[(warp * 16 + g + 8 * ((j >> 1) & 1)) * N + 8 * (j >> 2) + 2 * t + (j & 1)] = acc[j];
+  cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+  cluster.sync();
+  const int rows_per = 128 / splits;
+  for (int idx = tid; idx < rows_per * N; idx += int(blockDim.x)) {
+    const int row = split * rows_per + idx / N, col = idx % N;
+    float sum = 0.0f;
+    for (int r = 0; r < splits; ++r) sum += cluster.map_shared_rank(part, unsigned(r))[row * N + col];
+    store(row, col, sum);
+  }
+  cluster.sync();  // no rank leaves while another reads its partials
 }
 
 }  // namespace dsv4::cuda

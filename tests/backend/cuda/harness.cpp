@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "backend/cuda/check.h"
 #include "backend/cuda/device.h"
 
 namespace dsv4::cuda::test {
@@ -128,5 +129,29 @@ std::vector<float> round_bf16(std::vector<float> v) {
   return v;
 }
 DeviceBuffer<uint16_t> upload_bf16(const std::vector<float>& v) { return DeviceBuffer<uint16_t>(to_bf16(v)); }
+
+double graph_replay_us(const DeviceContext& ctx, const std::function<void()>& call, int calls_per_graph, int reps) {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  DSV4_CUDA_CHECK(cudaStreamBeginCapture(ctx.stream(), cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < calls_per_graph; ++i) call();
+  DSV4_CUDA_CHECK(cudaStreamEndCapture(ctx.stream(), &graph));
+  DSV4_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  DSV4_CUDA_CHECK(cudaGraphLaunch(exec, ctx.stream()));
+  cudaEvent_t a, b;
+  DSV4_CUDA_CHECK(cudaEventCreate(&a));
+  DSV4_CUDA_CHECK(cudaEventCreate(&b));
+  DSV4_CUDA_CHECK(cudaEventRecord(a, ctx.stream()));
+  for (int i = 0; i < reps; ++i) DSV4_CUDA_CHECK(cudaGraphLaunch(exec, ctx.stream()));
+  DSV4_CUDA_CHECK(cudaEventRecord(b, ctx.stream()));
+  ctx.synchronize();
+  float ms = 0;
+  DSV4_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  return 1000.0 * ms / (double(reps) * calls_per_graph);
+}
 
 }  // namespace dsv4::cuda::test

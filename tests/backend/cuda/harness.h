@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -127,5 +128,11 @@ std::vector<float> round_bf16(std::vector<float> v);
 
 // A device copy of float values as bf16.
 DeviceBuffer<uint16_t> upload_bf16(const std::vector<float>& v);
+
+// Timing in the GPU tests (informative prints; timing goals live in the benchmarks): `call` issued
+// calls_per_graph times into one CUDA graph, one warm-up replay, then `reps` replays timed with events;
+// microseconds per call.
+double graph_replay_us(const DeviceContext& ctx, const std::function<void()>& call, int calls_per_graph = 1,
+                       int reps = 50);
 
 }  // namespace dsv4::cuda::test

@@ -4,10 +4,13 @@
 // experts gathered per (token, pick)), partial row and K tiles, and a timing of Flash-shaped decodes.
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <vector>
 
 #include "backend/cpu/ops.h"
@@ -282,29 +285,7 @@ TEST(CudaExactLinear, DecodeTiming) {
       DeviceBuffer<float> xs2(size_t(mm.padded_tokens() * s.in / 128));
       xc2.fill_bytes(0);
       xs2.fill_bytes(0);
-      auto time = [&](auto&& body) {
-        cudaGraph_t g;
-        cudaGraphExec_t ge;
-        DSV4_CUDA_CHECK(cudaStreamBeginCapture(ctx.stream(), cudaStreamCaptureModeThreadLocal));
-        for (int i = 0; i < 20; ++i) body();
-        DSV4_CUDA_CHECK(cudaStreamEndCapture(ctx.stream(), &g));
-        DSV4_CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
-        DSV4_CUDA_CHECK(cudaGraphLaunch(ge, ctx.stream()));
-        cudaEvent_t a, b;
-        DSV4_CUDA_CHECK(cudaEventCreate(&a));
-        DSV4_CUDA_CHECK(cudaEventCreate(&b));
-        DSV4_CUDA_CHECK(cudaEventRecord(a, ctx.stream()));
-        for (int i = 0; i < 10; ++i) DSV4_CUDA_CHECK(cudaGraphLaunch(ge, ctx.stream()));
-        DSV4_CUDA_CHECK(cudaEventRecord(b, ctx.stream()));
-        ctx.synchronize();
-        float ms = 0;
-        DSV4_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-        cudaEventDestroy(a);
-        cudaEventDestroy(b);
-        cudaGraphExecDestroy(ge);
-        cudaGraphDestroy(g);
-        return 1000.0 * ms / 200;
-      };
+      auto time = [&](const std::function<void()>& body) { return graph_replay_us(ctx, body, 20, 10); };
       const double us = time([&] { exact_linear(ctx, p); });
       const double lt = time([&] { mm.run_fp8(ctx, xc2.get(), xs2.get(), w, y2.get()); });
       const double gbs = double(s.out * s.in) / (us * 1e3);

@@ -135,6 +135,21 @@ TEST(CudaLinearFast, Fp8ShapesScalesAndProjections) {
   check_fp8({40, 8, 300}, 256, 12, true, 4); // projections of a few tiles each
 }
 
+// A one-token FP8 launch of one projection [out, in] whose pointers are aligned placeholders (for the
+// choice of kernel and configuration and the refusals: nothing runs).
+FastGemvParams placeholder_fp8(int out, int in) {
+  FastGemvParams p;
+  p.x_codes = reinterpret_cast<const uint8_t*>(16);
+  p.x_scales = reinterpret_cast<const float*>(16);
+  p.x_stride = in;
+  p.tokens = 1;
+  p.in = in;
+  p.nproj = 1;
+  p.proj[0] = {.w8 = reinterpret_cast<const uint8_t*>(16), .w_scales = reinterpret_cast<const float*>(16),
+               .w_scale_ld = (in / 128 + 3) / 4 * 4, .y = reinterpret_cast<bf16*>(16), .y_stride = out, .out = out};
+  return p;
+}
+
 // stream_gemv: every column tile (8, 16, 32 tokens, partial), each through fast_gemv's dispatch and the
 // register kernel beside it.
 TEST(CudaLinearStream, EveryColumnTile) {
@@ -172,21 +187,11 @@ TEST(CudaLinearStream, ProjectionsAndShapes) {
   check_fp8({40, 8, 300}, 256, 12, true, 13, kStreamDefault);
   check_fp8({2048, 2048}, 4096, 32, true, 14, kStreamDefault);  // the shared expert's w1 + w3 at 32 tokens
   check_fp8({24576, 8}, 1024, 2, false, 15);                      // 24 MiB: fast_gemv's dispatch takes the stream
-  FastGemvParams p;
-  p.x_codes = reinterpret_cast<const uint8_t*>(16);
-  p.x_scales = reinterpret_cast<const float*>(16);
-  p.x_stride = 4096;
-  p.tokens = 1;
-  p.in = 4096;
-  p.nproj = 1;
-  p.proj[0] = {.w8 = reinterpret_cast<const uint8_t*>(16), .w_scales = reinterpret_cast<const float*>(16),
-               .w_scale_ld = 32, .y = reinterpret_cast<bf16*>(16), .y_stride = 1024, .out = 1024};
+  FastGemvParams p = placeholder_fp8(1024, 4096);
   EXPECT_FALSE(stream_gemv_supports(ctx, p)) << "4 MiB of weights: the register kernel";
   // 8 row blocks of 32 chunks (wq_a): split as far as allowed (16 x 2 chunks) to spread over 132 SMs.
   EXPECT_EQ(stream_gemv_default(ctx, p).splits, ctx.sm_count() >= 74 ? 16 : 8);
-  p.proj[0].out = 32768;  // wq_b: 32 MiB, 256 row blocks, no split
-  p.in = 1024;
-  p.proj[0].w_scale_ld = 8;
+  p = placeholder_fp8(32768, 1024);  // wq_b: 32 MiB, 256 row blocks, no split
   EXPECT_TRUE(stream_gemv_supports(ctx, p));
   EXPECT_EQ(stream_gemv_default(ctx, p).splits, 1);
 }
@@ -195,15 +200,7 @@ TEST(CudaLinearStream, ProjectionsAndShapes) {
 TEST(CudaLinearStream, Refusals) {
   DSV4_REQUIRE_HOPPER();
   DeviceContext ctx;
-  FastGemvParams p;
-  p.x_codes = reinterpret_cast<const uint8_t*>(16);
-  p.x_scales = reinterpret_cast<const float*>(16);
-  p.x_stride = 1024;
-  p.tokens = 1;
-  p.in = 1024;
-  p.nproj = 1;
-  p.proj[0] = {.w8 = reinterpret_cast<const uint8_t*>(16), .w_scales = reinterpret_cast<const float*>(16),
-               .w_scale_ld = 8, .y = reinterpret_cast<bf16*>(16), .y_stride = 32768, .out = 32768};
+  const FastGemvParams p = placeholder_fp8(32768, 1024);
   // `shape`: the launch itself is refused (fast_gemv keeps it), not only the configuration.
   auto refused = [&](const FastGemvParams& q, StreamGemvConfig cfg, const std::string& expect, bool shape = true) {
     EXPECT_NE(stream_gemv_supports(ctx, q), shape) << expect;
