@@ -4,8 +4,6 @@
 // experts gathered per (token, pick)), partial row and K tiles, and a timing of Flash-shaped decodes.
 #include <gtest/gtest.h>
 
-#include <functional>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
