@@ -1,28 +1,56 @@
-// FP8 activation quantization kernel (contract in ops.h; bit-exact twin: core/quant.h act_quant_fp8).
+// FP8 activation quantization kernel (contract in ops.h; bit-exact twin: core/quant.h act_quant_fp8), and
+// its fusion with the SwiGLU before it (swiglu_quant, moe_ops.h).
 #include <cuda_fp8.h>
 
 #include <cstdint>
 
+#include "backend/cuda/act_quant.cuh"
 #include "backend/cuda/check.h"
 #include "backend/cuda/kernel_util.cuh"
+#include "backend/cuda/moe_ops.h"
 #include "backend/cuda/ops.h"
+#include "backend/cuda/swiglu.cuh"
 #include "core/quant.h"
 
 namespace dsv4::cuda {
 namespace {
 
-// pow2_scale of core/quant.cpp on the device: the E8M0 byte is the exponent field of p = amax * inv_max
-// plus one when p has mantissa bits (ceil(log2 p) for normal p), built from the bits exactly like the
-// reference's fast_round_scale.
-__device__ __forceinline__ uint32_t pow2_scale_byte(float amax, float inv_max) {
-  const uint32_t bits = __float_as_uint(amax * inv_max);
-  uint32_t byte = ((bits >> 23) & 0xffu) + ((bits & 0x7fffffu) != 0 ? 1u : 0u);
-  return byte > 255u ? 255u : byte;
-}
+// The bf16 rows of act_quant_fp8: lane values v[EPL] at (row, col0) as floats.
+struct RowsSource {
+  const bf16* x;
+  int64_t x_stride;
+  template <int EPL>
+  __device__ __forceinline__ void load(int64_t row, int col0, float (&v)[EPL]) const {
+    const bf16* at = x + row * x_stride + col0;
+#pragma unroll
+    for (int i = 0; i < EPL; i += 2) {
+      const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(at + i));
+      v[i] = f.x;
+      v[i + 1] = f.y;
+    }
+  }
+};
+// h = bf16(SwiGLU(g, u) x weight) computed in place of reading it (swiglu_quant).
+struct SwigluSource {
+  SwigluParams s;
+  template <int EPL>
+  __device__ __forceinline__ void load(int64_t row, int col0, float (&v)[EPL]) const {
+    const float w = s.weight ? s.weight[row] : 1.0f;
+#pragma unroll
+    for (int i = 0; i < EPL; i += 2) {
+      const float2 g = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(s.g + row * s.g_stride + col0 + i));
+      const float2 u = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(s.u + row * s.u_stride + col0 + i));
+      const float2 h = __bfloat1622float2(
+          __floats2bfloat162_rn(swiglu_value(g.x, u.x, w, s.limit), swiglu_value(g.y, u.y, w, s.limit)));
+      v[i] = h.x;
+      v[i + 1] = h.y;
+    }
+  }
+};
 
-// One warp per (row, block); each lane holds EPL = block / 32 consecutive elements.
-template <int EPL>
-__global__ void act_quant_fp8_kernel(ActQuantParams p, int blocks_per_row, int64_t total_warps) {
+// One warp per (row, block); each lane holds EPL = block / 32 consecutive elements of `src`.
+template <int EPL, typename Source>
+__global__ void act_quant_fp8_kernel(ActQuantParams p, Source src, int blocks_per_row, int64_t total_warps) {
   allow_dependents();  // a fast_gemv after this kernel may start streaming its weights
   const int64_t warp = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   if (warp >= total_warps) return;
@@ -31,27 +59,17 @@ __global__ void act_quant_fp8_kernel(ActQuantParams p, int blocks_per_row, int64
   const int blk = int(warp % blocks_per_row);
   const int col0 = blk * (EPL * 32) + lane * EPL;
 
-  const bf16* x = p.x + row * p.x_stride + col0;
   float v[EPL];
+  src.load(row, col0, v);
   float amax = 0.0f;
 #pragma unroll
-  for (int i = 0; i < EPL; i += 2) {
-    float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(x + i));
-    v[i] = f.x;
-    v[i + 1] = f.y;
-    amax = fmaxf(amax, fmaxf(fabsf(f.x), fabsf(f.y)));
-  }
-  amax = fmaxf(warp_max(amax), kFp8AmaxFloor);  // floor after the reduction, as the reference
-  const uint32_t byte = pow2_scale_byte(amax, kFp8MaxInv);
-  const float s = __uint_as_float(byte << 23);
+  for (int i = 0; i < EPL; ++i) amax = fmaxf(amax, fabsf(v[i]));
+  const float s = fp8_block_scale(warp_max(amax));  // the floor after the reduction, as the reference
+  const uint32_t byte = __float_as_uint(s) >> 23;
 
   uint32_t packed = 0;
 #pragma unroll
-  for (int i = 0; i < EPL; ++i) {
-    // x / s is exact (s is a power of two); IEEE division as in the twin (no fast-math reciprocal).
-    const float q = fminf(fmaxf(__fdiv_rn(v[i], s), -kFp8Max), kFp8Max);
-    packed |= uint32_t(__nv_cvt_float_to_fp8(q, __NV_SATFINITE, __NV_E4M3)) << (8 * i);
-  }
+  for (int i = 0; i < EPL; ++i) packed |= fp8_code(v[i], s) << (8 * i);
   uint8_t* codes = p.codes + row * p.codes_stride + col0;
   if constexpr (EPL == 4) {
     *reinterpret_cast<uint32_t*>(codes) = packed;
@@ -64,6 +82,20 @@ __global__ void act_quant_fp8_kernel(ActQuantParams p, int blocks_per_row, int64
   }
 }
 
+// The launch of act_quant_fp8_kernel over p's rows and blocks.
+template <typename Source>
+void launch_quant(const DeviceContext& ctx, const ActQuantParams& p, const Source& src) {
+  const int blocks_per_row = p.cols / p.block;
+  const int64_t total_warps = p.rows * blocks_per_row;
+  const int threads = 256;
+  const int grid = narrow_int(ceil_div(total_warps * 32, threads), "act_quant_fp8 grid");
+  if (p.block == 128)
+    act_quant_fp8_kernel<4><<<grid, threads, 0, ctx.stream()>>>(p, src, blocks_per_row, total_warps);
+  else
+    act_quant_fp8_kernel<2><<<grid, threads, 0, ctx.stream()>>>(p, src, blocks_per_row, total_warps);
+  DSV4_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
 
 void act_quant_fp8(const DeviceContext& ctx, const ActQuantParams& p) {
@@ -74,15 +106,25 @@ void act_quant_fp8(const DeviceContext& ctx, const ActQuantParams& p) {
     fail("act_quant_fp8: ", p.cols, " columns are not a multiple of the block ", p.block);
   if (p.x_stride % 4 != 0 || p.codes_stride % 4 != 0)
     fail("act_quant_fp8: row strides must be multiples of 4 elements (vector access)");
-  const int blocks_per_row = p.cols / p.block;
-  const int64_t total_warps = p.rows * blocks_per_row;
-  const int threads = 256;
-  const int grid = narrow_int(ceil_div(total_warps * 32, threads), "act_quant_fp8 grid");
-  if (p.block == 128)
-    act_quant_fp8_kernel<4><<<grid, threads, 0, ctx.stream()>>>(p, blocks_per_row, total_warps);
-  else
-    act_quant_fp8_kernel<2><<<grid, threads, 0, ctx.stream()>>>(p, blocks_per_row, total_warps);
-  DSV4_CUDA_CHECK_LAUNCH();
+  launch_quant(ctx, p, RowsSource{p.x, p.x_stride});
+}
+
+void swiglu_quant(const DeviceContext& ctx, const SwigluQuantParams& p) {
+  const SwigluParams& s = p.s;
+  if (s.rows == 0) return;
+  if (!s.g || !s.u || !p.codes || !p.scales) fail("swiglu_quant: null pointer");
+  if (s.I <= 0 || s.I % 128 != 0 || s.g_stride % 4 != 0 || s.u_stride % 4 != 0)
+    fail("swiglu_quant: I = ", s.I, " must be a multiple of 128 and the strides of 4 (vector access)");
+  ActQuantParams q;
+  q.codes = p.codes;
+  q.scale_f32 = p.scales;
+  q.rows = s.rows;
+  q.cols = s.I;
+  q.block = 128;
+  q.codes_stride = s.I;
+  q.sf_row_stride = p.sf_row_stride;
+  q.sf_block_stride = p.sf_block_stride;
+  launch_quant(ctx, q, SwigluSource{s});
 }
 
 }  // namespace dsv4::cuda

@@ -171,6 +171,34 @@ void run_linear(const DeviceContext& ctx, AttentionWorkspace& ws, const DevLinea
 
 namespace {
 
+// x [T, w.in] = rms_norm(x) in place (norm weight, eps), then y = run_linear(w, x): where the table picks
+// a GEMV kernel for an FP8 w, the norm writes x's 1x128 quantization into ws.codes / ws.scales in the same
+// launch (the bits of rms_norm_rows then run_linear's act_quant_rows).
+void run_linear_normed(const DeviceContext& ctx, AttentionWorkspace& ws, const DevLinear& w, bf16* x,
+                       const float* norm, float eps, int64_t T, bf16* y) {
+  const LinearKernel k = linear_kernel(LinearSite::Projection, T, ctx.kernels());
+  if (k == LinearKernel::Lt || !w.fp8 || w.in % 128 != 0) {
+    rms_norm_rows(ctx, x, norm, T, w.in, eps);
+    run_linear(ctx, ws, w, x, T, y);
+    return;
+  }
+  const int64_t nb = w.in / 128;
+  RmsNormParams p;
+  p.x = p.y = x;
+  p.weight = norm;
+  p.rows = T;
+  p.dim = int(w.in);
+  p.x_stride = p.y_stride = w.in;
+  p.eps = eps;
+  p.codes = ws.codes.get();
+  p.scales = ws.scales.get();
+  p.codes_stride = w.in;
+  p.sf_row_stride = nb;
+  p.sf_block_stride = 1;
+  rms_norm(ctx, p);
+  run_linear_kernel(ctx, k, fp8_linear_params(ws.codes.get(), ws.scales.get(), nb, 1, w.w8, T, y));
+}
+
 // run_linear of two FP8 weights on the same x (wq_a and wkv) where the table picks fast_gemv: one
 // quantization of x and, where fast_gemv takes both, one launch. False (nothing run) elsewhere.
 bool run_linear_pair(const DeviceContext& ctx, AttentionWorkspace& ws, const DevLinear& a, const DevLinear& b,
@@ -289,8 +317,7 @@ void attn_qkv(const DeviceContext& ctx, const AttentionCall& a, const bf16* x) {
   bf16* kv_chunk = a.st.kv.get() + a.st.chunk_base() * d;
   const bool kv_done = run_linear_pair(ctx, ws, w.wq_a, w.wkv, x, T, ws.cq.get(), kv_chunk);
   if (!kv_done) run_linear(ctx, ws, w.wq_a, x, T, ws.cq.get());
-  rms_norm_rows(ctx, ws.cq.get(), w.q_norm.get(), T, cfg.q_lora_rank, eps);
-  run_linear(ctx, ws, w.wq_b, ws.cq.get(), T, ws.q.get());
+  run_linear_normed(ctx, ws, w.wq_b, ws.cq.get(), w.q_norm.get(), eps, T, ws.q.get());
   head_norm_bf16(ctx, {.x = ws.q.get(), .rows = T, .row_stride = H * d, .heads = int(H), .dim = int(d), .eps = eps});
   run_rope(ctx, ws.q.get(), b, w.inv_freq.get(), H, d, rd, false);
 

@@ -5,6 +5,7 @@
 #include "backend/cuda/cpu_math.cuh"
 #include "backend/cuda/kernel_util.cuh"
 #include "backend/cuda/moe_ops.h"
+#include "backend/cuda/swiglu.cuh"
 
 namespace dsv4::cuda {
 namespace {
@@ -129,18 +130,8 @@ __global__ void swiglu_kernel(SwigluParams p, int64_t pairs) {
   const float2 g = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p.g + row * p.g_stride + c));
   const float2 u = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p.u + row * p.u_stride + c));
   const float w = p.weight ? p.weight[row] : 1.0f;
-  float gv[2] = {g.x, g.y}, uv[2] = {u.x, u.y}, h[2];
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    float a = gv[i], b = uv[i];
-    if (p.limit > 0) {
-      a = fminf(a, p.limit);
-      b = fminf(fmaxf(b, -p.limit), p.limit);
-    }
-    const float silu = __fdiv_rn(a, __fadd_rn(1.0f, cpu_expf(-a)));
-    h[i] = __fmul_rn(w, __fmul_rn(silu, b));
-  }
-  *reinterpret_cast<__nv_bfloat162*>(p.h + row * p.I + c) = __floats2bfloat162_rn(h[0], h[1]);
+  *reinterpret_cast<__nv_bfloat162*>(p.h + row * p.I + c) =
+      __floats2bfloat162_rn(swiglu_value(g.x, u.x, w, p.limit), swiglu_value(g.y, u.y, w, p.limit));
 }
 
 // Thread per (token, column pair): sums the picks in ascending expert order, then the shared expert.

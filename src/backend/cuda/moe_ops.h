@@ -112,6 +112,34 @@ inline void swiglu_gate_up(const DeviceContext& ctx, const bf16* y13, const floa
   swiglu(ctx, s);
 }
 
+// SwiGLU then act_quant_fp8 of h (1 x 128 blocks, fp32 scales) in one launch: the bits of swiglu followed
+// by act_quant_rows on its h, which is not written (p.s.h unused). codes [rows, I] (row stride I), the
+// scale of (row r, block b) at scales[r * sf_row_stride + b * sf_block_stride]; I % 128 == 0.
+struct SwigluQuantParams {
+  SwigluParams s;
+  uint8_t* codes = nullptr;
+  float* scales = nullptr;
+  int64_t sf_row_stride = 0, sf_block_stride = 0;
+};
+void swiglu_quant(const DeviceContext& ctx, const SwigluQuantParams& p);
+// The routed layout (swiglu_gate_up) fused with its quantization (scales row-major: I / 128 per row).
+inline void swiglu_gate_up_quant(const DeviceContext& ctx, const bf16* y13, const float* weight, int64_t rows,
+                                 int64_t I, float limit, uint8_t* codes, float* scales) {
+  SwigluQuantParams q;
+  q.s.g = y13;
+  q.s.u = y13 + I;
+  q.s.g_stride = q.s.u_stride = 2 * I;
+  q.s.weight = weight;
+  q.s.rows = rows;
+  q.s.I = int(I);
+  q.s.limit = limit;
+  q.codes = codes;
+  q.scales = scales;
+  q.sf_row_stride = I / 128;
+  q.sf_block_stride = 1;
+  swiglu_quant(ctx, q);
+}
+
 // ---- Combine: y[t] = bf16(((0 + y2[t, j0]) + y2[t, j1] + ...) + shared[t]) with the picks j taken in
 // ascending expert id (ties: pick order), fp32 sums — exactly Model::moe's accumulation order.
 struct MoeCombineParams {

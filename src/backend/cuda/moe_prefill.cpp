@@ -38,8 +38,7 @@ GroupedRouted moe_routed_grouped(const DeviceContext& ctx, const DevMoeWeights& 
                         .offsets = plan.offsets, .tiles = ws.tiles.get(), .y = ws.y13.get(), .n = n, .out = 2 * I,
                         .K = D, .E = int(E)});
 
-  swiglu_gate_up(ctx, ws.y13.get(), ws.w_rows.get(), ws.h.get(), n, I, w.swiglu_limit);
-  act_quant_rows(ctx, ws.h.get(), n, I, ws.hq.get(), ws.hs.get(), I / 128, 1);
+  swiglu_gate_up_quant(ctx, ws.y13.get(), ws.w_rows.get(), n, I, w.swiglu_limit, ws.hq.get(), ws.hs.get());
 
   // w2: the plan-ordered rows of hq.
   fp4_grouped_mma(ctx, {.xq = ws.hq.get(), .xs = ws.hs.get(), .xs_row_stride = I / 128, .xs_block_stride = 1,

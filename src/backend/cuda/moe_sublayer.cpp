@@ -380,8 +380,7 @@ GroupedRouted routed_experts(const MoeCall& c) {
     };
     selections(ws.xq.get(), ws.xs.get(), 1, P, int(k),
                stacked ? fast_stack_params(w.w13_x) : fp4_weights(w.w13, w.w13_scales, 2 * I, D), ws.y13.get());
-    swiglu_gate_up(ctx, ws.y13.get(), ws.weights.get(), ws.h.get(), Tk, I, w.swiglu_limit);
-    act_quant_rows(ctx, ws.h.get(), Tk, I, ws.hq.get(), ws.hs.get(), I / 128, 1);
+    swiglu_gate_up_quant(ctx, ws.y13.get(), ws.weights.get(), Tk, I, w.swiglu_limit, ws.hq.get(), ws.hs.get());
     selections(ws.hq.get(), ws.hs.get(), I / 128, 1, 1,
                stacked ? fast_stack_params(w.w2_x) : fp4_weights(w.w2, w.w2_scales, D, I), ws.y2.get());
     return {.y2 = ws.y2.get(), .entry_row = nullptr};
@@ -399,8 +398,7 @@ GroupedRouted routed_experts(const MoeCall& c) {
                        .rows = plan.rows, .T = T, .P = P, .k = int(k), .D = int(D)});
       tile_gemv(w.w13, w.w13_scales, ws.sel_xq.get(), ws.sel_xs.get(), 2 * I, D, ws.y13.get());
     }
-    swiglu_gate_up(ctx, ws.y13.get(), ws.w_rows.get(), ws.h.get(), Tk, I, w.swiglu_limit);
-    act_quant_rows(ctx, ws.h.get(), Tk, I, ws.hq.get(), ws.hs.get(), I / 128, 1);
+    swiglu_gate_up_quant(ctx, ws.y13.get(), ws.w_rows.get(), Tk, I, w.swiglu_limit, ws.hq.get(), ws.hs.get());
     if (mma)
       decode_mma(ws.hq.get(), ws.hs.get(), I / 128, 1, nullptr, 1,
                  stacked ? fast_stack_params(w.w2_x) : fp4_weights(w.w2, w.w2_scales, D, I), plan, tile_rows,
@@ -420,11 +418,11 @@ GroupedRouted routed_experts(const MoeCall& c) {
                      .T = T, .P = P, .k = int(k), .D = int(D)});
     gemv(w.w13, w.w13_scales, ws.sel_xq.get(), ws.sel_xs.get(), 2 * I, D, ws.y13.get());
   }
-  swiglu_gate_up(ctx, ws.y13.get(), ws.weights.get(), ws.h.get(), Tk, I, w.swiglu_limit);
   if (w.dense_experts) {
+    swiglu_gate_up(ctx, ws.y13.get(), ws.weights.get(), ws.h.get(), Tk, I, w.swiglu_limit);
     c.dense(ws.h.get(), Tk, 1, w.w2_16.get(), ws.ids.get(), D, I, ws.y2.get());
   } else {
-    act_quant_rows(ctx, ws.h.get(), Tk, I, ws.hq.get(), ws.hs.get(), I / 128, 1);
+    swiglu_gate_up_quant(ctx, ws.y13.get(), ws.weights.get(), Tk, I, w.swiglu_limit, ws.hq.get(), ws.hs.get());
     if (stacked) stack_linear(w.w2_x, ws.hq.get(), ws.hs.get(), I / 128, 1, 1, ws.y2.get());
     else gemv(w.w2, w.w2_scales, ws.hq.get(), ws.hs.get(), D, I, ws.y2.get());
   }
@@ -459,14 +457,15 @@ const bf16* shared_expert(const MoeCall& c) {
       shared_fp8_linear(ws.xq.get(), ws.xs.get(), P, w.shared_w3, ws.su.get());
     }
   }
-  swiglu(ctx, {.g = ws.sg.get(), .u = ws.su.get(), .h = ws.sh.get(), .rows = T, .g_stride = I, .u_stride = I,
-               .I = int(I), .limit = w.swiglu_limit});
-  // Down.
+  const SwigluParams sw{.g = ws.sg.get(), .u = ws.su.get(), .h = ws.sh.get(), .rows = T, .g_stride = I, .u_stride = I,
+                        .I = int(I), .limit = w.swiglu_limit};
+  // Down (FP8: the SwiGLU and its quantization in one launch).
   if (w.shared_dense) {
+    swiglu(ctx, sw);
     c.dense(ws.sh.get(), T, 1, w.shared16_w2.get(), nullptr, D, I, ws.ys.get());
   } else {
     const int64_t P2 = c.plans ? c.plans->down->padded_tokens() : T;
-    act_quant_rows(ctx, ws.sh.get(), T, I, ws.shq.get(), ws.shs.get(), 1, P2);
+    swiglu_quant(ctx, {.s = sw, .codes = ws.shq.get(), .scales = ws.shs.get(), .sf_row_stride = 1, .sf_block_stride = P2});
     if (c.plans) c.plans->down->run_fp8(ctx, ws.shq.get(), ws.shs.get(), w.shared_w2, ws.ys.get());
     else shared_fp8_linear(ws.shq.get(), ws.shs.get(), P2, w.shared_w2, ws.ys.get());
   }

@@ -28,6 +28,12 @@ struct RmsNormParams {
   int dim = 0;                    // multiple of 8 (16-byte vector loads)
   int64_t x_stride = 0, y_stride = 0;
   float eps = 1e-6f;
+  // Optional: y's act_quant_fp8 (1 x 128 blocks, fp32 scales) in the same launch, the bits of
+  // act_quant_rows on y (dim % 128 == 0): codes [rows, dim] (row stride codes_stride), the scale of
+  // (row r, block b) at scales[r * sf_row_stride + b * sf_block_stride].
+  uint8_t* codes = nullptr;
+  float* scales = nullptr;
+  int64_t codes_stride = 0, sf_row_stride = 0, sf_block_stride = 0;
 };
 void rms_norm(const DeviceContext& ctx, const RmsNormParams& p);
 // In place on contiguous rows x [rows, dim].

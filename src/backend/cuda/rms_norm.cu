@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "backend/cuda/act_quant.cuh"
 #include "backend/cuda/check.h"
 #include "backend/cuda/kernel_util.cuh"
 #include "backend/cuda/ops.h"
@@ -47,22 +48,46 @@ __global__ void rms_norm_kernel(RmsNormParams p) {
   __syncthreads();
   const float r = r_shared;
 
-  for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
-    uint4 raw = reinterpret_cast<const uint4*>(x)[v];
-    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
-    uint4 out;
-    __nv_bfloat162* o = reinterpret_cast<__nv_bfloat162*>(&out);
+  // Every thread runs every round (the quantization's shuffles): vector v = base + tid, idle past nvec.
+  // With codes, a 128-element block is 16 consecutive vectors: a half-warp of one round.
+  for (int base = 0; base < nvec; base += int(blockDim.x)) {
+    const int v = base + int(threadIdx.x);
+    const bool active = v < nvec;
+    uint4 out = make_uint4(0u, 0u, 0u, 0u);
+    if (active) {
+      uint4 raw = reinterpret_cast<const uint4*>(x)[v];
+      const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+      __nv_bfloat162* o = reinterpret_cast<__nv_bfloat162*>(&out);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        float2 f = __bfloat1622float2(h[i]);
+        float a = __fmul_rn(f.x, r), b = __fmul_rn(f.y, r);  // (x * r) * w, rounded like the twin
+        if (p.weight) {
+          a = __fmul_rn(a, p.weight[v * 8 + 2 * i]);
+          b = __fmul_rn(b, p.weight[v * 8 + 2 * i + 1]);
+        }
+        o[i] = __floats2bfloat162_rn(a, b);
+      }
+      reinterpret_cast<uint4*>(y)[v] = out;
+    }
+    if (!p.codes) continue;
+    float q[8];
+    bf16x8_values(out, q);
+    float amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(q[i]));
+#pragma unroll
+    for (int o = 8; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));  // the half-warp
+    const float s = fp8_block_scale(amax);
+    if (!active) continue;
+    uint32_t lo = 0, hi = 0;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      float2 f = __bfloat1622float2(h[i]);
-      float a = __fmul_rn(f.x, r), b = __fmul_rn(f.y, r);  // (x * r) * w, rounded like the twin
-      if (p.weight) {
-        a = __fmul_rn(a, p.weight[v * 8 + 2 * i]);
-        b = __fmul_rn(b, p.weight[v * 8 + 2 * i + 1]);
-      }
-      o[i] = __floats2bfloat162_rn(a, b);
+      lo |= fp8_code(q[i], s) << (8 * i);
+      hi |= fp8_code(q[4 + i], s) << (8 * i);
     }
-    reinterpret_cast<uint4*>(y)[v] = out;
+    *reinterpret_cast<uint2*>(p.codes + row * p.codes_stride + int64_t(v) * 8) = make_uint2(lo, hi);
+    if ((threadIdx.x & 15) == 0) p.scales[row * p.sf_row_stride + int64_t(v / 16) * p.sf_block_stride] = s;
   }
 }
 
@@ -76,6 +101,10 @@ void rms_norm(const DeviceContext& ctx, const RmsNormParams& p) {
   if (p.dim <= 0 || p.dim % 8 != 0) fail("rms_norm: dim ", p.dim, " must be a positive multiple of 8");
   if (p.x_stride % 8 != 0 || p.y_stride % 8 != 0 || !aligned16(p.x) || !aligned16(p.y))
     fail("rms_norm: rows must start on 16-byte boundaries (strides ", p.x_stride, ", ", p.y_stride, ")");
+  if (p.codes && (!p.scales || p.dim % 128 != 0 || p.codes_stride % 8 != 0 ||
+                  (reinterpret_cast<uintptr_t>(p.codes) & 7u) != 0))
+    fail("rms_norm: the fused quantization needs scales, dim % 128 == 0 (dim ", p.dim,
+         ") and 8-byte aligned code rows");
   const int grid = narrow_int(p.rows, "rms_norm rows");
   int threads = int(std::min<int64_t>(kMaxThreads, ceil_div(p.dim / 8, 32) * 32));
   rms_norm_kernel<<<grid, threads, 0, ctx.stream()>>>(p);

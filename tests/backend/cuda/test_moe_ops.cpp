@@ -4,10 +4,14 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "backend/cpu/ops.h"
 #include "backend/cuda/moe_ops.h"
+#include "backend/cuda/ops.h"
+#include "core/dtype.h"
+#include "core/quant.h"
 #include "harness.h"
 
 namespace dsv4::cuda::test {
@@ -299,6 +303,67 @@ TEST(CudaMoeOps, SwigluClamped) {
       ref[size_t(r * I + i)] = dsv4::round_bf16(w[size_t(r)] * (cpu::silu(g) * u));
     }
   EXPECT_TRUE(compare("swiglu", from_bf16(h.download("h")), ref, Tol::Bf16).ok);
+}
+
+// swiglu_quant: the codes and scales of swiglu followed by act_quant_rows, bit for bit (row-major scales
+// as the routed experts', block-major with padded rows as the shared expert's before cuBLASLt), with and
+// without the routing weight, clamped and not; and the quantization against the CPU twin of both steps.
+TEST(CudaMoeOps, SwigluQuantIsSwigluThenQuant) {
+  DSV4_REQUIRE_HOPPER();
+  DeviceContext ctx;
+  Rng rng(32);
+  const int64_t rows = 11, P = 16;
+  const int I = 512;
+  std::vector<float> gu = rng.bf16_normal(size_t(rows * 2 * I), 4.0f), w = rng.f32_normal(size_t(rows));
+  DeviceBuffer<uint16_t> dgu = upload_bf16(gu);
+  DeviceBuffer<float> dw(w);
+  DeviceBuffer<uint16_t> h(size_t(rows * I));
+  for (const bool block_major : {false, true})
+    for (const bool weighted : {true, false})
+      for (const float limit : {3.0f, 0.0f}) {
+        SwigluParams s;
+        s.g = as_bf16(dgu);
+        s.u = as_bf16(dgu) + I;
+        s.g_stride = s.u_stride = 2 * I;
+        s.weight = weighted ? dw.get() : nullptr;
+        s.h = reinterpret_cast<bf16*>(h.get());
+        s.rows = rows;
+        s.I = I;
+        s.limit = limit;
+        const int64_t row_stride = block_major ? 1 : I / 128, block_stride = block_major ? P : 1;
+        const size_t nscales = size_t(block_major ? P * (I / 128) : rows * (I / 128));
+        Guarded<uint8_t> codes_a(size_t(rows * I)), codes_b(size_t(rows * I));
+        Guarded<float> scales_a(nscales), scales_b(nscales);
+        DSV4_CUDA_CHECK(cudaMemsetAsync(scales_a.get(), 0, nscales * 4, ctx.stream()));
+        DSV4_CUDA_CHECK(cudaMemsetAsync(scales_b.get(), 0, nscales * 4, ctx.stream()));
+        swiglu(ctx, s);
+        act_quant_rows(ctx, s.h, rows, I, codes_a.get(), scales_a.get(), row_stride, block_stride);
+        swiglu_quant(ctx, {.s = s, .codes = codes_b.get(), .scales = scales_b.get(), .sf_row_stride = row_stride,
+                           .sf_block_stride = block_stride});
+        ctx.synchronize();
+        const std::string what = std::string("swiglu_quant") + (block_major ? " block-major" : " row-major") +
+                                 (weighted ? " weighted" : "") + " limit " + std::to_string(limit);
+        const std::vector<uint8_t> codes = codes_b.download(what);
+        EXPECT_EQ(codes, codes_a.download(what)) << what;
+        const std::vector<float> scales = scales_b.download(what);
+        EXPECT_EQ(scales, scales_a.download(what)) << what;
+        // The twin: h = bf16(w * silu(min(g, L)) * clamp(u)), then core/quant.h's act_quant_fp8 per row.
+        std::vector<float> hv(static_cast<size_t>(I));
+        std::vector<uint8_t> ref_codes(static_cast<size_t>(I)), e8(static_cast<size_t>(I / 128));
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int i = 0; i < I; ++i) {
+            float g = gu[size_t(r * 2 * I + i)], u = gu[size_t(r * 2 * I + I + i)];
+            if (limit > 0) g = std::min(g, limit), u = std::clamp(u, -limit, limit);
+            hv[size_t(i)] = dsv4::round_bf16((weighted ? w[size_t(r)] : 1.0f) * (cpu::silu(g) * u));
+          }
+          dsv4::act_quant_fp8(hv.data(), I, 128, ref_codes.data(), e8.data());
+          int bad = 0;
+          for (int i = 0; i < I; ++i) bad += codes[size_t(r * I + i)] != ref_codes[size_t(i)];
+          for (int b = 0; b < I / 128; ++b)
+            bad += scales[size_t(r * row_stride + b * block_stride)] != e8m0_to_f32(e8[size_t(b)]);
+          EXPECT_LE(bad, 0) << what << " row " << r << ": codes or scales off the twin";
+        }
+      }
 }
 
 TEST(CudaMoeOps, CombineInExpertOrder) {

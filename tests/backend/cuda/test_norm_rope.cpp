@@ -1,9 +1,11 @@
 // RMSNorm and RoPE against their CPU twins (cpu::rms_norm, cpu::rope).
 #include <gtest/gtest.h>
 
+#include <string>
 #include <vector>
 
 #include "backend/cpu/ops.h"
+#include "backend/cuda/check.h"
 #include "backend/cuda/ops.h"
 #include "harness.h"
 #include "io/rope_freq.h"
@@ -51,6 +53,68 @@ TEST(CudaRmsNorm, OddSmallDims) {
   DSV4_REQUIRE_HOPPER();
   check_rms_norm(5, 1024, 1024, true, 3);
   check_rms_norm(3, 24, 32, true, 4);
+}
+
+// rms_norm with the fused quantization: y, codes and scales equal rms_norm followed by act_quant_rows on y,
+// bit for bit (one round of vectors per thread, two rounds, an idle half-warp), row-major and block-major
+// scales; a dim that is no multiple of 128 is refused.
+void check_rms_norm_quant(int64_t rows, int dim, bool weighted, bool block_major, uint64_t seed) {
+  DeviceContext ctx;
+  Rng rng(seed);
+  std::vector<float> x = rng.bf16_normal(size_t(rows * dim), 2.0f);
+  std::vector<float> w = rng.f32_normal(size_t(dim), 0.5f);
+  auto dx = upload_bf16(x);
+  DeviceBuffer<float> dw(w);
+  Guarded<uint16_t> y1(size_t(rows * dim)), y2(size_t(rows * dim));
+  Guarded<uint8_t> c1(size_t(rows * dim)), c2(size_t(rows * dim));
+  const int64_t nb = dim / 128, P = rows + 3;
+  const size_t ns = size_t(block_major ? P * nb : rows * nb);
+  Guarded<float> s1(ns), s2(ns);
+  DSV4_CUDA_CHECK(cudaMemsetAsync(s1.get(), 0, ns * 4, ctx.stream()));
+  DSV4_CUDA_CHECK(cudaMemsetAsync(s2.get(), 0, ns * 4, ctx.stream()));
+  const int64_t row_stride = block_major ? 1 : nb, block_stride = block_major ? P : 1;
+  RmsNormParams p;
+  p.x = reinterpret_cast<const bf16*>(dx.get());
+  p.weight = weighted ? dw.get() : nullptr;
+  p.y = reinterpret_cast<bf16*>(y1.get());
+  p.rows = rows;
+  p.dim = dim;
+  p.x_stride = p.y_stride = dim;
+  rms_norm(ctx, p);
+  act_quant_rows(ctx, p.y, rows, dim, c1.get(), s1.get(), row_stride, block_stride);
+  p.y = reinterpret_cast<bf16*>(y2.get());
+  p.codes = c2.get();
+  p.scales = s2.get();
+  p.codes_stride = dim;
+  p.sf_row_stride = row_stride;
+  p.sf_block_stride = block_stride;
+  rms_norm(ctx, p);
+  ctx.synchronize();
+  const std::string what = "rms_norm + quant dim=" + std::to_string(dim) + (weighted ? " weighted" : "") +
+                           (block_major ? " block-major" : "");
+  EXPECT_EQ(y2.download(what), y1.download(what)) << what;
+  EXPECT_EQ(c2.download(what), c1.download(what)) << what;
+  EXPECT_EQ(s2.download(what), s1.download(what)) << what;
+}
+
+TEST(CudaRmsNorm, FusedQuantization) {
+  DSV4_REQUIRE_HOPPER();
+  check_rms_norm_quant(5, 1536, true, false, 61);   // q_lora: 192 threads, one round
+  check_rms_norm_quant(3, 4096, true, true, 62);    // hidden: 256 threads, two rounds, block-major scales
+  check_rms_norm_quant(4, 640, false, false, 63);   // 80 vectors over 96 threads: an idle half-warp
+  DeviceContext ctx;
+  DeviceBuffer<uint16_t> x(640);
+  DeviceBuffer<uint8_t> codes(640);
+  DeviceBuffer<float> scales(8);
+  RmsNormParams p;
+  p.x = p.y = reinterpret_cast<bf16*>(x.get());
+  p.rows = 1;
+  p.dim = 136;  // not a multiple of 128
+  p.x_stride = p.y_stride = 136;
+  p.codes = codes.get();
+  p.scales = scales.get();
+  p.codes_stride = 136;
+  EXPECT_THROW(rms_norm(ctx, p), Error);
 }
 
 void check_rope(int heads, int head_dim, bool yarn, bool inverse, uint64_t seed) {
