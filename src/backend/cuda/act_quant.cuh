@@ -5,22 +5,14 @@
 
 #include <cstdint>
 
+#include "backend/cuda/quant_sim.cuh"
 #include "core/quant.h"
 
 namespace dsv4::cuda {
 
-// pow2_scale of core/quant.cpp on the device: the E8M0 byte is the exponent field of p = amax * inv_max
-// plus one when p has mantissa bits (ceil(log2 p) for normal p), built from the bits exactly like the
-// reference's fast_round_scale.
-__device__ __forceinline__ uint32_t pow2_scale_byte(float amax, float inv_max) {
-  const uint32_t bits = __float_as_uint(amax * inv_max);
-  uint32_t byte = ((bits >> 23) & 0xffu) + ((bits & 0x7fffffu) != 0 ? 1u : 0u);
-  return byte > 255u ? 255u : byte;
-}
-
 // The power-of-two scale of a block whose largest magnitude is amax (floored as the reference).
 __device__ __forceinline__ float fp8_block_scale(float amax) {
-  return __uint_as_float(pow2_scale_byte(fmaxf(amax, kFp8AmaxFloor), kFp8MaxInv) << 23);
+  return qsim::pow2_scale(fmaxf(amax, kFp8AmaxFloor), kFp8MaxInv);
 }
 
 // The e4m3 code of v in a block of scale s: x / s is exact (s is a power of two); IEEE division as in

@@ -323,9 +323,12 @@ void attn_qkv(const DeviceContext& ctx, const AttentionCall& a, const bf16* x) {
 
   // KV of this call's tokens into the chunk rows: wkv, kv_norm, RoPE, FP8 snap of the non-rope dims.
   if (!kv_done) run_linear(ctx, ws, w.wkv, x, T, kv_chunk);
-  rms_norm_rows(ctx, kv_chunk, w.kv_norm.get(), T, d, eps);
-  run_rope(ctx, kv_chunk, b, w.inv_freq.get(), 1, d, rd, false);
-  fp8_kv_snap(ctx, {.x = kv_chunk, .rows = T, .row_stride = d, .nope = int(d - rd)});
+  RmsNormParams kv{.x = kv_chunk, .weight = w.kv_norm.get(), .y = kv_chunk, .rows = T, .dim = int(d), .x_stride = d,
+                   .y_stride = d, .eps = eps};
+  kv.positions = b.positions;  // and RoPE, and the FP8 snap of the non-rope dims, in the same launch
+  kv.inv_freq = w.inv_freq.get();
+  kv.rope_dim = int(rd);
+  rms_norm(ctx, kv);
 }
 
 void attn_compress(const DeviceContext& ctx, const AttentionCall& a, const bf16* x, CompressorKind kind) {

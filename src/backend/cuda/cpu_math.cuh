@@ -15,4 +15,15 @@ __device__ __forceinline__ void cpu_sincosf(float x, float* s, float* c) {
   *c = float(cd);
 }
 
+// cpu::rope's rotation of one interleaved pair (a, b) by the angle fl32(position * inv_freq) (MODEL.md §5:
+// the fp32 product, not "improved"), with explicitly rounded products so that the compiler cannot contract
+// it into FMAs the twin does not do; `inverse` rotates back.
+__device__ __forceinline__ float2 cpu_rope_pair(float a, float b, float position, float inv_freq, bool inverse) {
+  const float ang = position * inv_freq;
+  float s, c;
+  cpu_sincosf(ang, &s, &c);
+  if (inverse) s = -s;
+  return make_float2(__fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s)), __fadd_rn(__fmul_rn(a, s), __fmul_rn(b, c)));
+}
+
 }  // namespace dsv4::cuda

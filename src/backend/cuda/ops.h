@@ -34,6 +34,12 @@ struct RmsNormParams {
   uint8_t* codes = nullptr;
   float* scales = nullptr;
   int64_t codes_stride = 0, sf_row_stride = 0, sf_block_stride = 0;
+  // Optional, the attention's KV rows (rope_dim > 0): after the norm, the forward RoPE of the last rope_dim
+  // dims at positions[row] (inv_freq [rope_dim / 2]) and the FP8 64-block snap of the others, in the same
+  // launch: the bits of rms_norm, rope and fp8_kv_snap one after the other ((dim - rope_dim) % 64 == 0).
+  const int32_t* positions = nullptr;
+  const float* inv_freq = nullptr;
+  int rope_dim = 0;
 };
 void rms_norm(const DeviceContext& ctx, const RmsNormParams& p);
 // In place on contiguous rows x [rows, dim].

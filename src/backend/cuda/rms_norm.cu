@@ -4,13 +4,44 @@
 
 #include "backend/cuda/act_quant.cuh"
 #include "backend/cuda/check.h"
+#include "backend/cuda/cpu_math.cuh"
 #include "backend/cuda/kernel_util.cuh"
 #include "backend/cuda/ops.h"
+#include "backend/cuda/quant_sim.cuh"
 
 namespace dsv4::cuda {
 namespace {
 
 constexpr int kMaxThreads = 256;
+
+// The KV finish of vector v (elements 8v .. 8v + 7) of a normed row, called by every lane of the warp:
+// rope dims (from dim - rope_dim) rotated in pairs as rope_kernel does, the other dims snapped to FP8 in
+// 64-blocks (8 consecutive lanes) as kv_snap_kernel does, each step on the bf16 values of the one before.
+__device__ __forceinline__ uint4 kv_finish(const RmsNormParams& p, int64_t row, int v, bool active, uint4 y) {
+  float f[8];
+  bf16x8_values(y, f);
+  const int nope = p.dim - p.rope_dim;
+  const bool rope = 8 * v >= nope;  // past the row (idle lanes): neither step
+  float amax = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(f[i]));
+#pragma unroll
+  for (int o = 4; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));  // the 64-block
+  const float s = qsim::pow2_scale(fmaxf(amax, kFp8AmaxFloor), kFp8MaxInv);
+  __nv_bfloat162* o2 = reinterpret_cast<__nv_bfloat162*>(&y);
+  if (!active) return y;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if (rope) {
+      const int pair = (8 * v + 2 * i - nope) / 2;
+      const float2 r = cpu_rope_pair(f[2 * i], f[2 * i + 1], float(p.positions[row]), p.inv_freq[pair], false);
+      o2[i] = __floats2bfloat162_rn(r.x, r.y);
+    } else {
+      o2[i] = __floats2bfloat162_rn(qsim::fp8_qdq(f[2 * i], s), qsim::fp8_qdq(f[2 * i + 1], s));
+    }
+  }
+  return y;
+}
 
 // One block per row; each thread owns 8-element (16-byte) vectors v = tid, tid + blockDim, ...
 // Two passes over the row: the second re-reads from L1/L2, which is cheaper than holding a row of
@@ -68,8 +99,9 @@ __global__ void rms_norm_kernel(RmsNormParams p) {
         }
         o[i] = __floats2bfloat162_rn(a, b);
       }
-      reinterpret_cast<uint4*>(y)[v] = out;
     }
+    if (p.rope_dim > 0) out = kv_finish(p, row, v, active, out);  // every lane: the snap's shuffles
+    if (active) reinterpret_cast<uint4*>(y)[v] = out;
     if (!p.codes) continue;
     float q[8];
     bf16x8_values(out, q);
@@ -105,6 +137,10 @@ void rms_norm(const DeviceContext& ctx, const RmsNormParams& p) {
                   (reinterpret_cast<uintptr_t>(p.codes) & 7u) != 0))
     fail("rms_norm: the fused quantization needs scales, dim % 128 == 0 (dim ", p.dim,
          ") and 8-byte aligned code rows");
+  if (p.rope_dim > 0 && (!p.positions || !p.inv_freq || p.rope_dim % 8 != 0 || p.rope_dim > p.dim ||
+                         (p.dim - p.rope_dim) % 64 != 0))
+    fail("rms_norm: the KV finish needs positions, inv_freq, rope_dim % 8 == 0 and (dim - rope_dim) % 64 == 0 "
+         "(dim ", p.dim, ", rope_dim ", p.rope_dim, ")");
   const int grid = narrow_int(p.rows, "rms_norm rows");
   int threads = int(std::min<int64_t>(kMaxThreads, ceil_div(p.dim / 8, 32) * 32));
   rms_norm_kernel<<<grid, threads, 0, ctx.stream()>>>(p);

@@ -7,9 +7,7 @@
 namespace dsv4::cuda {
 namespace {
 
-// One thread per (row, head, pair). The angle is the fp32 product pos * f_i, exactly as the reference
-// (MODEL.md §5: do not "improve" it); the rotation uses explicitly rounded products so that the
-// compiler cannot contract it into FMAs the CPU twin does not do.
+// One thread per (row, head, pair): cpu_rope_pair (cpu_math.cuh) on the pair.
 __global__ void rope_kernel(RopeParams p, int half, int total) {
   const int idx = blockIdx.x * blockDim.x + threadIdx.x;
   if (idx >= total) return;
@@ -17,14 +15,9 @@ __global__ void rope_kernel(RopeParams p, int half, int total) {
   const int head = (idx / half) % p.heads;
   const int64_t row = idx / (half * p.heads);
   bf16* x = p.x + row * p.row_stride + int64_t(head) * p.head_stride + (p.head_dim - p.rope_dim) + 2 * i;
-  const float ang = float(p.positions[row]) * p.inv_freq[i];
-  float s, c;
-  cpu_sincosf(ang, &s, &c);  // as cpu::rope's std::sin / std::cos
-  if (p.inverse) s = -s;
   const float2 v = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162*>(x));
-  const float a = __fsub_rn(__fmul_rn(v.x, c), __fmul_rn(v.y, s));
-  const float b = __fadd_rn(__fmul_rn(v.x, s), __fmul_rn(v.y, c));
-  *reinterpret_cast<__nv_bfloat162*>(x) = __floats2bfloat162_rn(a, b);
+  const float2 r = cpu_rope_pair(v.x, v.y, float(p.positions[row]), p.inv_freq[i], p.inverse);
+  *reinterpret_cast<__nv_bfloat162*>(x) = __floats2bfloat162_rn(r.x, r.y);
 }
 
 }  // namespace

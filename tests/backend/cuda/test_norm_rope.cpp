@@ -1,10 +1,12 @@
 // RMSNorm and RoPE against their CPU twins (cpu::rms_norm, cpu::rope).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 #include <vector>
 
 #include "backend/cpu/ops.h"
+#include "backend/cuda/attn_ops.h"
 #include "backend/cuda/check.h"
 #include "backend/cuda/ops.h"
 #include "harness.h"
@@ -115,6 +117,46 @@ TEST(CudaRmsNorm, FusedQuantization) {
   p.scales = scales.get();
   p.codes_stride = 136;
   EXPECT_THROW(rms_norm(ctx, p), Error);
+}
+
+// rms_norm's KV finish (attention's kv rows): the bits of rms_norm, then rope of the last rope_dim dims,
+// then fp8_kv_snap of the others, in one launch; Flash's 512 / 64 and a small 128 / 64 row.
+void check_kv_finish(int dim, int rope_dim, uint64_t seed) {
+  DeviceContext ctx;
+  Rng rng(seed);
+  const std::vector<int32_t> pos = {0, 1, 127, 4095, 65537, 1048575};
+  const int64_t rows = int64_t(pos.size());
+  std::vector<float> x = rng.bf16_normal(size_t(rows * dim), 2.0f), w = rng.f32_normal(size_t(dim), 0.5f);
+  std::vector<float> inv(static_cast<size_t>(rope_dim / 2));
+  for (size_t i = 0; i < inv.size(); ++i) inv[i] = float(std::pow(10000.0, -2.0 * double(i) / rope_dim));
+  auto d1 = upload_bf16(x), d2 = upload_bf16(x);
+  DeviceBuffer<float> dw(w), dinv(inv);
+  DeviceBuffer<int32_t> dpos(pos);
+  RmsNormParams p;
+  p.x = p.y = reinterpret_cast<bf16*>(d1.get());
+  p.weight = dw.get();
+  p.rows = rows;
+  p.dim = dim;
+  p.x_stride = p.y_stride = dim;
+  rms_norm(ctx, p);
+  rope(ctx, {.x = p.y, .positions = dpos.get(), .inv_freq = dinv.get(), .rows = rows, .heads = 1, .head_dim = dim,
+             .rope_dim = rope_dim, .row_stride = dim, .head_stride = dim});
+  fp8_kv_snap(ctx, {.x = p.y, .rows = rows, .row_stride = dim, .nope = dim - rope_dim});
+  p.x = p.y = reinterpret_cast<bf16*>(d2.get());
+  p.positions = dpos.get();
+  p.inv_freq = dinv.get();
+  p.rope_dim = rope_dim;
+  rms_norm(ctx, p);
+  ctx.synchronize();
+  EXPECT_EQ(d2.download(), d1.download()) << "kv finish dim " << dim << " rope " << rope_dim;
+  p.rope_dim = 48;  // dim - 48 is no multiple of 64
+  EXPECT_THROW(rms_norm(ctx, p), Error);
+}
+
+TEST(CudaRmsNorm, KvFinish) {
+  DSV4_REQUIRE_HOPPER();
+  check_kv_finish(512, 64, 71);
+  check_kv_finish(128, 64, 72);
 }
 
 void check_rope(int heads, int head_dim, bool yarn, bool inverse, uint64_t seed) {
