@@ -48,7 +48,8 @@ struct HeadNormParams {
 void head_norm_bf16(const DeviceContext& ctx, const HeadNormParams& p);
 
 // ---- fp8_sim (core/quant.h) of dims [0, nope) of each row in 64-blocks, in place (window KV and main
-// compressor entries: QuantSim::kv).
+// compressor entries: QuantSim::kv). The forward runs it inside rms_norm's KV finish (ops.h); this launch
+// is the unfused reference the finish is tested against.
 struct KvSnapParams {
   bf16* x = nullptr;   // [rows, *], row stride row_stride
   int64_t rows = 0, row_stride = 0;
