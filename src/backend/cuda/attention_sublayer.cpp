@@ -318,8 +318,8 @@ void attn_qkv(const DeviceContext& ctx, const AttentionCall& a, const bf16* x) {
   const bool kv_done = run_linear_pair(ctx, ws, w.wq_a, w.wkv, x, T, ws.cq.get(), kv_chunk);
   if (!kv_done) run_linear(ctx, ws, w.wq_a, x, T, ws.cq.get());
   run_linear_normed(ctx, ws, w.wq_b, ws.cq.get(), w.q_norm.get(), eps, T, ws.q.get());
-  head_norm_bf16(ctx, {.x = ws.q.get(), .rows = T, .row_stride = H * d, .heads = int(H), .dim = int(d), .eps = eps});
-  run_rope(ctx, ws.q.get(), b, w.inv_freq.get(), H, d, rd, false);
+  head_norm_bf16(ctx, {.x = ws.q.get(), .rows = T, .row_stride = H * d, .heads = int(H), .dim = int(d), .eps = eps,
+                       .positions = b.positions, .inv_freq = w.inv_freq.get(), .rope_dim = int(rd)});  // and RoPE
 
   // KV of this call's tokens into the chunk rows: wkv, kv_norm, RoPE, FP8 snap of the non-rope dims.
   if (!kv_done) run_linear(ctx, ws, w.wkv, x, T, kv_chunk);

@@ -41,9 +41,14 @@ struct PagedRows {
 // (a warp per (row, head), the sum on one lane in index order).
 struct HeadNormParams {
   bf16* x = nullptr;   // [rows, heads, dim], row stride row_stride
-  int64_t rows = 0, row_stride = 0;
+  int64_t rows = 0, row_stride = 0;  // row_stride even
   int heads = 0, dim = 0;  // dim even, <= 4096
   float eps = 1e-6f;
+  // Optional (rope_dim > 0): then the forward RoPE of each head's last rope_dim dims at positions[row]
+  // (inv_freq [rope_dim / 2]) in the same launch: the bits of head_norm_bf16 and then rope (ops.h).
+  const int32_t* positions = nullptr;
+  const float* inv_freq = nullptr;
+  int rope_dim = 0;
 };
 void head_norm_bf16(const DeviceContext& ctx, const HeadNormParams& p);
 

@@ -4,6 +4,7 @@
 
 #include "backend/cuda/attn_ops.h"
 #include "backend/cuda/check.h"
+#include "backend/cuda/cpu_math.cuh"
 #include "backend/cuda/kernel_util.cuh"
 #include "backend/cuda/quant_sim.cuh"
 #include "core/hadamard.h"
@@ -42,7 +43,15 @@ __global__ void __launch_bounds__(kHeadNormWarps * 32) head_norm_kernel(HeadNorm
     r = bf16r(__fdiv_rn(1.0f, __fsqrt_rn(bf16r(__fadd_rn(mean, p.eps)))));
   }
   r = __shfl_sync(0xffffffffu, r, 0);
-  for (int i = lane; i < p.dim; i += 32) v[i] = __float2bfloat16_rn(__fmul_rn(__bfloat162float(vs[i]), r));
+  // Pairs (i, i + 1) per lane: normed, then (the optional RoPE) rotated from their bf16 values.
+  const int nope = p.dim - p.rope_dim;
+  for (int i = 2 * lane; i < p.dim; i += 64) {
+    const float a = bf16r(__fmul_rn(__bfloat162float(vs[i]), r)), b = bf16r(__fmul_rn(__bfloat162float(vs[i + 1]), r));
+    float2 o = make_float2(a, b);
+    if (p.rope_dim > 0 && i >= nope)
+      o = cpu_rope_pair(a, b, float(p.positions[idx / p.heads]), p.inv_freq[(i - nope) / 2], false);
+    *reinterpret_cast<__nv_bfloat162*>(v + i) = __floats2bfloat162_rn(o.x, o.y);
+  }
 }
 
 // One warp per (row, 64-block): two elements per lane.
@@ -79,7 +88,10 @@ __global__ void hadamard_fp4_kernel(HadamardFp4Params p, float scale) {
 void head_norm_bf16(const DeviceContext& ctx, const HeadNormParams& p) {
   if (p.rows == 0) return;
   if (!p.x || p.heads <= 0 || p.dim <= 0) fail("head_norm_bf16: bad parameters");
-  if (p.dim % 2 != 0 || p.dim > 4096) fail("head_norm_bf16: dim ", p.dim, " must be even and at most 4096");
+  if (p.dim % 2 != 0 || p.dim > 4096 || p.row_stride % 2 != 0)
+    fail("head_norm_bf16: dim ", p.dim, " must be even and at most 4096, the row stride even (pairs)");
+  if (p.rope_dim > 0 && (!p.positions || !p.inv_freq || p.rope_dim % 2 != 0 || p.rope_dim > p.dim))
+    fail("head_norm_bf16: RoPE needs positions, inv_freq and an even rope_dim <= dim (", p.rope_dim, ")");
   const int64_t total = p.rows * p.heads;
   const size_t smem = size_t(kHeadNormWarps) * p.dim * 6;  // fp32 squares + bf16 values per warp
   if (smem > 48 * 1024)

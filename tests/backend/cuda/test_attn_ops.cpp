@@ -14,6 +14,7 @@
 #include "backend/cpu/ops.h"
 #include "backend/cuda/attn_ops.h"
 #include "backend/cuda/gemm.h"
+#include "backend/cuda/ops.h"
 #include "core/hadamard.h"
 #include "core/quant.h"
 #include "harness.h"
@@ -61,6 +62,33 @@ TEST(CudaAttnOps, HeadNorm) {
   check_head_norm(1, 64, 512, 0, 73);   // Flash's q at one token
   check_head_norm(33, 64, 512, 0, 74);  // and at 33
   check_head_norm(3, 5, 130, 6, 75);    // width not a multiple of 32, strided rows
+}
+
+// head_norm_bf16 with the RoPE of each head's rope dims: the bits of head_norm_bf16 and then rope.
+TEST(CudaAttnOps, HeadNormThenRope) {
+  DSV4_REQUIRE_HOPPER();
+  DeviceContext ctx;
+  Rng rng(76);
+  const std::vector<int32_t> pos = {0, 5, 4096, 1048575};
+  const int64_t rows = int64_t(pos.size()), H = 64, d = 512, rd = 64;
+  std::vector<float> x = rng.bf16_normal(size_t(rows * H * d), 3.0f), inv(static_cast<size_t>(rd / 2));
+  for (size_t i = 0; i < inv.size(); ++i) inv[i] = float(std::pow(10000.0, -2.0 * double(i) / double(rd)));
+  auto d1 = upload_bf16(x), d2 = upload_bf16(x);
+  DeviceBuffer<float> dinv(inv);
+  DeviceBuffer<int32_t> dpos(pos);
+  HeadNormParams p{.x = as_bf16(d1), .rows = rows, .row_stride = H * d, .heads = int(H), .dim = int(d)};
+  head_norm_bf16(ctx, p);
+  rope(ctx, {.x = p.x, .positions = dpos.get(), .inv_freq = dinv.get(), .rows = rows, .heads = int(H),
+             .head_dim = int(d), .rope_dim = int(rd), .row_stride = H * d, .head_stride = d});
+  p.x = as_bf16(d2);
+  p.positions = dpos.get();
+  p.inv_freq = dinv.get();
+  p.rope_dim = int(rd);
+  head_norm_bf16(ctx, p);
+  ctx.synchronize();
+  EXPECT_EQ(d2.download(), d1.download());
+  p.rope_dim = 3;
+  EXPECT_THROW(head_norm_bf16(ctx, p), Error);
 }
 
 TEST(CudaAttnOps, KvSnapIsFp8Sim) {
