@@ -434,14 +434,13 @@ Fp4DecodeConfig fp4_grouped_decode_default(const DeviceContext& ctx, const Fp4Gr
   }
   if (size_t(smem_bytes(p.tile_rows, c.stages, p.K, p.format)) > ctx.max_smem_per_block()) c.stages = 4;
   if (!p.tiles) {
-    // Selection mode (1-15 tokens: one row per CTA): K splits until the grid is ~2.5 waves of two CTAs per
-    // SM (a Flash step at 1 token: 6 picks x 32 output blocks = 192 CTAs, which left SMs idle), keeping
-    // at least 2 chunks per warp.
-    const int64_t nC = p.K / kChunk, ctas = p.out / kFp4DecodeTileOut * p.n;
-    while (ctas * c.splits * 2 < int64_t(ctx.sm_count()) * 5 && c.splits < 16 && nC % (2 * c.splits) == 0 &&
-           nC / (2 * c.splits) >= 2)
-      c.splits *= 2;
-    if (c.splits > 1) c.blocks_per_cta = 1;
+    // Selection mode (1-15 tokens, one row per CTA): one output block per CTA, 4-slot rings, no K split.
+    // bench_cuda_ops --moe-decode, H100 2026-12-06, Flash w1|w3 + w2: 40.0 us at 1 token (53.6 for fp4_gemv
+    // per selection; K split 2 / 4 / 8: 41.5-50.0 / 53.8-61.2 / 73.6-87.9 us: the cluster's reduction costs
+    // more than the idle SMs it fills) and 131.6 us at 4 tokens (143.9; 2 blocks per CTA: 140.5).
+    c.stages = 4;
+    c.blocks_per_cta = 1;
+    c.splits = 1;
   }
   return c;
 }

@@ -297,13 +297,14 @@ bool stream_gemv_supports(const DeviceContext& ctx, const FastGemvParams& p) {
   if (!unsupported(p).empty()) return false;
   const StreamGemvConfig c = stream_gemv_default(ctx, p);
   if (size_t(smem_bytes(columns(p.tokens), p.in / 128 / c.splits, c.stages)) > ctx.max_smem_per_block()) return false;
-  // Where it measured faster than the register kernel (H200, 2026-12-06, bench_cuda_ops --stream):
-  // launches of >= 24 MiB of weights (wq_b, wo_b: 2-10 us less), at any token count without a K split and
-  // up to 8 tokens with one; smaller weights (wq_a + wkv, the shared expert) are bound by the launch and
-  // the CTAs' start, where the register kernel's short CTAs do better.
+  // Where it measured faster than the register kernel (bench_cuda_ops --stream, H100, 2026-12-06): launches
+  // of >= 24 MiB of weights whose rows alone fill the grid, no K split (wq_b [32768, 1024]: 13.7 / 14.6 /
+  // 16.4 us against 15.9 / 16.0 / 20.6 at 1 / 8 / 16 tokens). With a K split (wo_b [4096, 8192]: 21 us
+  // against 16 at 1-8 tokens) and on smaller weights (wq_a + wkv, the shared expert: the launch and the
+  // CTAs' start dominate) the register kernel's short CTAs do better.
   int64_t bytes = 0;
   for (int i = 0; i < p.nproj; ++i) bytes += int64_t(p.proj[i].out) * p.in;
-  return bytes >= (int64_t(24) << 20) && (c.splits == 1 || p.tokens <= 8);
+  return bytes >= (int64_t(24) << 20) && c.splits == 1;
 }
 
 void stream_gemv_config(const DeviceContext& ctx, const FastGemvParams& p, const StreamGemvConfig& cfg) {

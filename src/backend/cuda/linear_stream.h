@@ -36,8 +36,8 @@ struct StreamGemvConfig {
 };
 
 // Whether fast_gemv runs this launch here: FP8 activations and weights, in % 128 == 0, 1-32 tokens,
-// 16-byte aligned rows, shared memory for the activations of a K split, and a shape where the stream
-// measured faster than the register kernel (linear_stream.cu). stream_gemv_config takes any launch of
+// 16-byte aligned rows, and a shape where the stream measured faster than the register kernel: >= 24 MiB
+// of weights with no K split (linear_stream.cu). stream_gemv_config takes any launch of
 // the first kind.
 bool stream_gemv_supports(const DeviceContext& ctx, const FastGemvParams& p);
 // The chosen configuration of a supported launch.

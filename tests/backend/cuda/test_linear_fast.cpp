@@ -186,7 +186,7 @@ TEST(CudaLinearStream, ProjectionsAndShapes) {
   check_fp8({1000}, 4096, 1, false, 12, kStreamDefault);
   check_fp8({40, 8, 300}, 256, 12, true, 13, kStreamDefault);
   check_fp8({2048, 2048}, 4096, 32, true, 14, kStreamDefault);  // the shared expert's w1 + w3 at 32 tokens
-  check_fp8({24576, 8}, 1024, 2, false, 15);                      // 24 MiB: fast_gemv's dispatch takes the stream
+  check_fp8({32768}, 1024, 2, false, 15);  // wq_b: fast_gemv's dispatch takes the stream
   FastGemvParams p = placeholder_fp8(1024, 4096);
   EXPECT_FALSE(stream_gemv_supports(ctx, p)) << "4 MiB of weights: the register kernel";
   // 8 row blocks of 32 chunks (wq_a): split as far as allowed (16 x 2 chunks) to spread over 132 SMs.
@@ -194,6 +194,9 @@ TEST(CudaLinearStream, ProjectionsAndShapes) {
   p = placeholder_fp8(32768, 1024);  // wq_b: 32 MiB, 256 row blocks, no split
   EXPECT_TRUE(stream_gemv_supports(ctx, p));
   EXPECT_EQ(stream_gemv_default(ctx, p).splits, 1);
+  p = placeholder_fp8(4096, 8192);  // wo_b: 32 MiB over 32 row blocks, split over K
+  EXPECT_GT(stream_gemv_default(ctx, p).splits, 1);
+  EXPECT_FALSE(stream_gemv_supports(ctx, p)) << "a K split: the register kernel measured faster";
 }
 
 // What stream_gemv does not take: fast_gemv keeps it on the register kernel, stream_gemv_config says why.
