@@ -15,6 +15,20 @@
 namespace dsv4::cuda::test {
 namespace {
 
+// rms_norm of rows [rows, dim] at x (row stride x_stride) into y (row stride dim), weight w (null: none).
+RmsNormParams norm_params(const void* x, const float* w, void* y, int64_t rows, int dim, int64_t x_stride) {
+  RmsNormParams p;
+  p.x = reinterpret_cast<const bf16*>(x);
+  p.weight = w;
+  p.y = reinterpret_cast<bf16*>(y);
+  p.rows = rows;
+  p.dim = dim;
+  p.x_stride = x_stride;
+  p.y_stride = dim;
+  p.eps = 1e-6f;
+  return p;
+}
+
 void check_rms_norm(int64_t rows, int dim, int64_t stride, bool weighted, uint64_t seed) {
   DeviceContext ctx;
   Rng rng(seed);
@@ -24,16 +38,7 @@ void check_rms_norm(int64_t rows, int dim, int64_t stride, bool weighted, uint64
   DeviceBuffer<float> dw(w);
   Guarded<uint16_t> dy(size_t(rows * dim));
 
-  RmsNormParams p;
-  p.x = reinterpret_cast<const bf16*>(dx.get());
-  p.weight = weighted ? dw.get() : nullptr;
-  p.y = reinterpret_cast<bf16*>(dy.get());
-  p.rows = rows;
-  p.dim = dim;
-  p.x_stride = stride;
-  p.y_stride = dim;
-  p.eps = 1e-6f;
-  rms_norm(ctx, p);
+  rms_norm(ctx, norm_params(dx.get(), weighted ? dw.get() : nullptr, dy.get(), rows, dim, stride));
   ctx.synchronize();
 
   std::vector<float> ref(size_t(rows * dim));
@@ -75,13 +80,7 @@ void check_rms_norm_quant(int64_t rows, int dim, bool weighted, bool block_major
   DSV4_CUDA_CHECK(cudaMemsetAsync(s1.get(), 0, ns * 4, ctx.stream()));
   DSV4_CUDA_CHECK(cudaMemsetAsync(s2.get(), 0, ns * 4, ctx.stream()));
   const int64_t row_stride = block_major ? 1 : nb, block_stride = block_major ? P : 1;
-  RmsNormParams p;
-  p.x = reinterpret_cast<const bf16*>(dx.get());
-  p.weight = weighted ? dw.get() : nullptr;
-  p.y = reinterpret_cast<bf16*>(y1.get());
-  p.rows = rows;
-  p.dim = dim;
-  p.x_stride = p.y_stride = dim;
+  RmsNormParams p = norm_params(dx.get(), weighted ? dw.get() : nullptr, y1.get(), rows, dim, dim);
   rms_norm(ctx, p);
   act_quant_rows(ctx, p.y, rows, dim, c1.get(), s1.get(), row_stride, block_stride);
   p.y = reinterpret_cast<bf16*>(y2.get());
@@ -132,12 +131,7 @@ void check_kv_finish(int dim, int rope_dim, uint64_t seed) {
   auto d1 = upload_bf16(x), d2 = upload_bf16(x);
   DeviceBuffer<float> dw(w), dinv(inv);
   DeviceBuffer<int32_t> dpos(pos);
-  RmsNormParams p;
-  p.x = p.y = reinterpret_cast<bf16*>(d1.get());
-  p.weight = dw.get();
-  p.rows = rows;
-  p.dim = dim;
-  p.x_stride = p.y_stride = dim;
+  RmsNormParams p = norm_params(d1.get(), dw.get(), d1.get(), rows, dim, dim);
   rms_norm(ctx, p);
   rope(ctx, {.x = p.y, .positions = dpos.get(), .inv_freq = dinv.get(), .rows = rows, .heads = 1, .head_dim = dim,
              .rope_dim = rope_dim, .row_stride = dim, .head_stride = dim});
