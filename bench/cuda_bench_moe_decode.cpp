@@ -74,6 +74,22 @@ BenchRouting bench_routing(const DeviceContext& ctx, int64_t T, int k, int E, st
   return r;
 }
 
+Fp4GroupedDecodeParams bench_decode_pass(const BenchDecodeIo& io, bool up) {
+  Fp4GroupedDecodeParams d;
+  d.xq = up ? io.xq : io.hq;
+  d.xs = up ? io.xs : io.hs;
+  d.xs_row_stride = up ? 1 : io.I / 128;
+  d.xs_block_stride = up ? io.T : 1;
+  d.picks = up ? io.k : 1;
+  d.y = up ? io.y13 : io.y2;
+  d.n = io.n;
+  d.out = up ? 2 * io.I : io.D;
+  d.K = up ? io.D : io.I;
+  d.E = io.E;
+  d.tile_rows = 8;
+  return d;
+}
+
 void fp4_gemv_per_selection(const DeviceContext& ctx, const uint8_t* w, const uint8_t* w_scales, const int32_t* ids,
                             int64_t n, const uint8_t* xq, const float* xs, __nv_bfloat16* y, int64_t rows, int64_t K) {
   Fp4GemvParams f;
@@ -128,22 +144,12 @@ void bench_moe_decode(const DeviceContext& ctx, int trials, FILE* json, int only
     const double floor2 = double(route.active) * double(b2) / (kHbmTBs * 1e6);
     std::printf("T=%lld: %d active experts; floor w1|w3 %.1f us, w2 %.1f us, both %.1f us\n", (long long)T, route.active,
                 floor13, floor2, floor13 + floor2);
+    const BenchDecodeIo io{xq.get(), hq.get(), xs.get(), hs.get(), y13.get(), y2.get(), T, n, I, D, k, E};
     auto selections = [&](bool up, const Fp4DecodeConfig* cfg) {
-      Fp4GroupedDecodeParams d;
-      d.xq = up ? xq.get() : hq.get();
-      d.xs = up ? xs.get() : hs.get();
-      d.xs_row_stride = up ? 1 : I / 128;
-      d.xs_block_stride = up ? T : 1;
-      d.picks = up ? k : 1;
+      Fp4GroupedDecodeParams d = bench_decode_pass(io, up);
       d.expert_ids = route.ids.get();
       d.w = up ? w13.get() : w2.get();
       d.w_scales = up ? w13s.get() : w2s.get();
-      d.y = up ? y13.get() : y2.get();
-      d.n = n;
-      d.out = up ? 2 * I : D;
-      d.K = up ? D : I;
-      d.E = E;
-      d.tile_rows = 8;
       if (cfg) fp4_grouped_decode_config(ctx, d, *cfg);
       else fp4_grouped_decode(ctx, d);
     };
@@ -186,24 +192,15 @@ void bench_moe_decode(const DeviceContext& ctx, int trials, FILE* json, int only
     int32_t* prow = route.rows;
 
     // fp4_grouped_decode: w1|w3 through the entries, w2 on plan rows.
+    const BenchDecodeIo io{xq.get(), hq.get(), xs.get(), hs.get(), y13.get(), y2.get(), T, n, I, D, k, E};
     auto decode = [&](bool up, int rows_per_tile, const Fp4DecodeConfig* cfg = nullptr) {
-      Fp4GroupedDecodeParams d;
-      d.xq = up ? xq.get() : hq.get();
-      d.xs = up ? xs.get() : hs.get();
-      d.xs_row_stride = up ? 1 : I / 128;
-      d.xs_block_stride = up ? T : 1;
+      Fp4GroupedDecodeParams d = bench_decode_pass(io, up);
       d.rows = up ? prow : nullptr;
-      d.picks = up ? k : 1;
       d.w = up ? w13.get() : w2.get();
       d.w_scales = up ? w13s.get() : w2s.get();
       d.counts = counts;
       d.offsets = offsets;
       d.tiles = rows_per_tile == 8 ? tiles8.get() : tiles16.get();
-      d.y = up ? y13.get() : y2.get();
-      d.n = n;
-      d.out = up ? 2 * I : D;
-      d.K = up ? D : I;
-      d.E = E;
       d.tile_rows = rows_per_tile;
       if (cfg) fp4_grouped_decode_config(ctx, d, *cfg);
       else fp4_grouped_decode(ctx, d);

@@ -10,6 +10,7 @@
 
 #include "backend/cuda/buffer.h"
 #include "backend/cuda/context.h"
+#include "backend/cuda/fp4_grouped_decode.h"
 
 namespace dsv4::cuda {
 
@@ -27,6 +28,19 @@ struct BenchRouting {
 };
 BenchRouting bench_routing(const DeviceContext& ctx, int64_t T, int k, int E, std::mt19937& rng, int32_t* plan,
                            int32_t* scratch, const std::vector<std::pair<int32_t*, int>>& tiles);
+// The activation side of one pass of a Flash decode step's routed experts through fp4_grouped_decode, as
+// the MoE sub-layer runs it: the w1|w3 pass (up: out 2I, K D) reads T token rows of xq with block-major
+// scales (picks k), the w2 pass (out D, K I) n plan rows of hq with row-major scales; outputs y13 / y2,
+// n rows, E experts, 8-row tiles. The caller sets the weights and the routing (a plan or expert_ids).
+struct BenchDecodeIo {
+  const uint8_t *xq = nullptr, *hq = nullptr;
+  const float *xs = nullptr, *hs = nullptr;
+  __nv_bfloat16 *y13 = nullptr, *y2 = nullptr;
+  int64_t T = 0, n = 0, I = 0, D = 0;
+  int k = 0, E = 0;
+};
+Fp4GroupedDecodeParams bench_decode_pass(const BenchDecodeIo& io, bool up);
+
 // The exact tier's routed path below 16 tokens: one fp4_gemv selection per (token, pick) of n = ids' size
 // selections, w [E, rows, K] tiled FP4 with E8M0 scales, x [n, K] gathered e4m3 rows with row-major scales
 // (plain mode: xs per row K / 128), y [n, rows].

@@ -95,17 +95,13 @@ void bench_moe_variants(const DeviceContext& ctx, int trials, FILE* json) {
     int32_t* counts = route.counts;
     int32_t* offsets = route.offsets;
     int32_t* prow = route.rows;
+    const BenchDecodeIo io{xq.get(), hq.get(), xs.get(), hs.get(), y13.get(), y2.get(), T, n, I, D, k, E};
     auto time = [&](const std::function<void()>& f) { return graph_time_us(ctx, 2, [&](int) { f(); }, 2, trials); };
     std::printf("T=%lld: %d active experts\n", (long long)T, active);
     for (const Weights& w : ws) {
       auto decode = [&](bool up, const Fp4DecodeConfig* cfg = nullptr) {
-        Fp4GroupedDecodeParams d;
-        d.xq = up ? xq.get() : hq.get();
-        d.xs = up ? xs.get() : hs.get();
-        d.xs_row_stride = up ? 1 : I / 128;
-        d.xs_block_stride = up ? T : 1;
+        Fp4GroupedDecodeParams d = bench_decode_pass(io, up);
         d.rows = up ? prow : nullptr;
-        d.picks = up ? k : 1;
         d.format = w.fmt;
         d.w = up ? w.w13.get() : w.w2.get();
         d.w_scales = up ? w.s13.get() : w.s2.get();
@@ -115,12 +111,6 @@ void bench_moe_variants(const DeviceContext& ctx, int trials, FILE* json) {
         d.counts = counts;
         d.offsets = offsets;
         d.tiles = tiles8.get();
-        d.y = up ? y13.get() : y2.get();
-        d.n = n;
-        d.out = up ? 2 * I : D;
-        d.K = up ? D : I;
-        d.E = E;
-        d.tile_rows = 8;
         if (cfg) fp4_grouped_decode_config(ctx, d, *cfg);
         else fp4_grouped_decode(ctx, d);
       };

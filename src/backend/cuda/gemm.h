@@ -80,7 +80,8 @@ class LtMatmul {
   int64_t padded_tokens() const { return padded_; }
 
  private:
-  void run(const DeviceContext& ctx, const void* a, const void* b, void* d);
+  void run(const DeviceContext& ctx, const void* a, const void* b, void* d);  // with algo_
+  void run_algo(const DeviceContext& ctx, const void* a, const void* b, void* d, const cublasLtMatmulAlgo_t& algo);
   void release();
   GemmKind kind_;
   bool plan(const DeviceContext& ctx, int64_t n);  // false when cuBLASLt has no algorithm for n tokens

@@ -110,9 +110,12 @@ void LtMatmul::release() {
   desc_ = nullptr;
 }
 
-void LtMatmul::run(const DeviceContext& ctx, const void* a, const void* b, void* d) {
+void LtMatmul::run(const DeviceContext& ctx, const void* a, const void* b, void* d) { run_algo(ctx, a, b, d, algo_); }
+
+void LtMatmul::run_algo(const DeviceContext& ctx, const void* a, const void* b, void* d,
+                        const cublasLtMatmulAlgo_t& algo) {
   const float alpha = 1.0f, beta = 0.0f;
-  DSV4_CUBLAS_CHECK(cublasLtMatmul(ctx.lt(), desc_, &alpha, a, a_, b, b_, &beta, d, d_, d, d_, &algo_, ctx.workspace(),
+  DSV4_CUBLAS_CHECK(cublasLtMatmul(ctx.lt(), desc_, &alpha, a, a_, b, b_, &beta, d, d_, d, d_, &algo, ctx.workspace(),
                                    ctx.workspace_bytes(), ctx.stream()));
 }
 
@@ -135,15 +138,13 @@ int LtMatmul::autotune_bf16(const DeviceContext& ctx, const bf16* x, const bf16*
   cudaEvent_t a, b;
   DSV4_CUDA_CHECK(cudaEventCreate(&a));
   DSV4_CUDA_CHECK(cudaEventCreate(&b));
-  const float alpha = 1.0f, beta = 0.0f;
   float best = 0.0f;
   int best_i = 0;
   for (int i = 0; i < n_candidates_; ++i) {
     float ms = 0.0f;
     for (int r = 0; r < 4; ++r) {  // a warm-up run, then the sum of three
       if (r == 1) DSV4_CUDA_CHECK(cudaEventRecord(a, ctx.stream()));
-      DSV4_CUBLAS_CHECK(cublasLtMatmul(ctx.lt(), desc_, &alpha, w, a_, x, b_, &beta, y, d_, y, d_, &candidates_[i],
-                                       ctx.workspace(), ctx.workspace_bytes(), ctx.stream()));
+      run_algo(ctx, w, x, y, candidates_[i]);
     }
     DSV4_CUDA_CHECK(cudaEventRecord(b, ctx.stream()));
     DSV4_CUDA_CHECK(cudaEventSynchronize(b));

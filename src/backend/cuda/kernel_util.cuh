@@ -22,6 +22,9 @@ inline int narrow_int(int64_t v, const char* what) {
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// Whether ptr is 16-byte aligned (vector loads, cp.async of 16 bytes).
+inline bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
+
 // Lets `kernel` launch with up to the device's opt-in shared memory per block (less its static shared
 // memory). The attribute is only a cap (occupancy follows each launch's own size), so it is raised to the
 // largest value instead of to each call's size: a later call with a smaller size would otherwise lower it

@@ -138,7 +138,6 @@ __global__ void __launch_bounds__(kThreads) exact_linear_kernel(ExactLinearParam
   }
 }
 
-bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
 
 template <bool W8, bool X8>
 void launch(const DeviceContext& ctx, const ExactLinearParams& p) {

@@ -265,7 +265,6 @@ void launch(const DeviceContext& ctx, const Args& a, bool fp8, int blocks) {
   }
 }
 
-bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15) == 0; }
 
 }  // namespace
 

@@ -249,7 +249,6 @@ void launch(const DeviceContext& ctx, const Args& a, int64_t nCu) {
 }
 
 int columns(int64_t tokens) { return tokens <= 8 ? 8 : tokens <= 16 ? 16 : 32; }
-bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15) == 0; }
 
 // Row blocks of the launch (0: a projection without weight, scales or output).
 int64_t row_blocks(const FastGemvParams& p) {

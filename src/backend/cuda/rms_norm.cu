@@ -123,7 +123,6 @@ __global__ void rms_norm_kernel(RmsNormParams p) {
   }
 }
 
-bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
 
 }  // namespace
 
