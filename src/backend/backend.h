@@ -70,6 +70,9 @@ struct BackendOptions {
   KernelTier kernels = KernelTier::Exact;  // cuda: the linears' tier (the CLI defaults to fast)
   Capacity capacity;
   bool graphs = true;               // cuda: decode calls through CUDA graphs (false: plain launches)
+  // cuda: the independent steps of a layer on side streams (the compressors and the indexer beside the
+  // queries, the shared expert beside the routed ones); false: one stream. The same bits either way.
+  bool overlap = true;
   // cuda: FP4 routed experts of calls above kExactLinearMaxTokens tokens on the tensor cores; false:
   // the per-(token, pick) GEMVs at any size (bit-identical to the CPU, slow for long prompts).
   bool grouped_moe_prefill = true;

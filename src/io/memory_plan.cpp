@@ -164,7 +164,7 @@ uint64_t workspace_bytes(const ModelConfig& cfg, int gpus, int64_t seqs, int64_t
   const uint64_t I = uint64_t(cfg.moe_inter_dim), Tk = T * uint64_t(cfg.experts_per_tok);
   const uint64_t gin = G ? H * d / G : 0;
   // Attention (AttentionWorkspace).
-  bool any_csa = false;
+  bool any_csa = false, any_compressed = false;
   uint64_t keys = 0, entries = 0;
   std::vector<LayerSpec> specs = cfg.layers;  // as AttentionWorkspace: the MTP blocks the config describes too
   for (size_t k = 0; k < cfg.mtp_layers.size(); ++k) specs.push_back(cfg.layer_at(cfg.num_layers + int64_t(k)));
@@ -172,12 +172,19 @@ uint64_t workspace_bytes(const ModelConfig& cfg, int gpus, int64_t seqs, int64_t
     const uint64_t e = uint64_t(max_entries(l, context));
     keys = std::max(keys, uint64_t(cfg.sliding_window) + (l.attn == AttnKind::CSA ? uint64_t(cfg.index_topk) : e));
     if (l.attn == AttnKind::CSA) any_csa = true, entries = std::max(entries, e);
+    if (l.attn != AttnKind::Sliding) any_compressed = true;
   }
-  const uint64_t max_in = std::max({D, qr, G * ro}), dc = std::max(d, any_csa ? dI : 0);
+  const uint64_t max_in = std::max({D, qr, G * ro});
   uint64_t s = P * max_in + ceil_div(max_in, 128) * P * kF32;
   s += (P * qr + P * H * d + T * H * d + T * gin + T * ro + P * G * ro + P * D) * kBf16;
-  s += 2 * T * 2 * dc * kF32 + T * dc * kBf16 + T * keys * kI32;
-  if (any_csa) s += (P * HI * dI + T * HI) * kBf16 + T * std::max<uint64_t>(entries, 1) * kF32 + T * uint64_t(cfg.index_topk) * kI32;
+  // The compressors' scratch, one set each (head_dim for the main one, index_head_dim for the indexer's).
+  auto compressor = [&](uint64_t dc) { return 2 * T * 2 * dc * kF32 + T * dc * kBf16; };
+  if (any_compressed) s += compressor(d);
+  s += T * keys * kI32;
+  if (any_csa) {
+    s += compressor(dI) + P * qr + ceil_div(qr, 128) * P * kF32;  // and the indexer's own codes of the latent
+    s += (P * HI * dI + T * HI) * kBf16 + T * std::max<uint64_t>(entries, 1) * kF32 + T * uint64_t(cfg.index_topk) * kI32;
+  }
   // MoE (MoeWorkspace of rows tokens with k picks over e experts).
   auto moe_ws = [&](uint64_t rows, uint64_t k, uint64_t e) {
     const uint64_t Pr = round16(rows), Rk = rows * k;
@@ -190,7 +197,7 @@ uint64_t workspace_bytes(const ModelConfig& cfg, int gpus, int64_t seqs, int64_t
   const uint64_t logit_rows = std::min(T, std::max(uint64_t(seqs), (uint64_t(256) << 20) / std::max<uint64_t>(V * 4, 1)));
   s += (P * n * D + 2 * P * D + logit_rows * D) * kBf16 + logit_rows * V * kF32 + (2 * T * n + T * n * n) * kF32;
   s += logit_rows * ((V + 31) / 32) * 4;  // the sampler's grammar masks (one bit per id and row)
-  s += uint64_t(64) << 20;  // the context's cuBLASLt workspace
+  s += 3 * (uint64_t(64) << 20);  // the context's cuBLASLt workspace and its two lanes' (BackendOptions::overlap)
   // MTP input (MtpWorkspace): streams S [T n, D], e [T, D], ep [P, D], hp [T n + 16, D] bf16, the sum's
   // post / comb constants fp32, and the pinned staging of S (host memory, not counted).
   if (mtp) s += (T * n * D + T * D + P * D + (T * n + 16) * D) * kBf16 + (T * n + T * n * n) * kF32;

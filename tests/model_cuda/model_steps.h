@@ -16,11 +16,12 @@
 namespace dsv4::test {
 
 inline std::unique_ptr<Model> load_cuda(const std::string& dir, KernelTier tier, int64_t max_ctx, int64_t max_tokens,
-                                        int64_t max_seqs = 1, bool graphs = true) {
+                                        int64_t max_seqs = 1, bool graphs = true, bool overlap = true) {
   return Model::load(dir, BackendOptions{.device = Device::Cuda,
                                          .kernels = tier,
                                          .capacity = {.max_seqs = max_seqs, .max_ctx = max_ctx, .max_tokens = max_tokens},
-                                         .graphs = graphs});
+                                         .graphs = graphs,
+                                         .overlap = overlap});
 }
 
 // One decode step of one sequence: token `id` at `pos` of `slot`, the head over its row; the logits [1, V].

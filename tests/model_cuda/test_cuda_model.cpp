@@ -94,6 +94,42 @@ TEST(CudaModel, DecodeGraphEqualsPlainLaunches) {
   }
 }
 
+// The lanes (BackendOptions::overlap: the compressors and the indexer beside the queries, the shared expert
+// beside the routed ones) give the bits of one stream, in both tiers, in prefill chunks of several sizes
+// (plain launches) and in decode graphs: three sequences, 40-42 prompt tokens in chunks of at most 16, then
+// six batched decode steps through graphs (a compressed entry every 4 positions: the CSA layer's
+// compressors emit during the steps).
+TEST(CudaModel, LanesEqualOneStream) {
+  DSV4_REQUIRE_HOPPER();
+  const std::string dir = test::fixture_dir("tiny-q") + "/model";
+  if (!std::filesystem::exists(dir)) GTEST_SKIP() << "no fixture";
+  for (KernelTier tier : {KernelTier::Exact, KernelTier::Fast}) {
+    auto lanes = test::load_cuda(dir, tier, 128, 16, 3, true, true);
+    auto one = test::load_cuda(dir, tier, 128, 16, 3, true, false);
+    const int64_t V = lanes->config().vocab_size;
+    const std::string name = std::string(kernel_tier_name(tier)) + " tier: ";
+    for (int s = 0; s < 3; ++s) {
+      std::vector<int32_t> p(size_t(40 + s));
+      for (size_t i = 0; i < p.size(); ++i) p[i] = int32_t((i * 37 + size_t(s) * 5 + 2) % size_t(V));
+      const Tensor a = lanes->forward(s, 0, p, ForwardOptions{.all_logits = true});
+      const Tensor b = one->forward(s, 0, p, ForwardOptions{.all_logits = true});
+      compare(name + "prefill of sequence " + std::to_string(s), a.data, b.data, Tol::Exact);
+    }
+    for (int step = 0; step < 6; ++step) {
+      Batch b{.ids = {}, .positions = {}, .slots = {}, .run_len = 1};
+      for (int s = 0; s < 3; ++s) {
+        b.ids.push_back(int32_t((step * 17 + s * 3 + 4) % V));
+        b.positions.push_back(40 + s + step);
+        b.slots.push_back(s);
+      }
+      lanes->step(b, StepPlan{.head_first = 0, .head_rows = 3});
+      one->step(b, StepPlan{.head_first = 0, .head_rows = 3});
+      compare(name + "decode step " + std::to_string(step), lanes->backend().logits(3).data,
+              one->backend().logits(3).data, Tol::Exact);
+    }
+  }
+}
+
 // Verify-shaped calls (speculative decoding: k + 1 consecutive tokens of each sequence, run_len 3) are
 // captured too: three sequences, three steps of the same shape (the first captures, the others replay),
 // the head over every row. Graphs, plain launches and the CPU give the same bits.

@@ -122,11 +122,18 @@ AttentionWorkspace::AttentionWorkspace(const ModelConfig& cfg, int64_t max_token
   zg = DeviceBuffer<bf16>(size_t(T * ro));
   z = DeviceBuffer<bf16>(size_t(P * G * ro));
   y = DeviceBuffer<bf16>(size_t(P * D));
-  const int64_t dc = std::max(d, any_csa ? dI : 0);
-  ca = DeviceBuffer<float>(size_t(T * 2 * dc));
-  cg = DeviceBuffer<float>(size_t(T * 2 * dc));
-  pooled = DeviceBuffer<bf16>(size_t(T * dc));
+  bool any_compressed = false;
+  for (const LayerSpec& l : specs) any_compressed = any_compressed || l.attn != AttnKind::Sliding;
+  auto scratch = [&](CompressorScratch& c, int64_t dc) {
+    c.ca = DeviceBuffer<float>(size_t(T * 2 * dc));
+    c.cg = DeviceBuffer<float>(size_t(T * 2 * dc));
+    c.pooled = DeviceBuffer<bf16>(size_t(T * dc));
+  };
+  if (any_compressed) scratch(comp[int(CompressorKind::Main)], d);
   if (any_csa) {
+    scratch(comp[int(CompressorKind::Indexer)], dI);
+    icodes = DeviceBuffer<uint8_t>(size_t(P * qr));
+    iscales = DeviceBuffer<float>(size_t((qr + 127) / 128 * P));
     qi = DeviceBuffer<bf16>(size_t(P * HI * dI));
     wi = DeviceBuffer<bf16>(size_t(T * HI));
     scores = DeviceBuffer<float>(size_t(T * std::max<int64_t>(max_entries_, 1)));
@@ -144,14 +151,17 @@ LtMatmul& AttentionWorkspace::plan(const DeviceContext& ctx, GemmKind kind, int6
 
 // The kernel is the table's: exact_linear (bit-identical to the CPU twin) or fast_gemv, each on its own
 // quantization layout, or cuBLASLt (FP8 block-scaled or bf16 GEMM), whose y must hold the plan's padded rows.
-void run_linear(const DeviceContext& ctx, AttentionWorkspace& ws, const DevLinear& w, const bf16* x, int64_t T,
-                bf16* y) {
+namespace {
+
+// run_linear with x's FP8 quantization in `codes` / `scales` (ws.codes / ws.scales, or a lane's own).
+void run_linear_via(const DeviceContext& ctx, AttentionWorkspace& ws, const DevLinear& w, const bf16* x, int64_t T,
+                    bf16* y, uint8_t* codes, float* scales) {
   const LinearKernel k = linear_kernel(LinearSite::Projection, T, ctx.kernels());
   if (k != LinearKernel::Lt) {
     if (w.fp8) {
       const int64_t nb = (w.in + 127) / 128;
-      act_quant_rows(ctx, x, T, w.in, ws.codes.get(), ws.scales.get(), nb, 1);
-      run_linear_kernel(ctx, k, fp8_linear_params(ws.codes.get(), ws.scales.get(), nb, 1, w.w8, T, y));
+      act_quant_rows(ctx, x, T, w.in, codes, scales, nb, 1);
+      run_linear_kernel(ctx, k, fp8_linear_params(codes, scales, nb, 1, w.w8, T, y));
       return;
     }
     run_linear_kernel(ctx, k, {.x = x, .x_stride = w.in, .w16 = w.w16.get(), .y = y, .y_stride = w.out, .tokens = T,
@@ -165,21 +175,31 @@ void run_linear(const DeviceContext& ctx, AttentionWorkspace& ws, const DevLinea
   LtMatmul& mm = ws.plan(ctx, GemmKind::Fp8BlockScaled, w.out, w.in, T);
   const int64_t P = mm.padded_tokens();
   if (P > ws.max_padded_) fail("attention: ", P, " padded tokens exceed the workspace");
-  act_quant_rows(ctx, x, T, w.in, ws.codes.get(), ws.scales.get(), 1, P);
-  mm.run_fp8(ctx, ws.codes.get(), ws.scales.get(), w.w8, y);
+  act_quant_rows(ctx, x, T, w.in, codes, scales, 1, P);
+  mm.run_fp8(ctx, codes, scales, w.w8, y);
+}
+
+}  // namespace
+
+void run_linear(const DeviceContext& ctx, AttentionWorkspace& ws, const DevLinear& w, const bf16* x, int64_t T,
+                bf16* y) {
+  run_linear_via(ctx, ws, w, x, T, y, ws.codes.get(), ws.scales.get());
 }
 
 namespace {
 
-// x [T, w.in] = rms_norm(x) in place (norm weight, eps), then y = run_linear(w, x): where the table picks
-// a GEMV kernel for an FP8 w, the norm writes x's 1x128 quantization into ws.codes / ws.scales in the same
-// launch (the bits of rms_norm_rows then run_linear's act_quant_rows).
-void run_linear_normed(const DeviceContext& ctx, AttentionWorkspace& ws, const DevLinear& w, bf16* x,
-                       const float* norm, float eps, int64_t T, bf16* y) {
-  const LinearKernel k = linear_kernel(LinearSite::Projection, T, ctx.kernels());
-  if (k == LinearKernel::Lt || !w.fp8 || w.in % 128 != 0) {
+// Whether the norm before w writes x's 1x128 quantization (row-major scales, nb per row) into ws.codes /
+// ws.scales in its own launch: where the table picks a GEMV kernel for an FP8 w whose width is whole blocks.
+bool norm_quantizes(const DeviceContext& ctx, const DevLinear& w, int64_t T) {
+  return linear_kernel(LinearSite::Projection, T, ctx.kernels()) != LinearKernel::Lt && w.fp8 && w.in % 128 == 0;
+}
+
+// x [T, w.in] = rms_norm(x) in place (norm weight, eps), then, where norm_quantizes, its codes (the bits of
+// rms_norm_rows then run_linear's act_quant_rows). The linear is run_normed_linear.
+void run_norm(const DeviceContext& ctx, AttentionWorkspace& ws, const DevLinear& w, bf16* x, const float* norm,
+              float eps, int64_t T) {
+  if (!norm_quantizes(ctx, w, T)) {
     rms_norm_rows(ctx, x, norm, T, w.in, eps);
-    run_linear(ctx, ws, w, x, T, y);
     return;
   }
   const int64_t nb = w.in / 128;
@@ -196,7 +216,26 @@ void run_linear_normed(const DeviceContext& ctx, AttentionWorkspace& ws, const D
   p.sf_row_stride = nb;
   p.sf_block_stride = 1;
   rms_norm(ctx, p);
-  run_linear_kernel(ctx, k, fp8_linear_params(ws.codes.get(), ws.scales.get(), nb, 1, w.w8, T, y));
+}
+
+// The indexer's wq_b reads the q_norm's codes of ws.cq (run_norm before the main wq_b wrote them): both FP8
+// over the same width where the norm quantizes.
+bool q_codes_fused(const DeviceContext& ctx, const DevAttentionWeights& w, int64_t T) {
+  return w.indexer && norm_quantizes(ctx, w.wq_b, T) && norm_quantizes(ctx, w.indexer->wq_b, T) &&
+         w.indexer->wq_b.in == w.wq_b.in;
+}
+
+// y = run_linear(w, x) after run_norm(w, x): from the norm's codes in ws.codes / ws.scales where it wrote
+// them.
+void run_normed_linear(const DeviceContext& ctx, AttentionWorkspace& ws, const DevLinear& w, const bf16* x, int64_t T,
+                       bf16* y) {
+  if (!norm_quantizes(ctx, w, T)) {
+    run_linear(ctx, ws, w, x, T, y);
+    return;
+  }
+  const int64_t nb = w.in / 128;
+  run_linear_kernel(ctx, linear_kernel(LinearSite::Projection, T, ctx.kernels()),
+                    fp8_linear_params(ws.codes.get(), ws.scales.get(), nb, 1, w.w8, T, y));
 }
 
 // run_linear of two FP8 weights on the same x (wq_a and wkv) where the table picks fast_gemv: one
@@ -246,24 +285,28 @@ void run_compressor(const DeviceContext& ctx, const ModelConfig& cfg, AttentionW
                     float* prev_a, float* prev_g, uint8_t* records, const KvRecordGeom& kv_rec,
                     const IndexerRecordGeom& key_rec, const PagedRows& rows, const float* inv_freq, bool indexer) {
   const int width = (w.overlap ? 2 : 1) * w.dc, in = int(cfg.hidden_size);
+  AttentionWorkspace::CompressorScratch& sc = ws.comp[int(indexer ? CompressorKind::Indexer : CompressorKind::Main)];
+  if (size_t(b.tokens) * size_t(width) > sc.ca.size() || size_t(b.tokens) * size_t(w.dc) > sc.pooled.size())
+    fail("attention: the ", indexer ? "indexer's" : "main", " compressor (", width, " columns x ", b.tokens,
+         " tokens) exceeds its scratch");
   // wkv and wgate read the same x: one fast_gemv launch where the table's fast_gemv takes both.
   const LinearKernel k = linear_kernel(LinearSite::CompressorF32, b.tokens, ctx.kernels());
   const ExactLinearParams e[2] = {
-      {.x = x, .x_stride = cfg.hidden_size, .w16 = w.wkv.get(), .y_f32 = ws.ca.get(), .y_stride = width,
+      {.x = x, .x_stride = cfg.hidden_size, .w16 = w.wkv.get(), .y_f32 = sc.ca.get(), .y_stride = width,
        .tokens = b.tokens, .out = width, .in = in},
-      {.x = x, .x_stride = cfg.hidden_size, .w16 = w.wgate.get(), .y_f32 = ws.cg.get(), .y_stride = width,
+      {.x = x, .x_stride = cfg.hidden_size, .w16 = w.wgate.get(), .y_f32 = sc.cg.get(), .y_stride = width,
        .tokens = b.tokens, .out = width, .in = in}};
   if (!run_shared_input(ctx, k, e, 2)) {
     run_linear_f32(ctx, ws, LinearSite::CompressorF32, x, cfg.hidden_size, w.wkv.get(), b.tokens, in, width,
-                   ws.ca.get(), nullptr);
+                   sc.ca.get(), nullptr);
     run_linear_f32(ctx, ws, LinearSite::CompressorF32, x, cfg.hidden_size, w.wgate.get(), b.tokens, in, width,
-                   ws.cg.get(), nullptr);
+                   sc.cg.get(), nullptr);
   }
-  compressor_pool(ctx, {.a = ws.ca.get(), .g = ws.cg.get(), .ape = w.ape.get(), .cur_a = cur_a, .cur_g = cur_g,
-                        .prev_a = prev_a, .prev_g = prev_g, .pooled = ws.pooled.get(), .positions = b.positions,
+  compressor_pool(ctx, {.a = sc.ca.get(), .g = sc.cg.get(), .ape = w.ape.get(), .cur_a = cur_a, .cur_g = cur_g,
+                        .prev_a = prev_a, .prev_g = prev_g, .pooled = sc.pooled.get(), .positions = b.positions,
                         .slots = b.slots, .tokens = b.tokens, .run_len = b.run_len, .ratio = w.ratio, .dc = w.dc,
                         .overlap = w.overlap});
-  compressor_emit(ctx, {.pooled = ws.pooled.get(), .norm = w.norm.get(), .inv_freq = inv_freq, .records = records,
+  compressor_emit(ctx, {.pooled = sc.pooled.get(), .norm = w.norm.get(), .inv_freq = inv_freq, .records = records,
                         .kv_rec = kv_rec, .key_rec = key_rec,
                         .entry_rows = rows, .positions = b.positions, .slots = b.slots, .tokens = b.tokens,
                         .ratio = w.ratio, .dc = w.dc, .rope_dim = int(cfg.rope_dim), .indexer = indexer,
@@ -303,7 +346,23 @@ void AttentionWorkspace::prepare(const DeviceContext& ctx, const ModelConfig& cf
   if (lt(LinearSite::WeightsProj) && w.indexer) plan(ctx, GemmKind::Bf16, cfg.index_n_heads, cfg.hidden_size, tokens);
 }
 
-void attn_qkv(const DeviceContext& ctx, const AttentionCall& a, const bf16* x) {
+void attn_q_latent(const DeviceContext& ctx, const AttentionCall& a, const bf16* x) {
+  const DevAttentionWeights& w = a.w;
+  AttentionWorkspace& ws = a.ws;
+  const int64_t T = a.b.tokens;
+  check_call(a);
+  if (!x) fail("attention: null pointer");
+  // wq_a and wkv (one launch where run_linear_pair takes them), then q_norm (and its codes for wq_b: the
+  // last writer of ws.codes until attn_out).
+  bf16* kv_chunk = a.st.kv.get() + a.st.chunk_base() * a.cfg.head_dim;
+  if (!run_linear_pair(ctx, ws, w.wq_a, w.wkv, x, T, ws.cq.get(), kv_chunk)) {
+    run_linear(ctx, ws, w.wq_a, x, T, ws.cq.get());
+    run_linear(ctx, ws, w.wkv, x, T, kv_chunk);
+  }
+  run_norm(ctx, ws, w.wq_b, ws.cq.get(), w.q_norm.get(), float(a.cfg.rms_norm_eps), T);
+}
+
+void attn_q_heads(const DeviceContext& ctx, const AttentionCall& a) {
   const ModelConfig& cfg = a.cfg;
   const DevAttentionWeights& w = a.w;
   AttentionWorkspace& ws = a.ws;
@@ -311,24 +370,26 @@ void attn_qkv(const DeviceContext& ctx, const AttentionCall& a, const bf16* x) {
   const int64_t T = b.tokens, H = cfg.num_heads, d = cfg.head_dim, rd = cfg.rope_dim;
   const float eps = float(cfg.rms_norm_eps);
   check_call(a);
-  if (!x) fail("attention: null pointer");
 
-  // Q: wq_a, q_norm, wq_b, per-head norm, RoPE (wkv with wq_a where run_linear_pair takes them).
-  bf16* kv_chunk = a.st.kv.get() + a.st.chunk_base() * d;
-  const bool kv_done = run_linear_pair(ctx, ws, w.wq_a, w.wkv, x, T, ws.cq.get(), kv_chunk);
-  if (!kv_done) run_linear(ctx, ws, w.wq_a, x, T, ws.cq.get());
-  run_linear_normed(ctx, ws, w.wq_b, ws.cq.get(), w.q_norm.get(), eps, T, ws.q.get());
+  // Q: wq_b, per-head norm, RoPE.
+  run_normed_linear(ctx, ws, w.wq_b, ws.cq.get(), T, ws.q.get());
   head_norm_bf16(ctx, {.x = ws.q.get(), .rows = T, .row_stride = H * d, .heads = int(H), .dim = int(d), .eps = eps,
                        .positions = b.positions, .inv_freq = w.inv_freq.get(), .rope_dim = int(rd)});  // and RoPE
 
-  // KV of this call's tokens into the chunk rows: wkv, kv_norm, RoPE, FP8 snap of the non-rope dims.
-  if (!kv_done) run_linear(ctx, ws, w.wkv, x, T, kv_chunk);
+  // KV of this call's tokens in the chunk rows (attn_q_latent's wkv): kv_norm, RoPE, FP8 snap of the
+  // non-rope dims.
+  bf16* kv_chunk = a.st.kv.get() + a.st.chunk_base() * d;
   RmsNormParams kv{.x = kv_chunk, .weight = w.kv_norm.get(), .y = kv_chunk, .rows = T, .dim = int(d), .x_stride = d,
                    .y_stride = d, .eps = eps};
   kv.positions = b.positions;  // and RoPE, and the FP8 snap of the non-rope dims, in the same launch
   kv.inv_freq = w.inv_freq.get();
   kv.rope_dim = int(rd);
   rms_norm(ctx, kv);
+}
+
+void attn_qkv(const DeviceContext& ctx, const AttentionCall& a, const bf16* x) {
+  attn_q_latent(ctx, a, x);
+  attn_q_heads(ctx, a);
 }
 
 void attn_compress(const DeviceContext& ctx, const AttentionCall& a, const bf16* x, CompressorKind kind) {
@@ -347,7 +408,7 @@ void attn_compress(const DeviceContext& ctx, const AttentionCall& a, const bf16*
 }
 
 // Indexer queries, head weights, scores over the visible keys, top-k.
-void attn_index_topk(const DeviceContext& ctx, const AttentionCall& a, const bf16* x) {
+void attn_index_topk(const DeviceContext& ctx, const AttentionCall& a, const bf16* x, const StreamMark* q_latent) {
   check_call(a);
   const ModelConfig& cfg = a.cfg;
   AttentionWorkspace& ws = a.ws;
@@ -355,11 +416,16 @@ void attn_index_topk(const DeviceContext& ctx, const AttentionCall& a, const bf1
   if (!a.w.indexer) fail("attention: only CSA layers have an indexer");
   const DevIndexerWeights& w = *a.w.indexer;
   const int64_t HI = cfg.index_n_heads, dI = cfg.index_head_dim;
-  run_linear(ctx, ws, w.wq_b, ws.cq.get(), b.tokens, ws.qi.get());
-  run_rope(ctx, ws.qi.get(), b, a.w.inv_freq.get(), HI, dI, cfg.rope_dim, false);
-  hadamard_fp4(ctx, {.x = ws.qi.get(), .vectors = b.tokens * HI, .stride = dI, .n = int(dI)});
+  // Head weights first (they need x only), then the queries from ws.cq once q_latent says it is there.
   run_linear_f32(ctx, ws, LinearSite::WeightsProj, x, cfg.hidden_size, w.weights_proj.get(), b.tokens,
                  int(cfg.hidden_size), int(HI), nullptr, ws.wi.get());
+  if (q_latent) ctx.wait(*q_latent);
+  if (q_codes_fused(ctx, a.w, b.tokens))  // the q_norm's codes of ws.cq: only read here and by wq_b
+    run_normed_linear(ctx, ws, w.wq_b, ws.cq.get(), b.tokens, ws.qi.get());
+  else
+    run_linear_via(ctx, ws, w.wq_b, ws.cq.get(), b.tokens, ws.qi.get(), ws.icodes.get(), ws.iscales.get());
+  run_rope(ctx, ws.qi.get(), b, a.w.inv_freq.get(), HI, dI, cfg.rope_dim, false);
+  hadamard_fp4(ctx, {.x = ws.qi.get(), .vectors = b.tokens * HI, .stride = dI, .n = int(dI)});
   indexer_scores(ctx, {.q = ws.qi.get(), .w = ws.wi.get(), .keys = a.st.key_records.get(), .key_rec = a.st.key_rec,
                        .key_rows = a.st.pages,
                        .scores = ws.scores.get(),
@@ -423,6 +489,11 @@ void attn_out(const DeviceContext& ctx, const AttentionCall& a, bf16* out) {
                                         size_t(ro) * sizeof(bf16), size_t(ro) * sizeof(bf16), size_t(T),
                                         cudaMemcpyDeviceToDevice, ctx.stream()));
     }
+  }
+  // wo_b straight into out where its kernel writes T rows; cuBLASLt writes its plan's padded rows into ws.y.
+  if (linear_kernel(LinearSite::Projection, T, ctx.kernels()) != LinearKernel::Lt) {
+    run_linear(ctx, ws, w.wo_b, ws.z.get(), T, out);
+    return;
   }
   run_linear(ctx, ws, w.wo_b, ws.z.get(), T, ws.y.get());
   DSV4_CUDA_CHECK(cudaMemcpyAsync(out, ws.y.get(), size_t(T * D) * sizeof(bf16), cudaMemcpyDeviceToDevice,

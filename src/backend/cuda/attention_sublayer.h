@@ -154,8 +154,16 @@ class AttentionWorkspace {
   DeviceBuffer<uint8_t> codes;   // [P, max(D, qr, G*ro)] FP8 GEMM inputs
   DeviceBuffer<float> scales;    // [max_in/128 * P]
   DeviceBuffer<bf16> cq, q, o, og, zg, z, y;  // [P, qr], [P, H*d], [T, H*d], [T, gin], [T, ro], [P, G*ro], [P, D]
-  DeviceBuffer<float> ca, cg;    // [T, 2*max dc] compressor projections
-  DeviceBuffer<bf16> pooled;     // [T, max dc]
+  // The compressors' scratch, one set per CompressorKind (the two may run at once, on lanes): fp32
+  // projections [T, 2*dc] and the pooled rows [T, dc] (dc: head_dim for Main, index_head_dim for Indexer).
+  struct CompressorScratch {
+    DeviceBuffer<float> ca, cg;
+    DeviceBuffer<bf16> pooled;
+  };
+  CompressorScratch comp[2];
+  // The indexer's FP8 input codes where it cannot share the q_norm's (q_codes_fused false): [P, qr].
+  DeviceBuffer<uint8_t> icodes;
+  DeviceBuffer<float> iscales;   // [qr/128 * P]
   DeviceBuffer<bf16> qi, wi;     // [P, HI*dI], [T, HI]
   DeviceBuffer<float> scores;    // [T, max_entries]
   DeviceBuffer<int32_t> selected;  // [T, topk]
@@ -187,12 +195,20 @@ struct AttentionCall {
 void run_linear(const DeviceContext& ctx, AttentionWorkspace& ws, const DevLinear& w, const bf16* x, int64_t T,
                 bf16* y);
 
-// Q into ws.q and this call's KV into the chunk rows of st, from x [T, D] bf16 (the attn-normed input).
+// Q into ws.q and this call's KV into the chunk rows of st, from x [T, D] bf16 (the attn-normed input),
+// in two parts: attn_q_latent (wq_a and wkv, q_norm into ws.cq), then attn_q_heads (wq_b, the per-head
+// norm and RoPE; kv_norm, RoPE and the snap of the KV rows). attn_qkv runs both.
+void attn_q_latent(const DeviceContext& ctx, const AttentionCall& a, const bf16* x);
+void attn_q_heads(const DeviceContext& ctx, const AttentionCall& a);
 void attn_qkv(const DeviceContext& ctx, const AttentionCall& a, const bf16* x);
-// The main compressor (CSA / HCA: entries into the pool) or the indexer's (CSA: FP4 keys) over x.
+// The main compressor (CSA / HCA: entries into the pool) or the indexer's (CSA: FP4 keys) over x. Either
+// may run beside the other and beside attn_qkv (own scratch: ws.comp[kind]).
 void attn_compress(const DeviceContext& ctx, const AttentionCall& a, const bf16* x, CompressorKind kind);
-// CSA: the indexer's top-k of each query into ws.selected (x: the sub-layer input, for weights_proj).
-void attn_index_topk(const DeviceContext& ctx, const AttentionCall& a, const bf16* x);
+// CSA: the indexer's top-k of each query into ws.selected (x: the sub-layer input, for weights_proj). It may
+// run beside attn_q_heads: it reads ws.cq (and the q_norm's codes of it, q_codes_fused) only after
+// `q_latent` (when given: a mark recorded on attn_q_latent's stream after it) and writes its own buffers.
+void attn_index_topk(const DeviceContext& ctx, const AttentionCall& a, const bf16* x,
+                     const StreamMark* q_latent = nullptr);
 // Key lists, sparse attention with sinks, inverse RoPE into ws.o; then the ring takes this call's KV.
 void attn_attend(const DeviceContext& ctx, const AttentionCall& a);
 // out [T, D] bf16 = wo_b(grouped wo_a(ws.o)).

@@ -1,17 +1,47 @@
 // DeviceContext: the explicit device state every CUDA op runs against (STYLE.md 10: no globals).
 // It owns one stream, one cuBLASLt handle and one workspace; ops enqueue on the stream and never
 // synchronize unless their contract says so. Not thread-safe: one context per host thread.
+//
+// Lanes (add_lanes): side contexts of the same device, each with its own stream and workspace, sharing
+// the owner's cuBLASLt handle and kernel tier. An op given a lane runs beside the owner's stream; the
+// order between them is explicit: StreamMark (a point of one stream another waits for), fork / join.
+// Inside a stream capture, a lane that waits for a point of the capturing stream joins the capture, and
+// must be joined back before the capture ends.
 #pragma once
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"  // KernelTier
 
 namespace dsv4::cuda {
+
+class DeviceContext;
+
+// A point in one context's stream (a CUDA event without timing) that other streams can wait for. Recording
+// again moves the point; waiting takes the latest record.
+class StreamMark {
+ public:
+  StreamMark();
+  ~StreamMark();
+  StreamMark(const StreamMark&) = delete;
+  StreamMark& operator=(const StreamMark&) = delete;
+
+  // The point after everything queued so far on ctx's stream.
+  void record(const DeviceContext& ctx);
+  bool recorded() const { return recorded_; }
+  void clear() { recorded_ = false; }
+  cudaEvent_t event() const { return event_; }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+  bool recorded_ = false;
+};
 
 class DeviceContext {
  public:
@@ -37,12 +67,27 @@ class DeviceContext {
   // The tier of the kernel-level dispatchers cuda::linear / linear_f32 (linear_fast.h, attn_ops.h; default
   // Exact: tests compare against the CPU bit for bit). The backend's linears choose in linear_choice.h.
   KernelTier kernels() const { return kernels_; }
-  void set_kernels(KernelTier t) { kernels_ = t; }
+  void set_kernels(KernelTier t);
 
   // Waits for all work queued on the stream; throws if any of it failed.
   void synchronize() const;
 
+  // Creates `n` lanes (once; see the header comment). lanes() is 0 until then.
+  void add_lanes(int n);
+  int lanes() const { return int(lanes_.size()); }
+  const DeviceContext& lane(int i) const;
+  // Work queued on this stream from now on waits for `m`'s latest record.
+  void wait(const StreamMark& m) const;
+  // Work queued on `lane` from now on waits for everything queued so far on this stream.
+  void fork(const DeviceContext& lane) const;
+  // Work queued on this stream from now on waits for everything queued so far on `lane`.
+  void join(const DeviceContext& lane) const;
+
  private:
+  struct LaneTag {};
+  DeviceContext(const DeviceContext& owner, LaneTag);  // a lane of `owner`
+
+
   int device_ = 0;
   cudaStream_t stream_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;
@@ -52,6 +97,10 @@ class DeviceContext {
   size_t max_smem_optin_ = 0;
   KernelTier kernels_ = KernelTier::Exact;
   std::string name_;
+  bool owns_lt_ = true;
+  std::vector<std::unique_ptr<DeviceContext>> lanes_;
+  // fork / join points: fork_ is recorded on the owner and waited by this lane, join_ the other way.
+  std::unique_ptr<StreamMark> fork_, join_;
 };
 
 // True when device 0 exists and is a Hopper part (compute capability 9.0), which is what the kernels

@@ -27,6 +27,9 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const Weights& w, uint64_t tota
   const ExpertRange experts = expert_range(cfg_.n_routed_experts, o.comm);  // throws when they do not split
   ctx_ = std::make_unique<DeviceContext>(o.gpu);
   ctx_->set_kernels(o.kernels);
+  if (o.overlap) ctx_->add_lanes(2);
+  attn_in_ = std::make_unique<StreamMark>();
+  q_latent_ = std::make_unique<StreamMark>();
   check_fits(w);
   w_ = upload_weights(*ctx_, cfg_, w, total_bytes, progress, experts);
 
@@ -208,8 +211,13 @@ void CudaBackend::execute(const StepShape& shape, const std::function<void()>& b
   // launch's host-side parameters depend only on shape.key() (positions, slots and page tables live on
   // the device).
   // Expert-parallel calls exchange their counts through the host (moe_ranks.h): no graphs.
-  if (!opt_.graphs || !shape.graph || shape.run_len > kMaxGraphRunLen || moe_ranks_) {
+  attn_in_layer_ = q_latent_layer_ = -1;  // marks of an earlier call are not this call's points
+  const auto run_body = [&] {
     body();
+    join_lanes();
+  };
+  if (!opt_.graphs || !shape.graph || shape.run_len > kMaxGraphRunLen || moe_ranks_) {
+    run_body();
     return;
   }
   auto it = graphs_.find(shape.key());
@@ -219,8 +227,9 @@ void CudaBackend::execute(const StepShape& shape, const std::function<void()>& b
     cudaGraph_t graph = nullptr;
     DSV4_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
     try {
-      body();
+      run_body();
     } catch (...) {
+      lane_busy_[0] = lane_busy_[1] = false;  // the failed capture takes the lanes' work with it
       cudaStreamEndCapture(s, &graph);
       if (graph) cudaGraphDestroy(graph);
       throw;
@@ -299,12 +308,33 @@ AttentionCall CudaBackend::attention(int64_t layer, const char* op) {
           .b = {.tokens = T_, .run_len = run_len_, .positions = positions_.get(), .slots = slots_.get()}};
 }
 
+const DeviceContext* CudaBackend::on_lane(int i, int64_t layer) {
+  if (ctx_->lanes() <= i) return nullptr;
+  const DeviceContext& lane = ctx_->lane(i);
+  if (!lane_busy_[i]) {
+    if (attn_in_layer_ == layer) lane.wait(*attn_in_);
+    else ctx_->fork(lane);  // no mark of this layer's input: after everything queued so far
+    lane_busy_[i] = true;
+  }
+  return &lane;
+}
+
+void CudaBackend::join_lanes() {
+  for (int i = 0; i < 2; ++i)
+    if (lane_busy_[i]) {
+      ctx_->join(ctx_->lane(i));
+      lane_busy_[i] = false;
+    }
+}
+
 void CudaBackend::embed() {
+  join_lanes();
   if (T_ == 0) return;  // an idle rank
   embed_forward(*ctx_, embed_view(w_.embed, cfg_), ids_.get(), T_, int(cfg_.hc_mult), X_.get());
 }
 
 void CudaBackend::mhc(const MhcStep& s) {
+  join_lanes();
   if (T_ == 0) return;  // an idle rank
   const int n = int(cfg_.hc_mult), D = int(cfg_.hidden_size);
   const float eps = float(cfg_.rms_norm_eps);
@@ -322,36 +352,65 @@ void CudaBackend::mhc(const MhcStep& s) {
                     .u_norm = (attn ? b.attn_norm : b.ffn_norm).get(), .partial = partial_.get(), .tokens = T_,
                     .n = n, .D = D, .norm_eps = eps, .hc_eps = float(cfg_.hc_eps),
                     .sinkhorn_iters = int(cfg_.hc_sinkhorn_iters)});
+    if (attn) {  // the point this layer's compressors and indexer start from
+      attn_in_->record(*ctx_);
+      attn_in_layer_ = s.pre->layer;
+    }
   }
 }
 
 // An idle rank (0 tokens) skips every op but the MoE's exchange.
+// The compressors and the indexer run on the lanes (from the layer's attention input), beside the queries;
+// attend joins them.
 void CudaBackend::attn_qkv(int64_t layer) {
-  if (T_ > 0) cuda::attn_qkv(*ctx_, attention(layer, "attn_qkv"), u_.get());
+  join_lanes();
+  if (T_ == 0) return;
+  const AttentionCall a = attention(layer, "attn_qkv");
+  attn_q_latent(*ctx_, a, u_.get());
+  q_latent_->record(*ctx_);  // the point the indexer's queries start from
+  q_latent_layer_ = layer;
+  attn_q_heads(*ctx_, a);
 }
 void CudaBackend::compress(int64_t layer, CompressorKind c) {
-  if (T_ > 0) attn_compress(*ctx_, attention(layer, "compress"), u_.get(), c);
+  if (T_ == 0) return;
+  const AttentionCall a = attention(layer, "compress");
+  const DeviceContext* lane = on_lane(c == CompressorKind::Main ? 0 : 1, layer);
+  attn_compress(lane ? *lane : *ctx_, a, u_.get(), c);
 }
 void CudaBackend::index_topk(int64_t layer) {
-  if (T_ > 0) attn_index_topk(*ctx_, attention(layer, "index_topk"), u_.get());
+  if (T_ == 0) return;
+  const AttentionCall a = attention(layer, "index_topk");
+  const DeviceContext* lane = on_lane(1, layer);
+  if (!lane) {
+    attn_index_topk(*ctx_, a, u_.get());
+    return;
+  }
+  if (q_latent_layer_ != layer) ctx_->fork(*lane);  // no query latent of this layer: after everything so far
+  attn_index_topk(*lane, a, u_.get(), q_latent_layer_ == layer ? q_latent_.get() : nullptr);
 }
 void CudaBackend::attend(int64_t layer) {
+  join_lanes();
   if (T_ > 0) attn_attend(*ctx_, attention(layer, "attend"));
 }
 void CudaBackend::attn_out(int64_t layer) {
+  join_lanes();
   if (T_ > 0) cuda::attn_out(*ctx_, attention(layer, "attn_out"), y_.get());
 }
 
 void CudaBackend::moe_route(int64_t layer) {
+  join_lanes();
   cuda::moe_route(*ctx_, block(layer, "moe_route").ffn, *moe_ws_, u_.get(), ids_.get(), T_);
 }
+// The shared expert on lane 0 beside the routed experts (one GPU; expert parallelism keeps one stream).
 void CudaBackend::moe_experts(int64_t layer) {
+  join_lanes();
   const DevMoeWeights& w = block(layer, "moe_experts").ffn;
   if (moe_ranks_) moe_ranks_->experts(w, *moe_ws_, u_.get(), T_, y_.get());
-  else cuda::moe_experts(*ctx_, w, *moe_ws_, u_.get(), T_, y_.get());
+  else cuda::moe_experts(*ctx_, w, *moe_ws_, u_.get(), T_, y_.get(), ctx_->lanes() > 0 ? &ctx_->lane(0) : nullptr);
 }
 
 void CudaBackend::mtp_input(int64_t k) {
+  join_lanes();
   if (k < 0 || k >= num_mtp()) fail("the checkpoint has ", num_mtp(), " MTP block(s), block ", k, " requested");
   if (T_ == 0) return;  // an idle rank
   mtp_input_forward(*ctx_, w_.mtp[size_t(k)], embed_view(w_.embed, cfg_), *mtp_ws_, *attn_ws_, ids_.get(), T_,
@@ -377,6 +436,7 @@ LtMatmul* CudaBackend::head_plan(int64_t rows) {
 }
 
 void CudaBackend::head(int64_t head, int64_t first, int64_t rows) {
+  join_lanes();
   const DevHeadWeights hw = head_weights(head);
   if (rows < 1 || rows > logit_rows_ || first < 0 || first + rows > T_)
     fail("cuda backend: head rows [", first, ", ", first + rows, ") of a call of ", T_, " tokens (at most ",
@@ -386,6 +446,7 @@ void CudaBackend::head(int64_t head, int64_t first, int64_t rows) {
 }
 
 void CudaBackend::sample(int64_t rows) {
+  join_lanes();
   if (rows < 1 || rows > logit_rows_) fail("cuda backend: ", rows, " sampled rows outside [1, ", logit_rows_, "]");
   const int64_t R = logit_rows_;
   const uint64_t* base = samp_params_.get();

@@ -107,6 +107,12 @@ class CudaBackend final : public Backend {
   void take_pages(int64_t group);
   void upload_table(int slot, int64_t group);
   void release_pages(int slot);
+  // Lanes (BackendOptions::overlap; DeviceContext::add_lanes): 0 runs the main compressor and the shared
+  // expert, 1 the indexer's compressor and top-k. on_lane(i, layer): lane i, after the layer's attention
+  // input (the mhc pre's mark) where it holds no work yet; null without lanes. join_lanes: the stream waits
+  // for every lane holding work (every op but the lanes' own starts with it; execute ends with it).
+  const DeviceContext* on_lane(int i, int64_t layer);
+  void join_lanes();
 
   ModelConfig cfg_;
   BackendOptions opt_;
@@ -135,6 +141,11 @@ class CudaBackend final : public Backend {
   std::unique_ptr<MtpWorkspace> mtp_ws_;  // when the model has an MTP block
   int64_t logit_rows_ = 0;
   int64_t T_ = 0, run_len_ = 1;  // the current call (begin)
+  // The points the lanes start from: the attention input of layer attn_in_layer_ (after its mhc pre) and
+  // the query latent of layer q_latent_layer_ (after attn_q_latent); lanes holding work not yet joined.
+  std::unique_ptr<StreamMark> attn_in_, q_latent_;
+  int64_t attn_in_layer_ = -1, q_latent_layer_ = -1;
+  bool lane_busy_[2] = {false, false};
 
   DeviceBuffer<int32_t> ids_, positions_, slots_;  // [max_tokens] step inputs
   int32_t* host_in_ = nullptr;                     // pinned [3, max_tokens]

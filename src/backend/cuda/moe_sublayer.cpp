@@ -475,13 +475,21 @@ const bf16* shared_expert(const MoeCall& c) {
 }  // namespace
 
 void moe_experts(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace& ws, const bf16* x, int64_t T,
-                 bf16* y) {
+                 bf16* y, const DeviceContext* shared_lane) {
   if (T == 0) return;
   check_call(w, ws, T);
   if (w.held != w.E) fail("moe: the layer holds ", w.held, " of its ", w.E, " experts (expert parallel: moe_ranks.h)");
   const MoeCall c = begin_call(ctx, w, ws, x, T, true, true);
+  const bf16* shared = nullptr;
+  const bool beside = shared_lane && w.has_shared;
+  if (beside) {  // the shared expert on the lane, after x's codes; its buffers are its own (ws.sg .. ws.ys)
+    ctx.fork(*shared_lane);
+    MoeCall on_lane{.ctx = *shared_lane, .w = w, .ws = ws, .x = x, .T = T, .P = c.P, .plans = c.plans};
+    shared = shared_expert(on_lane);
+  }
   const GroupedRouted r = routed_experts(c);
-  const bf16* shared = shared_expert(c);
+  if (beside) ctx.join(*shared_lane);
+  else shared = shared_expert(c);
   moe_combine(ctx, {.y2 = r.y2, .ids = ws.ids.get(), .entry_row = r.entry_row, .shared = shared, .y = y, .T = T,
                     .k = int(w.k), .D = int(w.D)});
 }

@@ -134,8 +134,10 @@ void moe_route(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace& w
                const int32_t* token_ids, int64_t T);
 // y [T, D] bf16 = the routed experts of ws.ids / ws.weights (moe_route of the same x) + the shared
 // expert, combined. x and y may not alias. The layer must hold every expert (else moe_ranks.h).
+// shared_lane (a lane of ctx, DeviceContext::add_lanes): the shared expert runs there beside the routed
+// experts, joined back before the combine.
 void moe_experts(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace& ws, const bf16* x, int64_t T,
-                 bf16* y);
+                 bf16* y, const DeviceContext* shared_lane = nullptr);
 
 // The two halves an expert-parallel rank runs (moe_ranks.h):
 // Entries received from the ranks: x [n, D] bf16, one row per (token, pick) entry, with ws.ids [n] the held
