@@ -13,6 +13,7 @@
 // takes the split-K kernel (attention_split.cu) for calls of few tokens.
 #include <cstdint>
 
+#include "backend/cuda/attention_out.cuh"
 #include "backend/cuda/check.h"
 #include "backend/cuda/cpu_math.cuh"
 #include "backend/cuda/kernel_util.cuh"
@@ -122,7 +123,8 @@ __global__ void __launch_bounds__(kThreads) sparse_attention_kernel(SparseAttent
       o0 = __fdiv_rn(acc[g][0], den_s[g]);
       o1 = __fdiv_rn(acc[g][1], den_s[g]);
     }
-    *reinterpret_cast<__nv_bfloat162*>(p.out + (token * p.heads + h0 + g) * DIM + d) = __floats2bfloat162_rn(o0, o1);
+    *reinterpret_cast<__nv_bfloat162*>(p.out + (token * p.heads + h0 + g) * DIM + d) =
+        attention_out_pair(p, token, d, o0, o1);
   }
 }
 
@@ -165,9 +167,21 @@ void sparse_attention(const DeviceContext& ctx, const SparseAttentionParams& p) 
   check_attention_records(p, "sparse_attention");
   if (p.heads <= 0 || p.max_keys <= 0) fail("sparse_attention: heads and max_keys must be positive");
   narrow_int(p.entries, "sparse_attention entries");
+  if (p.rope_inv_freq && (!p.rope_positions || p.rope_dim <= 0 || p.rope_dim % 2 != 0 || p.rope_dim > p.dim))
+    fail("sparse_attention: the inverse RoPE needs positions and an even rope_dim within dim ", p.dim, ", got ",
+         p.rope_dim);
   // Prefill chunks above the exact-linear limit (the forward is not bit-exact there anyway) take the
   // tensor-core kernel; every call up to it stays on the exact kernel below.
-  if (p.tokens > kExactLinearMaxTokens && sparse_attention_mma_supported(ctx, p)) return sparse_attention_mma(ctx, p);
+  if (p.tokens > kExactLinearMaxTokens && sparse_attention_mma_supported(ctx, p)) {
+    SparseAttentionParams plain = p;
+    plain.rope_inv_freq = nullptr;
+    sparse_attention_mma(ctx, plain);
+    if (p.rope_inv_freq)
+      rope(ctx, {.x = p.out, .positions = p.rope_positions, .inv_freq = p.rope_inv_freq, .rows = p.tokens,
+                 .heads = p.heads, .head_dim = p.dim, .rope_dim = p.rope_dim, .row_stride = int64_t(p.heads) * p.dim,
+                 .head_stride = p.dim, .inverse = true});
+    return;
+  }
   // Decode and verify calls of the fast tier: the split-K kernel (the exact tier keeps the kernel below).
   if (ctx.kernels() == KernelTier::Fast && sparse_attention_split_supported(ctx, p)) return sparse_attention_split(ctx, p);
   switch (p.dim) {

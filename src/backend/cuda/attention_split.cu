@@ -16,6 +16,7 @@
 // ([tokens * heads][splits][dim + 2] floats), written and read within this op on the context's stream.
 #include <cstdint>
 
+#include "backend/cuda/attention_out.cuh"
 #include "backend/cuda/check.h"
 #include "backend/cuda/kernel_util.cuh"
 #include "backend/cuda/kv_record.cuh"
@@ -180,7 +181,7 @@ __global__ void __launch_bounds__(DIM / 2) split_combine_kernel(SparseAttentionP
     o0 = a0 / den;
     o1 = a1 / den;
   }
-  *reinterpret_cast<__nv_bfloat162*>(p.out + th * DIM + d) = __floats2bfloat162_rn(o0, o1);
+  *reinterpret_cast<__nv_bfloat162*>(p.out + th * DIM + d) = attention_out_pair(p, th / p.heads, d, o0, o1);
 }
 
 template <int DIM, int G>

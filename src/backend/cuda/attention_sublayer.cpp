@@ -272,13 +272,6 @@ void run_linear_f32(const DeviceContext& ctx, AttentionWorkspace& ws, LinearSite
                              .tokens = T, .out = out, .in = in});
 }
 
-void run_rope(const DeviceContext& ctx, bf16* x, const AttentionBatch& b, const float* inv_freq, int64_t heads,
-              int64_t head_dim, int64_t rope_dim, bool inverse) {
-  rope(ctx, {.x = x, .positions = b.positions, .inv_freq = inv_freq, .rows = b.tokens, .heads = int(heads),
-             .head_dim = int(head_dim), .rope_dim = int(rope_dim), .row_stride = heads * head_dim,
-             .head_stride = head_dim, .inverse = inverse});
-}
-
 // The compressor of compress_chunk: fp32 projections, pooling into the slot state, entry emission.
 void run_compressor(const DeviceContext& ctx, const ModelConfig& cfg, AttentionWorkspace& ws,
                     const DevCompressorWeights& w, const AttentionBatch& b, const bf16* x, float* cur_a, float* cur_g,
@@ -312,6 +305,11 @@ void run_compressor(const DeviceContext& ctx, const ModelConfig& cfg, AttentionW
                         .ratio = w.ratio, .dc = w.dc, .rope_dim = int(cfg.rope_dim), .indexer = indexer,
                         .eps = float(cfg.rms_norm_eps)});
 }
+
+// A decode step (one token per sequence) writes its KV rows into the ring in the KV finish: a ring row
+// then holds a position out of the window (p - window), which no query of the step reads. Longer runs
+// copy after the attention (ring_write), whose earlier queries still read the rows they overwrite.
+bool ring_in_kv_finish(const AttentionBatch& b) { return b.run_len == 1; }
 
 void check_call(const AttentionCall& a) {
   const int64_t T = a.b.tokens;
@@ -384,6 +382,11 @@ void attn_q_heads(const DeviceContext& ctx, const AttentionCall& a) {
   kv.positions = b.positions;  // and RoPE, and the FP8 snap of the non-rope dims, in the same launch
   kv.inv_freq = w.inv_freq.get();
   kv.rope_dim = int(rd);
+  if (ring_in_kv_finish(b)) {  // and ring_write's copy
+    kv.ring = a.st.kv.get() + a.st.ring_base() * d;
+    kv.slots = b.slots;
+    kv.window = int(cfg.sliding_window);
+  }
   rms_norm(ctx, kv);
 }
 
@@ -424,8 +427,8 @@ void attn_index_topk(const DeviceContext& ctx, const AttentionCall& a, const bf1
     run_normed_linear(ctx, ws, w.wq_b, ws.cq.get(), b.tokens, ws.qi.get());
   else
     run_linear_via(ctx, ws, w.wq_b, ws.cq.get(), b.tokens, ws.qi.get(), ws.icodes.get(), ws.iscales.get());
-  run_rope(ctx, ws.qi.get(), b, a.w.inv_freq.get(), HI, dI, cfg.rope_dim, false);
-  hadamard_fp4(ctx, {.x = ws.qi.get(), .vectors = b.tokens * HI, .stride = dI, .n = int(dI)});
+  hadamard_fp4(ctx, {.x = ws.qi.get(), .vectors = b.tokens * HI, .stride = dI, .n = int(dI), .positions = b.positions,
+                     .inv_freq = a.w.inv_freq.get(), .rope_dim = int(cfg.rope_dim), .per_row = int(HI)});  // RoPE first
   indexer_scores(ctx, {.q = ws.qi.get(), .w = ws.wi.get(), .keys = a.st.key_records.get(), .key_rec = a.st.key_rec,
                        .key_rows = a.st.pages,
                        .scores = ws.scores.get(),
@@ -457,10 +460,12 @@ void attn_attend(const DeviceContext& ctx, const AttentionCall& a) {
                          .records = st.entry_records.get(), .record_base = st.pool_base(), .rec = st.entry_rec,
                          .sinks = w.attn_sink.get(), .out = ws.o.get(), .tokens = T, .entries = st.pool_base() + st.pool_rows(),
                          .heads = int(H), .dim = int(d), .max_keys = int(max_keys),
-                         .scale = float(1.0 / std::sqrt(double(d)))});
-  run_rope(ctx, ws.o.get(), b, w.inv_freq.get(), H, d, cfg.rope_dim, true);
-  ring_write(ctx, {.kv = st.kv.get(), .positions = b.positions, .slots = b.slots, .tokens = T, .run_len = b.run_len,
-                   .ring_base = st.ring_base(), .chunk_base = st.chunk_base(), .window = int(W), .dim = int(d)});
+                         .scale = float(1.0 / std::sqrt(double(d))), .rope_positions = b.positions,
+                         .rope_inv_freq = w.inv_freq.get(), .rope_dim = int(cfg.rope_dim)});  // and the inverse RoPE
+  if (!ring_in_kv_finish(b))
+    ring_write(ctx, {.kv = st.kv.get(), .positions = b.positions, .slots = b.slots, .tokens = T,
+                     .run_len = b.run_len, .ring_base = st.ring_base(), .chunk_base = st.chunk_base(),
+                     .window = int(W), .dim = int(d)});
 }
 
 // Grouped output projection: heads of group g through rows g*ro.. of wo_a (bf16 GEMM), then wo_b.

@@ -209,7 +209,8 @@ void attn_compress(const DeviceContext& ctx, const AttentionCall& a, const bf16*
 // `q_latent` (when given: a mark recorded on attn_q_latent's stream after it) and writes its own buffers.
 void attn_index_topk(const DeviceContext& ctx, const AttentionCall& a, const bf16* x,
                      const StreamMark* q_latent = nullptr);
-// Key lists, sparse attention with sinks, inverse RoPE into ws.o; then the ring takes this call's KV.
+// Key lists, sparse attention with sinks and the inverse RoPE into ws.o; then the ring takes this call's KV
+// (a decode step's rows went there in attn_q_heads already).
 void attn_attend(const DeviceContext& ctx, const AttentionCall& a);
 // out [T, D] bf16 = wo_b(grouped wo_a(ws.o)).
 void attn_out(const DeviceContext& ctx, const AttentionCall& a, bf16* out);

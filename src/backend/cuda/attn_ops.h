@@ -68,6 +68,11 @@ struct HadamardFp4Params {
   bf16* x = nullptr;   // [vectors, n], vector v at v * stride
   int64_t vectors = 0, stride = 0;
   int n = 128;
+  // Optional (the indexer's queries): first the forward RoPE of each vector's last rope_dim dims at
+  // positions[v / per_row] with inv_freq [rope_dim / 2], rounded to bf16: the bits of rope then hadamard_fp4.
+  const int32_t* positions = nullptr;
+  const float* inv_freq = nullptr;
+  int rope_dim = 0, per_row = 1;
 };
 void hadamard_fp4(const DeviceContext& ctx, const HadamardFp4Params& p);
 

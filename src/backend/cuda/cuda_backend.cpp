@@ -309,7 +309,7 @@ AttentionCall CudaBackend::attention(int64_t layer, const char* op) {
 }
 
 const DeviceContext* CudaBackend::on_lane(int i, int64_t layer) {
-  if (ctx_->lanes() <= i) return nullptr;
+  if (ctx_->lanes() <= i || T_ > kLaneMaxTokens) return nullptr;
   const DeviceContext& lane = ctx_->lane(i);
   if (!lane_busy_[i]) {
     if (attn_in_layer_ == layer) lane.wait(*attn_in_);
@@ -406,7 +406,8 @@ void CudaBackend::moe_experts(int64_t layer) {
   join_lanes();
   const DevMoeWeights& w = block(layer, "moe_experts").ffn;
   if (moe_ranks_) moe_ranks_->experts(w, *moe_ws_, u_.get(), T_, y_.get());
-  else cuda::moe_experts(*ctx_, w, *moe_ws_, u_.get(), T_, y_.get(), ctx_->lanes() > 0 ? &ctx_->lane(0) : nullptr);
+  else cuda::moe_experts(*ctx_, w, *moe_ws_, u_.get(), T_, y_.get(),
+                         ctx_->lanes() > 0 && T_ <= kLaneMaxTokens ? &ctx_->lane(0) : nullptr);
 }
 
 void CudaBackend::mtp_input(int64_t k) {

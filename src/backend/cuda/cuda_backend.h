@@ -43,6 +43,11 @@ namespace dsv4::cuda {
 // verify of k <= 3 drafts: k + 1).
 inline constexpr int64_t kMaxGraphRunLen = 4;
 
+// Calls of at most this many tokens use the lanes (BackendOptions::overlap): decode batches, where the
+// kernels leave the GPU part idle. Prefill chunks keep one stream: concurrent large GEMMs measured slower
+// (H100, 2026-12-06: 1K-token prefill -5% with lanes, batch 1-128 decode -2.5% to -5% step time).
+inline constexpr int64_t kLaneMaxTokens = 128;
+
 class CudaBackend final : public Backend {
  public:
   CudaBackend(const ModelConfig& cfg, const Weights& w, uint64_t total_bytes, const BackendOptions& o,
@@ -109,8 +114,9 @@ class CudaBackend final : public Backend {
   void release_pages(int slot);
   // Lanes (BackendOptions::overlap; DeviceContext::add_lanes): 0 runs the main compressor and the shared
   // expert, 1 the indexer's compressor and top-k. on_lane(i, layer): lane i, after the layer's attention
-  // input (the mhc pre's mark) where it holds no work yet; null without lanes. join_lanes: the stream waits
-  // for every lane holding work (every op but the lanes' own starts with it; execute ends with it).
+  // input (the mhc pre's mark) where it holds no work yet; null without lanes or above kLaneMaxTokens.
+  // join_lanes: the stream waits for every lane holding work (every op but the lanes' own starts with it;
+  // execute ends with it).
   const DeviceContext* on_lane(int i, int64_t layer);
   void join_lanes();
 

@@ -40,6 +40,12 @@ struct RmsNormParams {
   const int32_t* positions = nullptr;
   const float* inv_freq = nullptr;
   int rope_dim = 0;
+  // Optional with the KV finish, for decode steps (one token per sequence): each finished row also into
+  // its sliding-window ring row, ring + (slots[row] * window + positions[row] % window) * y_stride, as
+  // ring_write (attn_ops.h) copies it; the same launch.
+  bf16* ring = nullptr;
+  const int32_t* slots = nullptr;
+  int window = 0;
 };
 void rms_norm(const DeviceContext& ctx, const RmsNormParams& p);
 // In place on contiguous rows x [rows, dim].
@@ -158,6 +164,12 @@ struct SparseAttentionParams {
   int64_t tokens = 0, entries = 0;  // entries: rows a key list may name (bf16 rows and records)
   int heads = 0, dim = 512, max_keys = 0;  // dim 128, 256 or 512
   float scale = 0;                  // 1/sqrt(dim)
+  // Optional: the inverse RoPE of each output head's last rope_dim dims at rope_positions [tokens] with
+  // rope_inv_freq [rope_dim / 2], on the bf16 outputs: the bits of sparse_attention then rope(inverse), in
+  // the same launch (the tensor-core kernel: a second launch).
+  const int32_t* rope_positions = nullptr;
+  const float* rope_inv_freq = nullptr;
+  int rope_dim = 0;
 };
 void sparse_attention(const DeviceContext& ctx, const SparseAttentionParams& p);
 // Throws dsv4::Error naming `what` when p's records do not fit its rows (geometry of dim, alignment).

@@ -74,6 +74,17 @@ __global__ void hadamard_fp4_kernel(HadamardFp4Params p, float scale) {
   bf16* x = p.x + int64_t(blockIdx.x) * p.stride;
   const int tid = threadIdx.x, threads = blockDim.x;
   for (int i = tid; i < p.n; i += threads) v[i] = __bfloat162float(x[i]);
+  if (p.inv_freq) {  // the RoPE pairs of the last rope_dim dims, each rounded to bf16 as rope writes it
+    __syncthreads();
+    const int first = p.n - p.rope_dim;
+    const float pos = float(p.positions[int64_t(blockIdx.x) / p.per_row]);
+    for (int i = tid; i < p.rope_dim / 2; i += threads) {
+      const int j = first + 2 * i;
+      const float2 r = cpu_rope_pair(v[j], v[j + 1], pos, p.inv_freq[i], false);
+      v[j] = __bfloat162float(__float2bfloat16_rn(r.x));
+      v[j + 1] = __bfloat162float(__float2bfloat16_rn(r.y));
+    }
+  }
   qsim::hadamard_shared(v, p.n, scale, tid, threads);
   for (int i = tid; i < p.n; i += threads) {
     // every lane of a warp shares one 32-block when threads are laid out as i = block*32 + lane
@@ -117,6 +128,8 @@ void hadamard_fp4(const DeviceContext& ctx, const HadamardFp4Params& p) {
   if (p.vectors == 0) return;
   if (!p.x || p.n < 32 || p.n > 1024 || (p.n & (p.n - 1)) != 0)
     fail("hadamard_fp4: n = ", p.n, " must be a power of two in [32, 1024]");
+  if (p.inv_freq && (!p.positions || p.rope_dim <= 0 || p.rope_dim % 2 != 0 || p.rope_dim > p.n || p.per_row < 1))
+    fail("hadamard_fp4: the RoPE needs positions, an even rope_dim within n (", p.rope_dim, ") and per_row >= 1");
   const int threads = p.n;  // i = tid: the warp of lane L holds elements 32w..32w+31 = one FP4 block
   hadamard_fp4_kernel<<<narrow_int(p.vectors, "hadamard_fp4 grid"), threads, size_t(p.n) * sizeof(float),
                         ctx.stream()>>>(p, hadamard_scale(p.n));

@@ -101,7 +101,13 @@ __global__ void rms_norm_kernel(RmsNormParams p) {
       }
     }
     if (p.rope_dim > 0) out = kv_finish(p, row, v, active, out);  // every lane: the snap's shuffles
-    if (active) reinterpret_cast<uint4*>(y)[v] = out;
+    if (active) {
+      reinterpret_cast<uint4*>(y)[v] = out;
+      if (p.ring) {  // the decode step's ring row (the KV finish's rows)
+        const int64_t slot_row = int64_t(p.slots[row]) * p.window + p.positions[row] % p.window;
+        reinterpret_cast<uint4*>(p.ring + slot_row * p.y_stride)[v] = out;
+      }
+    }
     if (!p.codes) continue;
     float q[8];
     bf16x8_values(out, q);
@@ -140,6 +146,8 @@ void rms_norm(const DeviceContext& ctx, const RmsNormParams& p) {
                          (p.dim - p.rope_dim) % 64 != 0))
     fail("rms_norm: the KV finish needs positions, inv_freq, rope_dim % 8 == 0 and (dim - rope_dim) % 64 == 0 "
          "(dim ", p.dim, ", rope_dim ", p.rope_dim, ")");
+  if (p.ring && (p.rope_dim <= 0 || !p.slots || p.window <= 0 || !aligned16(p.ring)))
+    fail("rms_norm: the ring copy goes with the KV finish and needs slots, a positive window and a 16-byte aligned ring");
   const int grid = narrow_int(p.rows, "rms_norm rows");
   int threads = int(std::min<int64_t>(kMaxThreads, ceil_div(p.dim / 8, 32) * 32));
   rms_norm_kernel<<<grid, threads, 0, ctx.stream()>>>(p);

@@ -413,6 +413,70 @@ TEST(CudaAttentionRecords, EveryKernelReadsPoolRecordsAsTheirRows) {
   check_records("mma kernel dim=512", m, 1000, Kernel::Mma);
 }
 
+// ---- The inverse RoPE in the attention's launch (SparseAttentionParams::rope_*): every kernel gives the
+// bits of sparse_attention then rope(inverse) (the tensor-core kernel: that second launch itself).
+void check_fused_rope(const std::string& what, const Case& c, Kernel kernel) {
+  const Inputs in = make_inputs(c);
+  DeviceContext ctx;
+  ctx.set_kernels(kernel == Kernel::Split ? KernelTier::Fast : KernelTier::Exact);
+  DeviceInputs d(in);
+  constexpr int kRopeDim = 64;
+  Rng rng(c.seed + 1000);
+  std::vector<int32_t> pos(size_t(c.tokens));
+  for (int32_t& v : pos) v = rng.uniform_int(0, 1 << 20);
+  std::vector<float> inv(kRopeDim / 2);
+  for (int i = 0; i < kRopeDim / 2; ++i) inv[size_t(i)] = float(1.0 / std::pow(10000.0, 2.0 * i / kRopeDim));
+  DeviceBuffer<int32_t> dpos(pos);
+  DeviceBuffer<float> dinv(inv);
+  Guarded<uint16_t> fused(size_t(c.tokens * c.heads * c.dim)), twice(size_t(c.tokens * c.heads * c.dim));
+  SparseAttentionParams p = d.params(c, fused.get());
+  if (kernel == Kernel::Split) {
+    ASSERT_TRUE(sparse_attention_split_supported(ctx, p)) << what;
+  }
+  p.rope_positions = dpos.get();
+  p.rope_inv_freq = dinv.get();
+  p.rope_dim = kRopeDim;
+  sparse_attention(ctx, p);
+  sparse_attention(ctx, d.params(c, twice.get()));
+  rope(ctx, {.x = reinterpret_cast<bf16*>(twice.get()), .positions = dpos.get(), .inv_freq = dinv.get(), .rows = c.tokens,
+             .heads = c.heads, .head_dim = c.dim, .rope_dim = kRopeDim, .row_stride = int64_t(c.heads) * c.dim,
+             .head_stride = c.dim, .inverse = true});
+  ctx.synchronize();
+  const std::vector<float> a = from_bf16(fused.download("fused")), b = from_bf16(twice.download("then rope"));
+  const CompareResult r = compare("attention with the inverse RoPE == attention then rope, " + what, a, b, Tol::Exact);
+  EXPECT_TRUE(r.ok) << r.line;
+  size_t rotated = 0;  // the rope dims did move (the fused form is not a no-op)
+  const std::vector<float> plain = run(c, in, [](const DeviceContext& x, const SparseAttentionParams& q) {
+    sparse_attention(x, q);
+  });
+  for (size_t i = 0; i < a.size(); ++i) rotated += a[i] != plain[i];
+  EXPECT_GT(rotated, a.size() / 20) << what;
+}
+
+TEST(CudaAttentionRope, FusedInverseRopeIsAttentionThenRope) {
+  DSV4_REQUIRE_HOPPER();
+  Case c;
+  c.tokens = 6;
+  c.max_keys = 300;
+  c.entries = 2000;
+  c.missing = 10;
+  c.empty_token = 2;
+  c.seed = 95;
+  check_fused_rope("exact kernel dim=512", c, Kernel::Exact);
+  check_fused_rope("split kernel dim=512", c, Kernel::Split);
+  Case s = c;
+  s.dim = 128;
+  s.heads = 8;
+  s.seed = 96;
+  check_fused_rope("exact kernel dim=128", s, Kernel::Exact);
+  check_fused_rope("split kernel dim=128", s, Kernel::Split);
+  Case m = c;  // a prefill chunk: the tensor-core kernel, then the rope launch
+  m.tokens = 520;
+  m.max_keys = 160;
+  m.seed = 97;
+  check_fused_rope("mma kernel dim=512", m, Kernel::Mma);
+}
+
 // Up to kExactLinearMaxTokens tokens sparse_attention of the exact tier (the context's default) is the
 // exact kernel (bit-identical to the twin); above, it is the tensor-core kernel (bit-identical to
 // sparse_attention_mma).

@@ -133,6 +133,37 @@ TEST(CudaAttnOps, HadamardFp4IsIndexerKey) {
   }
 }
 
+// hadamard_fp4 with the RoPE first (the indexer's queries: 3 tokens x 4 heads of 128, rope 64) gives the
+// bits of rope then hadamard_fp4.
+TEST(CudaAttnOps, HadamardFp4AfterRope) {
+  DSV4_REQUIRE_HOPPER();
+  DeviceContext ctx;
+  Rng rng(75);
+  const int n = 128, heads = 4, rope_dim = 64;
+  const std::vector<int32_t> pos = {3, 4096, 1048000};
+  const int64_t rows = int64_t(pos.size());
+  std::vector<float> x = rng.bf16_normal(size_t(rows * heads * n), 1.5f);
+  std::vector<float> inv(rope_dim / 2);
+  for (int i = 0; i < rope_dim / 2; ++i) inv[size_t(i)] = float(std::pow(10000.0, -2.0 * i / rope_dim));
+  auto d1 = upload_bf16(x), d2 = upload_bf16(x);
+  DeviceBuffer<int32_t> dpos(pos);
+  DeviceBuffer<float> dinv(inv);
+  rope(ctx, {.x = as_bf16(d1), .positions = dpos.get(), .inv_freq = dinv.get(), .rows = rows, .heads = heads,
+             .head_dim = n, .rope_dim = rope_dim, .row_stride = int64_t(heads) * n, .head_stride = n});
+  hadamard_fp4(ctx, {.x = as_bf16(d1), .vectors = rows * heads, .stride = n, .n = n});
+  hadamard_fp4(ctx, {.x = as_bf16(d2), .vectors = rows * heads, .stride = n, .n = n, .positions = dpos.get(),
+                     .inv_freq = dinv.get(), .rope_dim = rope_dim, .per_row = heads});
+  ctx.synchronize();
+  EXPECT_EQ(d2.download(), d1.download());
+  auto d3 = upload_bf16(x);  // the RoPE did change the result
+  hadamard_fp4(ctx, {.x = as_bf16(d3), .vectors = rows * heads, .stride = n, .n = n});
+  ctx.synchronize();
+  EXPECT_NE(d3.download(), d1.download());
+  EXPECT_THROW(hadamard_fp4(ctx, {.x = as_bf16(d2), .vectors = 1, .stride = n, .n = n, .positions = dpos.get(),
+                                  .inv_freq = dinv.get(), .rope_dim = 63}),
+               Error);
+}
+
 TEST(CudaAttnOps, LinearF32) {
   DSV4_REQUIRE_HOPPER();
   DeviceContext ctx;

@@ -143,6 +143,35 @@ void check_kv_finish(int dim, int rope_dim, uint64_t seed) {
   rms_norm(ctx, p);
   ctx.synchronize();
   EXPECT_EQ(d2.download(), d1.download()) << "kv finish dim " << dim << " rope " << rope_dim;
+
+  // A decode step's ring copy: rows of 6 sequences (slots 5 .. 0) each into its ring row, as ring_write
+  // copies them from the chunk rows; the other ring rows untouched.
+  const int window = 128;
+  const std::vector<int32_t> slots = {5, 4, 3, 2, 1, 0};
+  std::vector<float> ring0 = rng.bf16_normal(size_t(6 * window * dim));
+  auto want = upload_bf16(ring0), got = upload_bf16(ring0), d3 = upload_bf16(x);
+  DeviceBuffer<int32_t> dslots(slots);
+  // ring_write over [ring rows | chunk rows = d1's finished rows]: copy d1 into a buffer behind want's rows.
+  DeviceBuffer<uint16_t> kv(size_t((6 * window + rows) * dim));
+  DSV4_CUDA_CHECK(cudaMemcpy(kv.get(), want.get(), size_t(6 * window * dim) * 2, cudaMemcpyDeviceToDevice));
+  DSV4_CUDA_CHECK(cudaMemcpy(kv.get() + 6 * window * dim, d1.get(), size_t(rows * dim) * 2, cudaMemcpyDeviceToDevice));
+  ring_write(ctx, {.kv = reinterpret_cast<bf16*>(kv.get()), .positions = dpos.get(), .slots = dslots.get(),
+                   .tokens = rows, .run_len = 1, .ring_base = 0, .chunk_base = 6 * window, .window = window,
+                   .dim = dim});
+  p.x = p.y = reinterpret_cast<bf16*>(d3.get());
+  p.ring = reinterpret_cast<bf16*>(got.get());
+  p.slots = dslots.get();
+  p.window = window;
+  rms_norm(ctx, p);
+  ctx.synchronize();
+  EXPECT_EQ(d3.download(), d1.download()) << "kv finish with the ring copy, dim " << dim;
+  std::vector<uint16_t> all = kv.download();
+  all.resize(size_t(6 * window * dim));
+  EXPECT_EQ(got.download(), all) << "ring rows after the fused copy vs ring_write, dim " << dim;
+  EXPECT_NE(all, want.download()) << "the ring rows changed";
+  p.window = 0;
+  EXPECT_THROW(rms_norm(ctx, p), Error);
+  p.window = window;
   p.rope_dim = 48;  // dim - 48 is no multiple of 64
   EXPECT_THROW(rms_norm(ctx, p), Error);
 }
