@@ -33,6 +33,14 @@ struct RouterParams {
   int E = 0, D = 0, k = 0;            // D a multiple of 8; E <= 1024; k <= 16
   bool norm_topk_prob = true;
   float scaling = 1.0f;
+  // Optional: one launch instead of two (scores, then the picks). [T] ints, zero before the launch and
+  // after it: the last block to finish a token's scores picks its experts. E a multiple of 8.
+  int32_t* tickets = nullptr;
+  // Optional: x's act_quant_fp8 (1 x 128 blocks, fp32 scales; D % 128 == 0) in the same launch, the bits of
+  // act_quant_rows: codes [T, D], the scale of (row t, block b) at scales[t * sf_row_stride + b * sf_block_stride].
+  uint8_t* codes = nullptr;
+  float* scales = nullptr;
+  int64_t sf_row_stride = 0, sf_block_stride = 0;
 };
 void moe_router(const DeviceContext& ctx, const RouterParams& p);
 

@@ -191,6 +191,7 @@ MoeWorkspace::MoeWorkspace(const DeviceContext& ctx, const MoeShape& shape, int6
   shs = DeviceBuffer<float>(Pz * size_t(I / 128));
   ys = DeviceBuffer<bf16>(Pz * size_t(D));
   bad = DeviceBuffer<int32_t>(1);
+  router_tickets = DeviceBuffer<int32_t>(T);
   plan = DeviceBuffer<int32_t>(size_t(moe_plan_ints(int64_t(Tk), int(E))));
   entry_row = DeviceBuffer<int32_t>(Tk);
   plan_scratch = DeviceBuffer<int32_t>(size_t(moe_plan_scratch_ints(int64_t(Tk), int(E))));
@@ -202,6 +203,7 @@ MoeWorkspace::MoeWorkspace(const DeviceContext& ctx, const MoeShape& shape, int6
   zeroed(shq);
   zeroed(shs);
   zeroed(bad);
+  zeroed(router_tickets);
 }
 
 MoeWorkspace::~MoeWorkspace() = default;
@@ -235,15 +237,43 @@ void check_call(const DevMoeWeights& w, const MoeWorkspace& ws, int64_t T) { che
 
 }  // namespace
 
+namespace {
+
+// Whether a call's begin quantizes x (FP8 / FP4 routed experts, an FP8 shared expert) and the rows of the
+// block-major scales it writes (cuBLASLt's padding where the shared expert runs there, else T).
+bool quantizes_x(const DevMoeWeights& w, bool routed, bool shared) {
+  return (routed && !w.dense_experts) || (shared && w.has_shared && !w.shared_dense);
+}
+bool shared_on_lt(const DeviceContext& ctx, const DevMoeWeights& w, int64_t T, bool shared) {
+  return shared && w.has_shared && !w.shared_dense &&
+         linear_kernel(LinearSite::SharedExpert, T, ctx.kernels()) == LinearKernel::Lt;
+}
+int64_t code_rows(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace& ws, int64_t T, bool shared) {
+  return shared_on_lt(ctx, w, T, shared) ? ws.plans(ctx, T).up->padded_tokens() : T;
+}
+
+}  // namespace
+
 void moe_route(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace& ws, const bf16* x,
                const int32_t* token_ids, int64_t T) {
   if (T == 0) return;
   check_call(w, ws, T);
-  moe_router(ctx, {.x = x, .gate = w.gate.get(), .bias = w.bias.get(),
-                   .tid2eid = w.route == RouteKind::Hash ? w.tid2eid.get() : nullptr, .token_ids = token_ids,
-                   .scores = ws.scores.get(), .ids = ws.ids.get(), .weights = ws.weights.get(), .bad = ws.bad.get(),
-                   .T = T, .vocab = w.vocab, .E = int(w.E), .D = int(w.D), .k = int(w.k),
-                   .norm_topk_prob = w.norm_topk_prob, .scaling = w.routed_scaling});
+  RouterParams p{.x = x, .gate = w.gate.get(), .bias = w.bias.get(),
+                 .tid2eid = w.route == RouteKind::Hash ? w.tid2eid.get() : nullptr, .token_ids = token_ids,
+                 .scores = ws.scores.get(), .ids = ws.ids.get(), .weights = ws.weights.get(), .bad = ws.bad.get(),
+                 .T = T, .vocab = w.vocab, .E = int(w.E), .D = int(w.D), .k = int(w.k),
+                 .norm_topk_prob = w.norm_topk_prob, .scaling = w.routed_scaling};
+  if (w.E % 8 == 0) p.tickets = ws.router_tickets.get();
+  ws.route_codes = {};
+  if (quantizes_x(w, true, true)) {  // x's codes for the experts' begin, in the router's launch
+    const int64_t P = code_rows(ctx, w, ws, T, true);
+    p.codes = ws.xq.get();
+    p.scales = ws.xs.get();
+    p.sf_row_stride = 1;
+    p.sf_block_stride = P;
+    ws.route_codes = {.x = x, .T = T, .P = P};
+  }
+  moe_router(ctx, p);
 }
 
 namespace {
@@ -270,15 +300,15 @@ struct MoeCall {
 
 // x -> e4m3 with block-major scales (b * P + t) where the routed or the shared expert reads FP8; the
 // shared expert's cuBLASLt plans where the table picks them (`shared`: this call runs the shared expert).
+// x's codes come from moe_route's launch where it wrote them for this x and layout (ws.route_codes).
 MoeCall begin_call(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace& ws, const bf16* x, int64_t T,
                    bool routed, bool shared) {
-  MoeCall c{.ctx = ctx, .w = w, .ws = ws, .x = x, .T = T, .P = T};
-  const bool shared_fp8 = shared && w.has_shared && !w.shared_dense;
-  if (shared_fp8 && linear_kernel(LinearSite::SharedExpert, T, ctx.kernels()) == LinearKernel::Lt) {
-    c.plans = &ws.plans(ctx, T);
-    c.P = c.plans->up->padded_tokens();
-  }
-  if ((routed && !w.dense_experts) || shared_fp8) act_quant_rows(ctx, x, T, w.D, ws.xq.get(), ws.xs.get(), 1, c.P);
+  MoeCall c{.ctx = ctx, .w = w, .ws = ws, .x = x, .T = T, .P = code_rows(ctx, w, ws, T, shared)};
+  if (shared_on_lt(ctx, w, T, shared)) c.plans = &ws.plans(ctx, T);
+  const MoeWorkspace::RoutedCodes& rc = ws.route_codes;
+  const bool have = rc.x == x && rc.T == T && rc.P == c.P;
+  ws.route_codes = {};
+  if (quantizes_x(w, routed, shared) && !have) act_quant_rows(ctx, x, T, w.D, ws.xq.get(), ws.xs.get(), 1, c.P);
   return c;
 }
 

@@ -112,6 +112,14 @@ struct MoeWorkspace {
   DeviceBuffer<float> shs;           // [I/128, P]
   DeviceBuffer<bf16> ys;             // [P, D] shared expert output
   DeviceBuffer<int32_t> bad;         // [1] set when a token id / tid2eid entry was out of range
+  DeviceBuffer<int32_t> router_tickets;  // [T] zeros (moe_router's one-launch form)
+  // xq / xs hold the codes of this x (T rows, P-row scales) that moe_route wrote with the router's launch;
+  // the next call's begin (moe_experts, moe_shared_expert) takes them instead of quantizing x again and
+  // clears this (as every other writer of xq does). Null x: none.
+  struct RoutedCodes {
+    const bf16* x = nullptr;
+    int64_t T = 0, P = 0;
+  } route_codes;
   // Expert tiles of a decode batch (kMoeExpertTileMinTokens..kExactLinearMaxTokens tokens, FP4 experts):
   // moe_plan order, so each active expert's weights are read once for all its rows (fp4_gemv tiles).
   DeviceBuffer<int32_t> plan;        // moe_plan_ints(T*k, E): counts | offsets | rows
@@ -129,7 +137,8 @@ struct MoeWorkspace {
 
 
 // The router of x [T, D] bf16 (ffn-normed) for tokens `token_ids` [T] (device, int32; hash routing reads
-// tid2eid at them): ws.ids / ws.weights [T, k]. T <= ws.max_tokens().
+// tid2eid at them): ws.ids / ws.weights [T, k]. T <= ws.max_tokens(). One launch (E % 8 == 0), which also
+// writes x's FP8 codes for the experts that read them (ws.route_codes).
 void moe_route(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace& ws, const bf16* x,
                const int32_t* token_ids, int64_t T);
 // y [T, D] bf16 = the routed experts of ws.ids / ws.weights (moe_route of the same x) + the shared

@@ -1,6 +1,7 @@
 // MoE router kernels (contract in moe_ops.h; CPU twin: the router part of Model::moe).
 #include <cstdint>
 
+#include "backend/cuda/act_quant.cuh"
 #include "backend/cuda/check.h"
 #include "backend/cuda/cpu_math.cuh"
 #include "backend/cuda/kernel_util.cuh"
@@ -27,27 +28,36 @@ __device__ __forceinline__ float dot8(const bf16* a, const bf16* b) {
   return s;
 }
 
-// One warp per (token, expert): fp32 dot product, then sqrt(softplus(.)).
-__global__ void router_scores_kernel(RouterParams p, int64_t warps) {
-  const int64_t w = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
-  if (w >= warps) return;
-  const int lane = threadIdx.x & 31;
-  const int64_t t = w / p.E;
-  const int e = int(w % p.E);
+// x's codes of token t by one warp (the token's expert-0 warp): 256 values per round, a 128-block per
+// half-warp, as act_quant_rows computes them.
+__device__ void router_codes(const RouterParams& p, int64_t t, int lane) {
   const bf16* x = p.x + t * p.D;
-  const bf16* g = p.gate + int64_t(e) * p.D;
-  float acc = 0.0f;
-  for (int c = lane * 8; c < p.D; c += 256) acc += dot8(x + c, g + c);
-  acc = warp_sum(acc);
-  if (lane == 0) {
-    const float sp = acc > 20.0f ? acc : cpu_log1pf(cpu_expf(acc));
-    p.scores[t * p.E + e] = sqrtf(sp);
+  for (int base = 0; base < p.D; base += 256) {  // every lane runs every round (the half-warp shuffles)
+    const int c = base + lane * 8;
+    const bool active = c < p.D;
+    float q[8] = {};
+    if (active) bf16x8_values(*reinterpret_cast<const uint4*>(x + c), q);
+    float amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(q[i]));
+#pragma unroll
+    for (int o = 8; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float sc = fp8_block_scale(amax);
+    if (!active) continue;
+    uint32_t lo = 0, hi = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      lo |= fp8_code(q[i], sc) << (8 * i);
+      hi |= fp8_code(q[4 + i], sc) << (8 * i);
+    }
+    *reinterpret_cast<uint2*>(p.codes + t * p.D + c) = make_uint2(lo, hi);
+    if ((lane & 15) == 0) p.scales[t * p.sf_row_stride + int64_t(c / 128) * p.sf_block_stride] = sc;
   }
 }
 
-// One block per token: the picks and their weights.
-__global__ void router_select_kernel(RouterParams p) {
-  const int64_t t = blockIdx.x;
+// Token t's picks and their weights from its scores, by a block of kSelectThreads threads. The scores are
+// read past L1 (__ldcg): in the one-launch form other blocks wrote them.
+__device__ void router_select(const RouterParams& p, int64_t t) {
   const float* s = p.scores + t * p.E;
   __shared__ float val[kMaxExperts];
   __shared__ int picks[kMaxPicks];
@@ -72,7 +82,7 @@ __global__ void router_select_kernel(RouterParams p) {
       }
     }
   } else {
-    for (int e = threadIdx.x; e < p.E; e += blockDim.x) val[e] = s[e] + p.bias[e];
+    for (int e = threadIdx.x; e < p.E; e += blockDim.x) val[e] = __ldcg(s + e) + p.bias[e];
     __syncthreads();
     for (int i = 0; i < p.k; ++i) {
       float bv = -INFINITY;
@@ -117,7 +127,7 @@ __global__ void router_select_kernel(RouterParams p) {
   if (threadIdx.x == 0) {
     float w[kMaxPicks];
     float sum = 0.0f;
-    for (int i = 0; i < p.k; ++i) sum += (w[i] = s[picks[i]]);
+    for (int i = 0; i < p.k; ++i) sum += (w[i] = __ldcg(s + picks[i]));
     for (int i = 0; i < p.k; ++i) {
       const float v = p.norm_topk_prob ? w[i] / sum : w[i];
       p.ids[t * p.k + i] = picks[i];
@@ -125,6 +135,44 @@ __global__ void router_select_kernel(RouterParams p) {
     }
   }
 }
+
+// One warp per (token, expert): fp32 dot product, then sqrt(softplus(.)); blocks of kSelectThreads threads.
+// With codes, expert 0's warp of each token also quantizes x's row. With tickets (E % 8 == 0: a block
+// holds 8 experts of one token), the last block done with a token's scores selects its picks and resets
+// the ticket.
+__global__ void __launch_bounds__(kSelectThreads) router_scores_kernel(RouterParams p, int64_t warps) {
+  const int64_t w = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  const int lane = threadIdx.x & 31;
+  if (w < warps) {
+    const int64_t t = w / p.E;
+    const int e = int(w % p.E);
+    const bf16* x = p.x + t * p.D;
+    const bf16* g = p.gate + int64_t(e) * p.D;
+    float acc = 0.0f;
+    for (int c = lane * 8; c < p.D; c += 256) acc += dot8(x + c, g + c);
+    acc = warp_sum(acc);
+    if (lane == 0) {
+      const float sp = acc > 20.0f ? acc : cpu_log1pf(cpu_expf(acc));
+      p.scores[t * p.E + e] = sqrtf(sp);
+    }
+    if (p.codes && e == 0) router_codes(p, t, lane);
+  }
+  if (!p.tickets) return;
+  const int64_t t = int64_t(blockIdx.x) / (p.E / 8);
+  __shared__ bool last;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();  // this block's scores before its ticket
+    last = atomicAdd(p.tickets + t, 1) == p.E / 8 - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  router_select(p, t);
+  if (threadIdx.x == 0) p.tickets[t] = 0;  // zero again for the next launch
+}
+
+__global__ void __launch_bounds__(kSelectThreads) router_select_kernel(RouterParams p) { router_select(p, blockIdx.x); }
 
 }  // namespace
 
@@ -136,10 +184,14 @@ void moe_router(const DeviceContext& ctx, const RouterParams& p) {
   if (p.E <= 0 || p.E > kMaxExperts) fail("moe_router: ", p.E, " experts (1..", kMaxExperts, ")");
   if (p.k <= 0 || p.k > kMaxPicks || p.k > p.E) fail("moe_router: k = ", p.k, " (1..", kMaxPicks, ", <= E)");
   if (p.tid2eid && p.vocab <= 0) fail("moe_router: hash routing needs the vocabulary size");
+  if (p.tickets && p.E % 8 != 0) fail("moe_router: the one-launch form needs E % 8 == 0 (E ", p.E, ")");
+  if (p.codes && (!p.scales || p.D % 128 != 0))
+    fail("moe_router: x's codes need scales and D % 128 == 0 (D ", p.D, ")");
   const int64_t warps = p.T * p.E;
-  const int64_t blocks = ceil_div(warps * 32, 256);
-  router_scores_kernel<<<unsigned(narrow_int(blocks, "moe_router blocks")), 256, 0, ctx.stream()>>>(p, warps);
+  const int64_t blocks = ceil_div(warps * 32, kSelectThreads);
+  router_scores_kernel<<<unsigned(narrow_int(blocks, "moe_router blocks")), kSelectThreads, 0, ctx.stream()>>>(p, warps);
   DSV4_CUDA_CHECK_LAUNCH();
+  if (p.tickets) return;
   router_select_kernel<<<unsigned(narrow_int(p.T, "moe_router tokens")), kSelectThreads, 0, ctx.stream()>>>(p);
   DSV4_CUDA_CHECK_LAUNCH();
 }

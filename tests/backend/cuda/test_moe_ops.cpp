@@ -105,6 +105,89 @@ void check_router(bool hash, uint64_t seed) {
 TEST(CudaMoeOps, RouterTopK) { check_router(false, 11); }
 TEST(CudaMoeOps, RouterHash) { check_router(true, 12); }
 
+// The one-launch router (tickets) with x's codes (block-major scales, P = 16 rows) gives the bits of the
+// two launches and act_quant_rows, twice in a row (the tickets are zero again after each launch), top-k
+// and hash routing.
+void check_router_one_launch(bool hash, uint64_t seed) {
+  DeviceContext ctx;
+  Rng rng(seed);
+  const int64_t T = 7, V = 50, P = 16;
+  const int E = 64, D = 512, k = 6;
+  std::vector<float> x = rng.bf16_normal(size_t(T * D)), gate = rng.bf16_normal(size_t(E * D), 0.05f);
+  std::vector<float> bias = rng.f32_normal(size_t(E), 0.1f);
+  std::vector<int32_t> tid2eid{0}, tokens{0};
+  if (hash) {
+    tid2eid.clear();
+    tokens.clear();
+    for (int64_t i = 0; i < V * k; ++i) tid2eid.push_back(rng.uniform_int(0, E - 1));
+    for (int64_t t = 0; t < T; ++t) tokens.push_back(rng.uniform_int(0, int(V) - 1));
+  }
+  DeviceBuffer<uint16_t> dx = upload_bf16(x), dg = upload_bf16(gate);
+  DeviceBuffer<float> db(bias);
+  DeviceBuffer<int32_t> dt(tid2eid), dtok(tokens), tickets(std::vector<int32_t>(size_t(T), 0));
+  struct Out {
+    DeviceBuffer<float> scores, weights, xs;
+    DeviceBuffer<int32_t> ids;
+    DeviceBuffer<uint8_t> xq;
+  };
+  auto out = [&] {
+    Out o{DeviceBuffer<float>(size_t(T * E)), DeviceBuffer<float>(size_t(T * k)), DeviceBuffer<float>(size_t(D / 128 * P)),
+          DeviceBuffer<int32_t>(size_t(T * k)), DeviceBuffer<uint8_t>(size_t(P * D))};
+    o.xs.fill_bytes(0);
+    o.xq.fill_bytes(0);
+    return o;
+  };
+  auto params = [&](Out& o) {
+    RouterParams p;
+    p.x = as_bf16(dx);
+    p.gate = as_bf16(dg);
+    p.bias = db.get();
+    p.tid2eid = hash ? dt.get() : nullptr;
+    p.token_ids = dtok.get();
+    p.scores = o.scores.get();
+    p.ids = o.ids.get();
+    p.weights = o.weights.get();
+    p.T = T;
+    p.vocab = V;
+    p.E = E;
+    p.D = D;
+    p.k = k;
+    p.scaling = 1.5f;
+    return p;
+  };
+  Out two = out();
+  moe_router(ctx, params(two));
+  act_quant_rows(ctx, as_bf16(dx), T, D, two.xq.get(), two.xs.get(), 1, P);
+  for (int round = 0; round < 2; ++round) {
+    Out one = out();
+    RouterParams p = params(one);
+    p.tickets = tickets.get();
+    p.codes = one.xq.get();
+    p.scales = one.xs.get();
+    p.sf_row_stride = 1;
+    p.sf_block_stride = P;
+    moe_router(ctx, p);
+    ctx.synchronize();
+    const std::string what = std::string(hash ? "hash" : "top-k") + " round " + std::to_string(round) + ": ";
+    EXPECT_EQ(one.scores.download(), two.scores.download()) << what << "scores";
+    EXPECT_EQ(one.ids.download(), two.ids.download()) << what << "ids";
+    EXPECT_EQ(one.weights.download(), two.weights.download()) << what << "weights";
+    EXPECT_EQ(one.xq.download(), two.xq.download()) << what << "codes";
+    EXPECT_EQ(one.xs.download(), two.xs.download()) << what << "scales";
+    EXPECT_EQ(tickets.download(), std::vector<int32_t>(size_t(T), 0)) << what << "tickets";
+  }
+  RouterParams bad = params(two);
+  bad.tickets = tickets.get();
+  bad.E = 60;  // not a multiple of 8
+  EXPECT_THROW(moe_router(ctx, bad), Error);
+}
+
+TEST(CudaMoeOps, RouterOneLaunchWithCodes) {
+  DSV4_REQUIRE_HOPPER();
+  check_router_one_launch(false, 13);
+  check_router_one_launch(true, 14);
+}
+
 TEST(CudaMoeOps, RouterTopKTiesGoToLowerIds) {
   DSV4_REQUIRE_HOPPER();
   DeviceContext ctx;
