@@ -263,8 +263,12 @@ void moe_route(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace& w
                  .scores = ws.scores.get(), .ids = ws.ids.get(), .weights = ws.weights.get(), .bad = ws.bad.get(),
                  .T = T, .vocab = w.vocab, .E = int(w.E), .D = int(w.D), .k = int(w.k),
                  .norm_topk_prob = w.norm_topk_prob, .scaling = w.routed_scaling};
-  if (w.E % 8 == 0) p.tickets = ws.router_tickets.get();
   ws.route_codes = {};
+  if (T > kRouterOneLaunchMaxTokens || w.E % 8 != 0) {  // two launches; begin quantizes x
+    moe_router(ctx, p);
+    return;
+  }
+  p.tickets = ws.router_tickets.get();
   if (quantizes_x(w, true, true)) {  // x's codes for the experts' begin, in the router's launch
     const int64_t P = code_rows(ctx, w, ws, T, true);
     p.codes = ws.xq.get();

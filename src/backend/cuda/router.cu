@@ -28,31 +28,26 @@ __device__ __forceinline__ float dot8(const bf16* a, const bf16* b) {
   return s;
 }
 
-// x's codes of token t by one warp (the token's expert-0 warp): 256 values per round, a 128-block per
-// half-warp, as act_quant_rows computes them.
-__device__ void router_codes(const RouterParams& p, int64_t t, int lane) {
-  const bf16* x = p.x + t * p.D;
-  for (int base = 0; base < p.D; base += 256) {  // every lane runs every round (the half-warp shuffles)
-    const int c = base + lane * 8;
-    const bool active = c < p.D;
-    float q[8] = {};
-    if (active) bf16x8_values(*reinterpret_cast<const uint4*>(x + c), q);
-    float amax = 0.0f;
+// x's codes of token t, 128-block b by one warp (4 values per lane), as act_quant_rows computes them.
+__device__ void router_codes(const RouterParams& p, int64_t t, int b, int lane) {
+  const int c = b * 128 + lane * 4;
+  const uint2 raw = *reinterpret_cast<const uint2*>(p.x + t * p.D + c);
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+  float q[4];
 #pragma unroll
-    for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(q[i]));
-#pragma unroll
-    for (int o = 8; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const float sc = fp8_block_scale(amax);
-    if (!active) continue;
-    uint32_t lo = 0, hi = 0;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      lo |= fp8_code(q[i], sc) << (8 * i);
-      hi |= fp8_code(q[4 + i], sc) << (8 * i);
-    }
-    *reinterpret_cast<uint2*>(p.codes + t * p.D + c) = make_uint2(lo, hi);
-    if ((lane & 15) == 0) p.scales[t * p.sf_row_stride + int64_t(c / 128) * p.sf_block_stride] = sc;
+  for (int i = 0; i < 2; ++i) {
+    const float2 f = __bfloat1622float2(h[i]);
+    q[2 * i] = f.x;
+    q[2 * i + 1] = f.y;
   }
+  float amax = fmaxf(fmaxf(fabsf(q[0]), fabsf(q[1])), fmaxf(fabsf(q[2]), fabsf(q[3])));
+  amax = warp_max(amax);
+  const float sc = fp8_block_scale(amax);
+  uint32_t code = 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) code |= fp8_code(q[i], sc) << (8 * i);
+  *reinterpret_cast<uint32_t*>(p.codes + t * p.D + c) = code;
+  if (lane == 0) p.scales[t * p.sf_row_stride + int64_t(b) * p.sf_block_stride] = sc;
 }
 
 // Token t's picks and their weights from its scores, by a block of kSelectThreads threads. The scores are
@@ -137,9 +132,8 @@ __device__ void router_select(const RouterParams& p, int64_t t) {
 }
 
 // One warp per (token, expert): fp32 dot product, then sqrt(softplus(.)); blocks of kSelectThreads threads.
-// With codes, expert 0's warp of each token also quantizes x's row. With tickets (E % 8 == 0: a block
-// holds 8 experts of one token), the last block done with a token's scores selects its picks and resets
-// the ticket.
+// With tickets (E % 8 == 0: a block holds 8 experts of one token), the last block done with a token's
+// scores selects its picks and resets the ticket.
 __global__ void __launch_bounds__(kSelectThreads) router_scores_kernel(RouterParams p, int64_t warps) {
   const int64_t w = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const int lane = threadIdx.x & 31;
@@ -155,7 +149,9 @@ __global__ void __launch_bounds__(kSelectThreads) router_scores_kernel(RouterPar
       const float sp = acc > 20.0f ? acc : cpu_log1pf(cpu_expf(acc));
       p.scores[t * p.E + e] = sqrtf(sp);
     }
-    if (p.codes && e == 0) router_codes(p, t, lane);
+    // With codes, expert e's warp also quantizes x's 128-blocks e, e + E, ... (one round each for Flash).
+    if (p.codes)
+      for (int b = e; b < p.D / 128; b += p.E) router_codes(p, t, b, lane);
   }
   if (!p.tickets) return;
   const int64_t t = int64_t(blockIdx.x) / (p.E / 8);
