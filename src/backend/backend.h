@@ -255,6 +255,9 @@ class Backend {
   // Milliseconds per call of fn: the median of `reps` calls after `warmup` (on the GPU a pair of device
   // events around each call, the calls queued back to back; `dsv4 bench`).
   virtual double time_ms(int64_t warmup, int64_t reps, const std::function<void()>& fn) = 0;
+  // Kernel launches in the graph the last execute() replayed (cuda decode and verify calls: the kernel
+  // nodes of its CUDA graph); -1 when the last call ran without one (`dsv4 bench`).
+  virtual int64_t last_graph_kernels() const { return -1; }
 };
 
 }  // namespace dsv4

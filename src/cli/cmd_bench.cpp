@@ -263,9 +263,9 @@ nlohmann::ordered_json run_tier(const BenchArgs& a, KernelTier tier) {
 
   std::vector<double> decode_ms;  // per --batch entry: the decode step
   std::printf("\ndecode at context %lld (CUDA graph, median of %lld; floors: bytes / HBM, FLOPs / peak)\n"
-              "%6s %10s %10s %9s %6s %10s %9s %6s %9s %8s %9s %10s\n",
+              "%6s %10s %10s %9s %6s %10s %9s %6s %9s %8s %9s %10s %9s\n",
               (long long)a.context, (long long)a.iters, "batch", "step ms", "layer us", "floor us", "x", "head us",
-              "floor us", "x", "GB/s", "of HBM", "TFLOP/s", "tok/s");
+              "floor us", "x", "GB/s", "of HBM", "TFLOP/s", "tok/s", "launches");
   for (int64_t B : a.batches) {
     Batch batch;
     for (int64_t b = 0; b < B; ++b) {
@@ -279,7 +279,11 @@ nlohmann::ordered_json run_tier(const BenchArgs& a, KernelTier tier) {
     m.replay(batch, none);
     // Graph replays on the uploaded inputs, as the engine's steps run them (the upload is ~3 small copies).
     const double step = be.time_ms(a.warmup, a.iters, [&] { m.replay(batch, full); });
+    const int64_t step_kernels = be.last_graph_kernels();
     const double head = be.time_ms(a.warmup, a.iters, [&] { m.replay(batch, none); });
+    const int64_t head_kernels = be.last_graph_kernels();
+    // Kernel launches per layer: the decode graph's kernel nodes less the embedding + head graph's.
+    const double launches = step_kernels >= 0 && head_kernels >= 0 ? double(step_kernels - head_kernels) / double(L) : -1;
     const double layer_us = (step - head) * 1e3 / L;
     const StepCost c = decode_cost(cfg, B, a.context);
     const double gbs = c.bytes / (step * 1e-3) / 1e9, tflops = c.flops / (step * 1e-3) / 1e12;
@@ -291,20 +295,24 @@ nlohmann::ordered_json run_tier(const BenchArgs& a, KernelTier tier) {
     const double layer_floor = std::max(lbytes / L / (kHbmGBs * 1e9), lflops / L / (kFp8TFlops * 1e12)) * 1e6;
     const double V = double(cfg.vocab_size), D = double(cfg.hidden_size);  // the head: bf16 [V, D]
     const double head_floor = std::max(V * D * 2 / (kHbmGBs * 1e9), 2 * double(B) * V * D / (kBf16TFlops * 1e12)) * 1e6;
-    std::printf("%6lld %10.3f %10.1f %9.1f %5.1fx %10.1f %9.1f %5.1fx %9.0f %7.1f%% %9.2f %10.0f\n", (long long)B, step,
-                layer_us, layer_floor, layer_us / layer_floor, head * 1e3, head_floor, head * 1e3 / head_floor, gbs,
-                100 * gbs / kHbmGBs, tflops, double(B) / (step * 1e-3));
+    char launch_col[32] = "        -";
+    if (launches >= 0) std::snprintf(launch_col, sizeof launch_col, "%9.1f", launches);
+    std::printf("%6lld %10.3f %10.1f %9.1f %5.1fx %10.1f %9.1f %5.1fx %9.0f %7.1f%% %9.2f %10.0f %s\n", (long long)B,
+                step, layer_us, layer_floor, layer_us / layer_floor, head * 1e3, head_floor, head * 1e3 / head_floor,
+                gbs, 100 * gbs / kHbmGBs, tflops, double(B) / (step * 1e-3), launch_col);
     j["decode"].push_back({{"batch", B}, {"context", a.context}, {"step_ms", step}, {"layer_us", layer_us},
                            {"embed_head_us", head * 1e3}, {"bytes", c.bytes}, {"GBs", gbs}, {"of_hbm", gbs / kHbmGBs},
                            {"layer_bytes", lbytes / L}, {"layer_GBs", layer_gbs},
                            {"layer_floor_us", layer_floor}, {"layer_ratio", layer_us / layer_floor},
                            {"head_floor_us", head_floor}, {"head_ratio", head * 1e3 / head_floor}, {"tflops", tflops},
                            {"tok_s", double(B) / (step * 1e-3)}});
+    if (launches >= 0) j["decode"].back()["layer_launches"] = launches;
     decode_ms.push_back(step);
   }
   if (!a.speculative.empty()) verify_rows(a, m, layers, decode_ms, j);
   std::printf("(bytes: checkpoint-format weights the step must read, expected distinct experts, KV rows; "
-              "ceilings %.0f GB/s, %.0f FP8 / %.0f bf16 TFLOP/s; head us: embedding + hc_head + norm + logits)\n",
+              "ceilings %.0f GB/s, %.0f FP8 / %.0f bf16 TFLOP/s; head us: embedding + hc_head + norm + logits; "
+              "launches: kernel launches per layer in the decode graph, - without one)\n",
               kHbmGBs, kFp8TFlops, kBf16TFlops);
   if (!a.prefix_reuse.empty()) prefix_reuse_rows(a, m, layers, chunk, j);
   return j;

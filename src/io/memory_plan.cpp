@@ -180,7 +180,7 @@ uint64_t workspace_bytes(const ModelConfig& cfg, int gpus, int64_t seqs, int64_t
   // The compressors' scratch, one set each (head_dim for the main one, index_head_dim for the indexer's).
   auto compressor = [&](uint64_t dc) { return 2 * T * 2 * dc * kF32 + T * dc * kBf16; };
   if (any_compressed) s += compressor(d);
-  s += T * keys * kI32;
+  s += T * keys * kI32 + std::min<uint64_t>(T, 16) * H * kI32;  // key lists, the split attention's tickets
   if (any_csa) {
     s += compressor(dI) + P * qr + ceil_div(qr, 128) * P * kF32;  // and the indexer's own codes of the latent
     s += (P * HI * dI + T * HI) * kBf16 + T * std::max<uint64_t>(entries, 1) * kF32 + T * uint64_t(cfg.index_topk) * kI32;

@@ -13,7 +13,9 @@
 //            against the chunk's max as the tensor-core kernel rounds against its running max);
 //   combine: M = max m_j, den = exp(sink - M) + sum_j exp(m_j - M) l_j, out = sum_j exp(m_j - M) o_j / den.
 // Pool rows are read from their compact records in place (kv_record.cuh). A token with no key gives zeros, as the exact kernel does. Partials live in the context's workspace
-// ([tokens * heads][splits][dim + 2] floats), written and read within this op on the context's stream.
+// ([tokens * heads][splits][dim + 2] floats), written and read within this op on the context's stream. With
+// tickets (SparseAttentionParams) the combine runs in the partial launch: the last split block of each
+// (token, head group) to finish (an atomic ticket after a fence) combines its rows and zeroes the ticket.
 #include <cstdint>
 
 #include "backend/cuda/attention_out.cuh"
@@ -57,6 +59,33 @@ int heads_per_block(const DeviceContext& ctx, const SparseAttentionParams& p, co
 
 size_t smem_bytes(int dim, const SplitGeom& g, int G) {
   return (size_t(G) * dim + size_t(G) * g.chunk + size_t(g.chunk)) * sizeof(float);
+}
+
+// The combine of row th = token * heads + h, output dims d, d + 1: M = max m_j, den = exp(sink - M) +
+// sum_j exp(m_j - M) l_j, out = sum_j exp(m_j - M) o_j / den, the splits in order. The partials are read
+// past L1 (__ldcg): in the one-launch form other blocks wrote them.
+template <int DIM>
+__device__ void combine_pair(const SparseAttentionParams& p, int splits, const float* part, int64_t th, int d) {
+  const int h = int(th % p.heads);
+  const float* base = part + th * splits * (DIM + 2);
+  float M = -INFINITY;
+  for (int j = 0; j < splits; ++j) M = fmaxf(M, __ldcg(base + j * (DIM + 2) + DIM));
+  float o0 = 0.0f, o1 = 0.0f;
+  if (M != -INFINITY) {
+    float den = expf(p.sinks[h] - M), a0 = 0.0f, a1 = 0.0f;
+    for (int j = 0; j < splits; ++j) {
+      const float* q = base + j * (DIM + 2);
+      const float m = __ldcg(q + DIM);
+      if (m == -INFINITY) continue;
+      const float w = expf(m - M);
+      den = fmaf(w, __ldcg(q + DIM + 1), den);
+      a0 = fmaf(w, __ldcg(q + d), a0);
+      a1 = fmaf(w, __ldcg(q + d + 1), a1);
+    }
+    o0 = a0 / den;
+    o1 = a1 / den;
+  }
+  *reinterpret_cast<__nv_bfloat162*>(p.out + th * DIM + d) = attention_out_pair(p, th / p.heads, d, o0, o1);
 }
 
 template <int DIM, int G>
@@ -157,31 +186,25 @@ __global__ void __launch_bounds__(kThreads) split_partial_kernel(SparseAttention
     out[DIM] = m_s[threadIdx.x];
     out[DIM + 1] = l_s[threadIdx.x];
   }
+  if (!p.tickets) return;
+  // The one-launch form: the last of the (token, head group)'s split blocks combines its G rows.
+  __shared__ bool last;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();  // this block's partials before its ticket
+    last = atomicAdd(p.tickets + blockIdx.x, 1) == splits - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  if (d < DIM)
+    for (int g = 0; g < G; ++g) combine_pair<DIM>(p, splits, part, token * p.heads + h0 + g, d);
+  if (threadIdx.x == 0) p.tickets[blockIdx.x] = 0;  // zero again for the next launch
 }
 
 template <int DIM>
 __global__ void __launch_bounds__(DIM / 2) split_combine_kernel(SparseAttentionParams p, int splits, const float* part) {
-  const int64_t th = blockIdx.x;
-  const int h = int(th % p.heads);
-  const float* base = part + th * splits * (DIM + 2);
-  float M = -INFINITY;
-  for (int j = 0; j < splits; ++j) M = fmaxf(M, base[j * (DIM + 2) + DIM]);
-  const int d = threadIdx.x * 2;
-  float o0 = 0.0f, o1 = 0.0f;
-  if (M != -INFINITY) {
-    float den = expf(p.sinks[h] - M), a0 = 0.0f, a1 = 0.0f;
-    for (int j = 0; j < splits; ++j) {
-      const float* q = base + j * (DIM + 2);
-      if (q[DIM] == -INFINITY) continue;
-      const float w = expf(q[DIM] - M);
-      den = fmaf(w, q[DIM + 1], den);
-      a0 = fmaf(w, q[d], a0);
-      a1 = fmaf(w, q[d + 1], a1);
-    }
-    o0 = a0 / den;
-    o1 = a1 / den;
-  }
-  *reinterpret_cast<__nv_bfloat162*>(p.out + th * DIM + d) = attention_out_pair(p, th / p.heads, d, o0, o1);
+  combine_pair<DIM>(p, splits, part, blockIdx.x, threadIdx.x * 2);
 }
 
 template <int DIM, int G>
@@ -194,6 +217,7 @@ void launch(const DeviceContext& ctx, const SparseAttentionParams& p, const Spli
   const unsigned blocks = unsigned(p.tokens * (p.heads / G));
   partial<<<dim3(blocks, unsigned(g.splits)), kThreads, smem, ctx.stream()>>>(p, g.chunk, g.splits, part);
   DSV4_CUDA_CHECK_LAUNCH();
+  if (p.tickets) return;  // combined by the last split block of each (token, head group)
   split_combine_kernel<DIM><<<rows, DIM / 2, 0, ctx.stream()>>>(p, g.splits, part);
   DSV4_CUDA_CHECK_LAUNCH();
 }
@@ -205,7 +229,7 @@ bool sparse_attention_split_supported(const DeviceContext& ctx, const SparseAtte
   if (p.dim != 128 && p.dim != 256 && p.dim != 512) return false;
   const SplitGeom g = split_geom(p.max_keys);
   return ctx.workspace() && partial_bytes(p, g) <= ctx.workspace_bytes() &&
-         smem_bytes(p.dim, g, heads_per_block(ctx, p, g)) + 2 * sizeof(float) * 4 <= ctx.max_smem_per_block();
+         smem_bytes(p.dim, g, heads_per_block(ctx, p, g)) + 2 * sizeof(float) * 4 + 16 <= ctx.max_smem_per_block();
 }
 
 void sparse_attention_split(const DeviceContext& ctx, const SparseAttentionParams& p) {

@@ -140,6 +140,8 @@ AttentionWorkspace::AttentionWorkspace(const ModelConfig& cfg, int64_t max_token
     selected = DeviceBuffer<int32_t>(size_t(T * cfg.index_topk));
   }
   indices = DeviceBuffer<int32_t>(size_t(T * max_keys_));
+  split_tickets = DeviceBuffer<int32_t>(size_t(std::min(T, kSplitAttentionMaxTokens) * H));
+  zero(split_tickets);
 }
 
 LtMatmul& AttentionWorkspace::plan(const DeviceContext& ctx, GemmKind kind, int64_t out, int64_t in, int64_t tokens) {
@@ -461,7 +463,8 @@ void attn_attend(const DeviceContext& ctx, const AttentionCall& a) {
                          .sinks = w.attn_sink.get(), .out = ws.o.get(), .tokens = T, .entries = st.pool_base() + st.pool_rows(),
                          .heads = int(H), .dim = int(d), .max_keys = int(max_keys),
                          .scale = float(1.0 / std::sqrt(double(d))), .rope_positions = b.positions,
-                         .rope_inv_freq = w.inv_freq.get(), .rope_dim = int(cfg.rope_dim)});  // and the inverse RoPE
+                         .rope_inv_freq = w.inv_freq.get(), .rope_dim = int(cfg.rope_dim),  // and the inverse RoPE
+                         .tickets = T <= kSplitAttentionMaxTokens ? ws.split_tickets.get() : nullptr});
   if (!ring_in_kv_finish(b))
     ring_write(ctx, {.kv = st.kv.get(), .positions = b.positions, .slots = b.slots, .tokens = T,
                      .run_len = b.run_len, .ring_base = st.ring_base(), .chunk_base = st.chunk_base(),

@@ -168,6 +168,7 @@ class AttentionWorkspace {
   DeviceBuffer<float> scores;    // [T, max_entries]
   DeviceBuffer<int32_t> selected;  // [T, topk]
   DeviceBuffer<int32_t> indices;   // [T, max_keys]
+  DeviceBuffer<int32_t> split_tickets;  // [min(T, kSplitAttentionMaxTokens) * H] zeros: the split attention's combine
 
  private:
   std::map<std::tuple<int, int64_t, int64_t, int64_t>, std::unique_ptr<LtMatmul>> plans_;

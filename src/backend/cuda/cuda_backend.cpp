@@ -17,6 +17,29 @@
 #include "io/memory_plan.h"
 
 namespace dsv4::cuda {
+namespace {
+
+// The kernel nodes of a captured graph (its launches: ours and cuBLASLt's; copies and event edges are not
+// kernels); -1 where the graph cannot be read (a statistic: never an error).
+int64_t kernel_nodes(cudaGraph_t graph) {
+  size_t n = 0;
+  std::vector<cudaGraphNode_t> nodes;
+  bool ok = cudaGraphGetNodes(graph, nullptr, &n) == cudaSuccess;
+  if (ok && n > 0) {
+    nodes.resize(n);
+    ok = cudaGraphGetNodes(graph, nodes.data(), &n) == cudaSuccess;
+  }
+  int64_t kernels = 0;
+  for (size_t i = 0; ok && i < n; ++i) {
+    cudaGraphNodeType type{};
+    ok = cudaGraphNodeGetType(nodes[i], &type) == cudaSuccess;
+    kernels += type == cudaGraphNodeTypeKernel;
+  }
+  if (!ok) cudaGetLastError();
+  return ok ? kernels : -1;
+}
+
+}  // namespace
 
 CudaBackend::CudaBackend(const ModelConfig& cfg, const Weights& w, uint64_t total_bytes, const BackendOptions& o,
                          const LoadProgress& progress)
@@ -85,7 +108,7 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const Weights& w, uint64_t tota
 }
 
 CudaBackend::~CudaBackend() {
-  for (auto& [key, g] : graphs_) cudaGraphExecDestroy(g);
+  for (auto& [key, g] : graphs_) cudaGraphExecDestroy(g.exec);
   if (host_in_) cudaFreeHost(host_in_);
   if (samp_host_) cudaFreeHost(samp_host_);
   if (samp_ids_host_) cudaFreeHost(samp_ids_host_);
@@ -216,6 +239,7 @@ void CudaBackend::execute(const StepShape& shape, const std::function<void()>& b
     body();
     join_lanes();
   };
+  last_graph_kernels_ = -1;
   if (!opt_.graphs || !shape.graph || shape.run_len > kMaxGraphRunLen || moe_ranks_) {
     run_body();
     return;
@@ -235,13 +259,15 @@ void CudaBackend::execute(const StepShape& shape, const std::function<void()>& b
       throw;
     }
     DSV4_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+    const int64_t kernels = kernel_nodes(graph);
     cudaGraphExec_t exec = nullptr;
     const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
     cudaGraphDestroy(graph);
     DSV4_CUDA_CHECK(e);
-    it = graphs_.emplace(shape.key(), exec).first;
+    it = graphs_.emplace(shape.key(), Graph{.exec = exec, .kernels = kernels}).first;
   }
-  DSV4_CUDA_CHECK(cudaGraphLaunch(it->second, ctx_->stream()));
+  DSV4_CUDA_CHECK(cudaGraphLaunch(it->second.exec, ctx_->stream()));
+  last_graph_kernels_ = it->second.kernels;
 }
 
 void CudaBackend::set_sampling(const std::vector<SampleRow>& rows) {

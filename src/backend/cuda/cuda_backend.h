@@ -93,6 +93,7 @@ class CudaBackend final : public Backend {
   Tensor head_hidden(int64_t head, int64_t first, int64_t rows) override;
   void set_streams(const Tensor& S) override;
   double time_ms(int64_t warmup, int64_t reps, const std::function<void()>& fn) override;
+  int64_t last_graph_kernels() const override { return last_graph_kernels_; }
 
   // The device state (tests, benchmarks).
   DeviceContext& context() { return *ctx_; }
@@ -170,7 +171,12 @@ class CudaBackend final : public Backend {
   int32_t* samp_ids_host_ = nullptr;  // pinned [R]
   std::vector<SampleRow> samp_pending_;  // set_sampling's rows, staged by execute()
   using ShapeKey = decltype(StepShape{}.key());
-  std::map<ShapeKey, cudaGraphExec_t> graphs_;
+  struct Graph {
+    cudaGraphExec_t exec = nullptr;
+    int64_t kernels = 0;  // its kernel nodes
+  };
+  std::map<ShapeKey, Graph> graphs_;
+  int64_t last_graph_kernels_ = -1;
   std::map<int64_t, bool> prepared_;
   // The fast tier's head GEMMs by row count (prepare() makes a decode shape's before its capture).
   std::map<int64_t, std::unique_ptr<LtMatmul>> head_plans_;

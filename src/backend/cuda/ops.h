@@ -170,6 +170,10 @@ struct SparseAttentionParams {
   const int32_t* rope_positions = nullptr;
   const float* rope_inv_freq = nullptr;
   int rope_dim = 0;
+  // Optional, the split-K kernel: [tokens * heads] ints, zero before the launch and after it; the last
+  // partial block of each (token, head group) combines in the same launch (the bits of the combine launch).
+  // Other kernels ignore it.
+  int32_t* tickets = nullptr;
 };
 void sparse_attention(const DeviceContext& ctx, const SparseAttentionParams& p);
 // Throws dsv4::Error naming `what` when p's records do not fit its rows (geometry of dim, alignment).

@@ -260,6 +260,22 @@ void check_split(const std::string& what, Case c, bool elementwise = true) {
   EXPECT_TRUE(same.ok) << same.line;
   compare_twin("sparse_attention_split " + what, c, in, dispatched, elementwise);
 
+  // The combine in the partial launch (tickets): the bits of the combine launch, twice in a row (the
+  // tickets are zero again after each launch).
+  const std::vector<int32_t> zeros(size_t(c.tokens * c.heads), 0);
+  DeviceBuffer<int32_t> tickets(zeros);
+  for (int round = 0; round < 2; ++round) {
+    const auto fused = run_fast(c, in, [&](const DeviceContext& ctx, const SparseAttentionParams& p0) {
+      SparseAttentionParams p = p0;
+      p.tickets = tickets.get();
+      sparse_attention(ctx, p);
+    });
+    const CompareResult f = compare("split combine in the partial launch, round " + std::to_string(round) + " " + what,
+                                    fused, dispatched, Tol::Exact);
+    EXPECT_TRUE(f.ok) << f.line;
+    EXPECT_EQ(tickets.download(), zeros) << what;
+  }
+
   // Row independence: the last token alone gives its row of the whole call, bit for bit (a decode step
   // and a verify call agree).
   Case one = c;
