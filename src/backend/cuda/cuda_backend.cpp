@@ -50,7 +50,7 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const Weights& w, uint64_t tota
   const ExpertRange experts = expert_range(cfg_.n_routed_experts, o.comm);  // throws when they do not split
   ctx_ = std::make_unique<DeviceContext>(o.gpu);
   ctx_->set_kernels(o.kernels);
-  if (o.overlap) ctx_->add_lanes(2);
+  if (o.overlap) ctx_->add_lanes(kLanes);
   attn_in_ = std::make_unique<StreamMark>();
   q_latent_ = std::make_unique<StreamMark>();
   check_fits(w);
@@ -253,7 +253,7 @@ void CudaBackend::execute(const StepShape& shape, const std::function<void()>& b
     try {
       run_body();
     } catch (...) {
-      lane_busy_[0] = lane_busy_[1] = false;  // the failed capture takes the lanes' work with it
+      for (bool& busy : lane_busy_) busy = false;  // the failed capture takes the lanes' work with it
       cudaStreamEndCapture(s, &graph);
       if (graph) cudaGraphDestroy(graph);
       throw;
@@ -335,7 +335,7 @@ AttentionCall CudaBackend::attention(int64_t layer, const char* op) {
 }
 
 const DeviceContext* CudaBackend::on_lane(int i, int64_t layer) {
-  if (ctx_->lanes() <= i || T_ > kLaneMaxTokens) return nullptr;
+  if (!lanes_on()) return nullptr;
   const DeviceContext& lane = ctx_->lane(i);
   if (!lane_busy_[i]) {
     if (attn_in_layer_ == layer) lane.wait(*attn_in_);
@@ -346,7 +346,7 @@ const DeviceContext* CudaBackend::on_lane(int i, int64_t layer) {
 }
 
 void CudaBackend::join_lanes() {
-  for (int i = 0; i < 2; ++i)
+  for (int i = 0; i < kLanes; ++i)
     if (lane_busy_[i]) {
       ctx_->join(ctx_->lane(i));
       lane_busy_[i] = false;
@@ -433,7 +433,7 @@ void CudaBackend::moe_experts(int64_t layer) {
   const DevMoeWeights& w = block(layer, "moe_experts").ffn;
   if (moe_ranks_) moe_ranks_->experts(w, *moe_ws_, u_.get(), T_, y_.get());
   else cuda::moe_experts(*ctx_, w, *moe_ws_, u_.get(), T_, y_.get(),
-                         ctx_->lanes() > 0 && T_ <= kLaneMaxTokens ? &ctx_->lane(0) : nullptr);
+                         lanes_on() ? &ctx_->lane(0) : nullptr);
 }
 
 void CudaBackend::mtp_input(int64_t k) {

@@ -47,6 +47,7 @@ inline constexpr int64_t kMaxGraphRunLen = 4;
 // kernels leave the GPU part idle. Prefill chunks keep one stream: concurrent large GEMMs measured slower
 // (H100, 2026-12-06: 1K-token prefill -5% with lanes, batch 1-128 decode -2.5% to -5% step time).
 inline constexpr int64_t kLaneMaxTokens = 128;
+inline constexpr int kLanes = 2;  // lane 0: the main compressor, the shared expert; lane 1: the indexer
 
 class CudaBackend final : public Backend {
  public:
@@ -118,6 +119,7 @@ class CudaBackend final : public Backend {
   // input (the mhc pre's mark) where it holds no work yet; null without lanes or above kLaneMaxTokens.
   // join_lanes: the stream waits for every lane holding work (every op but the lanes' own starts with it;
   // execute ends with it).
+  bool lanes_on() const { return ctx_->lanes() > 0 && T_ <= kLaneMaxTokens; }  // this call uses them
   const DeviceContext* on_lane(int i, int64_t layer);
   void join_lanes();
 
@@ -152,7 +154,7 @@ class CudaBackend final : public Backend {
   // the query latent of layer q_latent_layer_ (after attn_q_latent); lanes holding work not yet joined.
   std::unique_ptr<StreamMark> attn_in_, q_latent_;
   int64_t attn_in_layer_ = -1, q_latent_layer_ = -1;
-  bool lane_busy_[2] = {false, false};
+  bool lane_busy_[kLanes] = {};
 
   DeviceBuffer<int32_t> ids_, positions_, slots_;  // [max_tokens] step inputs
   int32_t* host_in_ = nullptr;                     // pinned [3, max_tokens]

@@ -307,8 +307,11 @@ struct MoeCall {
 // x's codes come from moe_route's launch where it wrote them for this x and layout (ws.route_codes).
 MoeCall begin_call(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace& ws, const bf16* x, int64_t T,
                    bool routed, bool shared) {
-  MoeCall c{.ctx = ctx, .w = w, .ws = ws, .x = x, .T = T, .P = code_rows(ctx, w, ws, T, shared)};
-  if (shared_on_lt(ctx, w, T, shared)) c.plans = &ws.plans(ctx, T);
+  MoeCall c{.ctx = ctx, .w = w, .ws = ws, .x = x, .T = T, .P = T};
+  if (shared_on_lt(ctx, w, T, shared)) {
+    c.plans = &ws.plans(ctx, T);
+    c.P = c.plans->up->padded_tokens();  // code_rows
+  }
   const MoeWorkspace::RoutedCodes& rc = ws.route_codes;
   const bool have = rc.x == x && rc.T == T && rc.P == c.P;
   ws.route_codes = {};
