@@ -162,7 +162,6 @@ uint64_t workspace_bytes(const ModelConfig& cfg, int gpus, int64_t seqs, int64_t
   const uint64_t HI = uint64_t(cfg.index_n_heads), dI = uint64_t(cfg.index_head_dim), n = uint64_t(cfg.hc_mult);
   const uint64_t V = uint64_t(cfg.vocab_size), E = uint64_t(cfg.n_routed_experts);
   const uint64_t I = uint64_t(cfg.moe_inter_dim), Tk = T * uint64_t(cfg.experts_per_tok);
-  const uint64_t gin = G ? H * d / G : 0;
   // Attention (AttentionWorkspace).
   bool any_csa = false, any_compressed = false;
   uint64_t keys = 0, entries = 0;
@@ -176,7 +175,7 @@ uint64_t workspace_bytes(const ModelConfig& cfg, int gpus, int64_t seqs, int64_t
   }
   const uint64_t max_in = std::max({D, qr, G * ro});
   uint64_t s = P * max_in + ceil_div(max_in, 128) * P * kF32;
-  s += (P * qr + P * H * d + T * H * d + T * gin + T * ro + P * G * ro + P * D) * kBf16;
+  s += (P * qr + P * H * d + T * H * d + P * G * ro + P * D) * kBf16;
   // The compressors' scratch, one set each (head_dim for the main one, index_head_dim for the indexer's).
   auto compressor = [&](uint64_t dc) { return 2 * T * 2 * dc * kF32 + T * dc * kBf16; };
   if (any_compressed) s += compressor(d);

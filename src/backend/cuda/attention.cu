@@ -171,8 +171,12 @@ void sparse_attention(const DeviceContext& ctx, const SparseAttentionParams& p) 
     fail("sparse_attention: the inverse RoPE needs positions and an even rope_dim within dim ", p.dim, ", got ",
          p.rope_dim);
   // Prefill chunks above the exact-linear limit (the forward is not bit-exact there anyway) take the
-  // tensor-core kernel; every call up to it stays on the exact kernel below.
-  if (p.tokens > kExactLinearMaxTokens && sparse_attention_mma_supported(ctx, p)) {
+  // tensor-core kernel, and so do the fast tier's calls above the split kernel's tokens (decode batches
+  // of 17-512: H100 2026-12-06, batch 128 at context 0: the exact kernel 103 us); the exact tier's calls
+  // up to the limit stay on the exact kernel below.
+  const bool fast = ctx.kernels() == KernelTier::Fast;
+  if ((p.tokens > kExactLinearMaxTokens || (fast && p.tokens > kSplitAttentionMaxTokens)) &&
+      sparse_attention_mma_supported(ctx, p)) {
     SparseAttentionParams plain = p;
     plain.rope_inv_freq = nullptr;
     sparse_attention_mma(ctx, plain);
@@ -183,7 +187,7 @@ void sparse_attention(const DeviceContext& ctx, const SparseAttentionParams& p) 
     return;
   }
   // Decode and verify calls of the fast tier: the split-K kernel (the exact tier keeps the kernel below).
-  if (ctx.kernels() == KernelTier::Fast && sparse_attention_split_supported(ctx, p)) return sparse_attention_split(ctx, p);
+  if (fast && sparse_attention_split_supported(ctx, p)) return sparse_attention_split(ctx, p);
   switch (p.dim) {
     case 128: return dispatch_group<128>(ctx, p);
     case 256: return dispatch_group<256>(ctx, p);

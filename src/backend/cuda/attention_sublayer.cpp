@@ -98,7 +98,7 @@ AttentionWorkspace::AttentionWorkspace(const ModelConfig& cfg, int64_t max_token
     : max_tokens_(max_tokens), max_padded_(round16(max_tokens)) {
   if (max_tokens <= 0) fail("AttentionWorkspace: max_tokens must be positive");
   const int64_t D = cfg.hidden_size, H = cfg.num_heads, d = cfg.head_dim, qr = cfg.q_lora_rank;
-  const int64_t G = cfg.o_groups, ro = cfg.o_lora_rank, gin = H * d / G;
+  const int64_t G = cfg.o_groups, ro = cfg.o_lora_rank;
   const int64_t HI = cfg.index_n_heads, dI = cfg.index_head_dim, T = max_tokens, P = max_padded_;
   bool any_csa = false;
   std::vector<LayerSpec> specs = cfg.layers;  // the main stack and the MTP blocks the config describes
@@ -118,8 +118,6 @@ AttentionWorkspace::AttentionWorkspace(const ModelConfig& cfg, int64_t max_token
   cq = DeviceBuffer<bf16>(size_t(P * qr));
   q = DeviceBuffer<bf16>(size_t(P * H * d));
   o = DeviceBuffer<bf16>(size_t(T * H * d));
-  og = DeviceBuffer<bf16>(size_t(T * gin));
-  zg = DeviceBuffer<bf16>(size_t(T * ro));
   z = DeviceBuffer<bf16>(size_t(P * G * ro));
   y = DeviceBuffer<bf16>(size_t(P * D));
   bool any_compressed = false;
@@ -144,10 +142,11 @@ AttentionWorkspace::AttentionWorkspace(const ModelConfig& cfg, int64_t max_token
   zero(split_tickets);
 }
 
-LtMatmul& AttentionWorkspace::plan(const DeviceContext& ctx, GemmKind kind, int64_t out, int64_t in, int64_t tokens) {
-  auto key = std::make_tuple(int(kind), out, in, tokens);
+LtMatmul& AttentionWorkspace::plan(const DeviceContext& ctx, GemmKind kind, int64_t out, int64_t in, int64_t tokens,
+                                   const LtGroups& groups) {
+  auto key = std::make_tuple(int(kind), out, in, tokens, groups);
   auto it = plans_.find(key);
-  if (it == plans_.end()) it = plans_.emplace(key, std::make_unique<LtMatmul>(ctx, kind, out, in, tokens)).first;
+  if (it == plans_.end()) it = plans_.emplace(key, std::make_unique<LtMatmul>(ctx, kind, out, in, tokens, groups)).first;
   return *it->second;
 }
 
@@ -320,6 +319,13 @@ void check_call(const AttentionCall& a) {
   if (!a.b.positions || !a.b.slots) fail("attention: null pointer");
 }
 
+// The grouped wo_a's cuBLASLt plan: G products [T, gin] x [ro, gin]^T in one launch, reading the column
+// slices of o ([T, H*d]) and writing those of z ([P, G*ro]) in place.
+LtMatmul& wo_a_plan(const DeviceContext& ctx, AttentionWorkspace& ws, const ModelConfig& cfg, int64_t T) {
+  const int64_t G = cfg.o_groups, ro = cfg.o_lora_rank, gin = cfg.num_heads * cfg.head_dim / G;
+  return ws.plan(ctx, GemmKind::Bf16, ro, gin, T,
+                 {.count = G, .x_ld = G * gin, .x_offset = gin, .w_offset = ro * gin, .y_ld = G * ro, .y_offset = ro});
+}
 }  // namespace
 
 void AttentionWorkspace::prepare(const DeviceContext& ctx, const ModelConfig& cfg, const DevAttentionWeights& w,
@@ -336,8 +342,7 @@ void AttentionWorkspace::prepare(const DeviceContext& ctx, const ModelConfig& cf
     lin(w.wo_b);
     if (w.indexer) lin(w.indexer->wq_b);
   }
-  if (lt(LinearSite::GroupedWoA))
-    plan(ctx, GemmKind::Bf16, cfg.o_lora_rank, cfg.num_heads * cfg.head_dim / cfg.o_groups, tokens);
+  if (lt(LinearSite::GroupedWoA)) wo_a_plan(ctx, *this, cfg, tokens);
   if (lt(LinearSite::CompressorF32)) {
     if (w.compressor)
       plan(ctx, GemmKind::Bf16F32Out, (w.compressor->overlap ? 2 : 1) * w.compressor->dc, cfg.hidden_size, tokens);
@@ -487,16 +492,8 @@ void attn_out(const DeviceContext& ctx, const AttentionCall& a, bf16* out) {
                                .groups = int(G), .x_group_stride = gin, .y_group_stride = ro, .y = ws.z.get(),
                                .y_stride = G * ro, .tokens = T, .out = int(ro), .in = int(gin)});
   } else {
-    LtMatmul& mm_a = ws.plan(ctx, GemmKind::Bf16, ro, gin, T);
-    for (int64_t g = 0; g < G; ++g) {
-      DSV4_CUDA_CHECK(cudaMemcpy2DAsync(ws.og.get(), size_t(gin) * sizeof(bf16), ws.o.get() + g * gin,
-                                        size_t(H * d) * sizeof(bf16), size_t(gin) * sizeof(bf16), size_t(T),
-                                        cudaMemcpyDeviceToDevice, ctx.stream()));
-      mm_a.run_bf16(ctx, ws.og.get(), w.wo_a.get() + g * ro * gin, ws.zg.get());
-      DSV4_CUDA_CHECK(cudaMemcpy2DAsync(ws.z.get() + g * ro, size_t(G * ro) * sizeof(bf16), ws.zg.get(),
-                                        size_t(ro) * sizeof(bf16), size_t(ro) * sizeof(bf16), size_t(T),
-                                        cudaMemcpyDeviceToDevice, ctx.stream()));
-    }
+    // The G groups as one strided-batch product: group g reads its column slice of o, writes its of z.
+    wo_a_plan(ctx, ws, cfg, T).run_bf16(ctx, ws.o.get(), w.wo_a.get(), ws.z.get());
   }
   // wo_b straight into out where its kernel writes T rows; cuBLASLt writes its plan's padded rows into ws.y.
   if (linear_kernel(LinearSite::Projection, T, ctx.kernels()) != LinearKernel::Lt) {

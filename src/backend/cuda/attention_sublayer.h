@@ -146,14 +146,15 @@ class AttentionWorkspace {
   AttentionWorkspace(const ModelConfig& cfg, int64_t max_tokens, int64_t max_ctx);
   int64_t max_tokens() const { return max_tokens_; }
   // The plan for a shape, made on first use (a host-side cuBLASLt query, no device work).
-  LtMatmul& plan(const DeviceContext& ctx, GemmKind kind, int64_t out, int64_t in, int64_t tokens);
+  LtMatmul& plan(const DeviceContext& ctx, GemmKind kind, int64_t out, int64_t in, int64_t tokens,
+                 const LtGroups& groups = {});
   // Makes every plan a call with `tokens` tokens will use (call before capturing a graph).
   void prepare(const DeviceContext& ctx, const ModelConfig& cfg, const DevAttentionWeights& w, int64_t tokens);
 
   int64_t max_tokens_ = 0, max_padded_ = 0, max_keys_ = 0, max_entries_ = 0;
   DeviceBuffer<uint8_t> codes;   // [P, max(D, qr, G*ro)] FP8 GEMM inputs
   DeviceBuffer<float> scales;    // [max_in/128 * P]
-  DeviceBuffer<bf16> cq, q, o, og, zg, z, y;  // [P, qr], [P, H*d], [T, H*d], [T, gin], [T, ro], [P, G*ro], [P, D]
+  DeviceBuffer<bf16> cq, q, o, z, y;  // [P, qr], [P, H*d], [T, H*d], [P, G*ro], [P, D]
   // The compressors' scratch, one set per CompressorKind (the two may run at once, on lanes): fp32
   // projections [T, 2*dc] and the pooled rows [T, dc] (dc: head_dim for Main, index_head_dim for Indexer).
   struct CompressorScratch {
@@ -171,7 +172,7 @@ class AttentionWorkspace {
   DeviceBuffer<int32_t> split_tickets;  // [min(T, kSplitAttentionMaxTokens) * H] zeros: the split attention's combine
 
  private:
-  std::map<std::tuple<int, int64_t, int64_t, int64_t>, std::unique_ptr<LtMatmul>> plans_;
+  std::map<std::tuple<int, int64_t, int64_t, int64_t, LtGroups>, std::unique_ptr<LtMatmul>> plans_;
 };
 
 struct AttentionBatch {

@@ -38,7 +38,9 @@ struct PagedRows {
 
 // ---- QuantSim::head_norm (official): per head of width d, sum_i bf16(v_i^2) in index order (fp32),
 // mean = bf16(sum / d), r = bf16(1 / sqrt(bf16(mean + eps))), v_i = bf16(v_i * r). In place; bit-exact
-// (a warp per (row, head), the sum on one lane in index order).
+// (a warp per (row, head), the sum on one lane in index order). The fast tier (ctx.kernels()) sums in
+// a free order: lane L the squares of elements L, L + 32, ... in index order, then warp_sum's xor tree
+// (lane L + lane L^16, then ^8, ^4, ^2, ^1); the rest as above.
 struct HeadNormParams {
   bf16* x = nullptr;   // [rows, heads, dim], row stride row_stride
   int64_t rows = 0, row_stride = 0;  // row_stride even

@@ -15,6 +15,7 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include <tuple>
 
 #include "backend/cuda/buffer.h"
 #include "backend/cuda/context.h"
@@ -43,13 +44,29 @@ enum class GemmKind { Bf16, Bf16F32Out, Fp8BlockScaled };  // Bf16F32Out: bf16 o
 
 inline constexpr int kLtCandidates = 8;  // heuristic results an autotuned plan tries
 
+// Several products of one shape in one launch (cuBLASLt's strided batch; bf16 plans only): product g
+// reads x + g * x_offset with its rows x_ld elements apart, w + g * w_offset, and writes y + g * y_offset
+// with its rows y_ld elements apart. The grouped wo_a: the heads of group g (a column slice of the
+// attention output) through rows g * out .. of the weight into a column slice of z, with no copies.
+struct LtGroups {
+  int64_t count = 1;
+  int64_t x_ld = 0, x_offset = 0;  // x_ld 0: in (contiguous rows)
+  int64_t w_offset = 0;
+  int64_t y_ld = 0, y_offset = 0;  // y_ld 0: out
+  bool operator<(const LtGroups& o) const {
+    return std::tie(count, x_ld, x_offset, w_offset, y_ld, y_offset) <
+           std::tie(o.count, o.x_ld, o.x_offset, o.w_offset, o.y_ld, o.y_offset);
+  }
+};
+
 class LtMatmul {
  public:
   // Plans y[tokens, out] = x[tokens, in] . W^T. Throws dsv4::Error (naming the shape) when cuBLASLt
   // has no algorithm for it. cuBLASLt's FP8 block-scaled kernels reject some token counts (1, 3, 17
   // on CUDA 13.0 / H200, while 64 and 200 work): the plan then rounds the token count up to the next
   // multiple of 4, 8 or 16 that it accepts, see padded_tokens().
-  LtMatmul(const DeviceContext& ctx, GemmKind kind, int64_t out, int64_t in, int64_t tokens);
+  // With `groups` (count > 1), run_bf16 / run_bf16_f32 compute count products per call (LtGroups).
+  LtMatmul(const DeviceContext& ctx, GemmKind kind, int64_t out, int64_t in, int64_t tokens, const LtGroups& groups = {});
   ~LtMatmul();
   LtMatmul(const LtMatmul&) = delete;
   LtMatmul& operator=(const LtMatmul&) = delete;
@@ -86,6 +103,7 @@ class LtMatmul {
   GemmKind kind_;
   bool plan(const DeviceContext& ctx, int64_t n);  // false when cuBLASLt has no algorithm for n tokens
   int64_t out_, in_, tokens_, padded_;
+  LtGroups groups_;
   cublasLtMatmulDesc_t desc_ = nullptr;
   cublasLtMatrixLayout_t a_ = nullptr, b_ = nullptr, d_ = nullptr;
   cublasLtMatmulAlgo_t algo_{};

@@ -32,10 +32,17 @@ Fp8Weight upload_fp8_weight(const TensorView& weight, const TensorView& scale) {
   return w;
 }
 
-LtMatmul::LtMatmul(const DeviceContext& ctx, GemmKind kind, int64_t out, int64_t in, int64_t tokens)
-    : kind_(kind), out_(out), in_(in), tokens_(tokens), padded_(tokens) {
+LtMatmul::LtMatmul(const DeviceContext& ctx, GemmKind kind, int64_t out, int64_t in, int64_t tokens,
+                   const LtGroups& groups)
+    : kind_(kind), out_(out), in_(in), tokens_(tokens), padded_(tokens), groups_(groups) {
   if (out <= 0 || in <= 0 || tokens <= 0) fail("LtMatmul: empty shape ", out, "x", in, " x ", tokens, " tokens");
   if (in % 16 != 0) fail("LtMatmul: in = ", in, " must be a multiple of 16");
+  if (groups.count < 1) fail("LtMatmul: ", groups.count, " groups");
+  if (groups.count > 1 && kind == GemmKind::Fp8BlockScaled) fail("LtMatmul: groups take bf16 plans only");
+  if (groups_.x_ld == 0) groups_.x_ld = in;
+  if (groups_.y_ld == 0) groups_.y_ld = out;
+  if (groups_.x_ld < in || groups_.y_ld < out)
+    fail("LtMatmul: row strides x ", groups_.x_ld, ", y ", groups_.y_ld, " below the rows' ", in, ", ", out);
   narrow_int(out * in, "LtMatmul weight elements");
   try {
     for (int64_t align : {1, 4, 8, 16}) {
@@ -74,11 +81,22 @@ bool LtMatmul::plan(const DeviceContext& ctx, int64_t n) {
   }
   // A: W stored [out, in] row-major = column-major [in, out] with ld = in, used transposed.
   DSV4_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a_, ab_type, uint64_t(in_), uint64_t(out_), in_));
-  // B: X stored [n, in] row-major = column-major [in, n], ld = in.
-  DSV4_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b_, ab_type, uint64_t(in_), uint64_t(n), in_));
-  // D: column-major [out, n], ld = out = row-major y[n, out].
+  // B: X stored [n, in] row-major (rows x_ld apart) = column-major [in, n], ld = x_ld.
+  DSV4_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b_, ab_type, uint64_t(in_), uint64_t(n), groups_.x_ld));
+  // D: column-major [out, n], ld = y_ld = row-major y[n, out] (rows y_ld apart).
   const cudaDataType_t d_type = kind_ == GemmKind::Bf16F32Out ? CUDA_R_32F : CUDA_R_16BF;
-  DSV4_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d_, d_type, uint64_t(out_), uint64_t(n), out_));
+  DSV4_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d_, d_type, uint64_t(out_), uint64_t(n), groups_.y_ld));
+  if (groups_.count > 1) {
+    const int32_t count = int32_t(narrow_int(groups_.count, "LtMatmul groups"));
+    auto batch = [&](cublasLtMatrixLayout_t l, int64_t offset) {
+      DSV4_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count));
+      DSV4_CUBLAS_CHECK(
+          cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &offset, sizeof offset));
+    };
+    batch(a_, groups_.w_offset);
+    batch(b_, groups_.x_offset);
+    batch(d_, groups_.y_offset);
+  }
 
   cublasLtMatmulPreference_t pref = nullptr;
   DSV4_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));

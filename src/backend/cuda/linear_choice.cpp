@@ -14,6 +14,10 @@ LinearKernel linear_kernel(LinearSite site, int64_t tokens, KernelTier tier) {
       if (fast) return tokens <= kFastGemvMaxTokens ? LinearKernel::FastGemv : LinearKernel::Lt;
       return exact_range ? LinearKernel::Exact : LinearKernel::Lt;
     case LinearSite::GroupedWoA:
+      // Above fast_gemv's tokens the fast tier takes the one-launch strided-batch plan (fast_gemv's
+      // token slices would stream the 64 MiB weight once per 32 tokens).
+      if (fast) return tokens <= kFastGemvMaxTokens ? LinearKernel::FastGemv : LinearKernel::Lt;
+      return exact_range ? LinearKernel::Exact : LinearKernel::Lt;
     case LinearSite::CompressorF32:
     case LinearSite::WeightsProj:
       if (!exact_range) return LinearKernel::Lt;

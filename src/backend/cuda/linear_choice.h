@@ -6,13 +6,14 @@
 //   site                      | exact tier                      | fast tier
 //   Projection (FP8 / bf16)   | <= 512: Exact; above: Lt        | <= 32: FastGemv; above: Lt
 //   SharedExpert (FP8)        | the same as Projection          | the same as Projection
-//   GroupedWoA (bf16, groups) | <= 512: Exact; above: Lt        | <= 512: FastGemv (slices); above: Lt
+//   GroupedWoA (bf16, groups) | <= 512: Exact; above: Lt        | <= 32: FastGemv; above: Lt (one batch)
 //   CompressorF32, WeightsProj| <= 512: Exact; above: Lt        | <= 512: FastGemv; above: Lt
 //   Dense (bf16 experts, shared) | Exact                        | FastGemv
 //   Head (bf16, fp32 logits)  | <= 512: Exact; above: Warp      | <= 16: FastGemv; above: Lt
 //
 // FastGemv means fast_gemv where it supports the call and exact_linear where it does not (more than 32
-// tokens, expert mode); a grouped call above 32 tokens runs fast_gemv in token slices of 32. Measured
+// tokens, expert mode); a grouped call above 32 tokens would run fast_gemv in token slices of 32 (the table
+// gives wo_a cuBLASLt's strided batch there: one pass over the weight; H100 2026-12-06). Measured
 // on the H200 (docs/perf-log.md, 2026-12-01): cuBLASLt beats exact_linear 5-30x on FP8 projections from
 // 33 tokens; the head through fast_gemv takes 268-284 us up to 16 rows and 392 at 32, cuBLASLt 271-293.
 //

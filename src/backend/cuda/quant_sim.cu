@@ -16,9 +16,12 @@ using qsim::bf16r;
 
 // One warp per (row, head): the lanes load the head coalesced and square + round its values into
 // shared memory in parallel; lane 0 then runs the twin's sequential sum out of shared memory (the
-// dependent fadd chain is the only serial part) and the warp scales the head.
+// dependent fadd chain is the only serial part) and the warp scales the head. kFree (the fast tier):
+// lane L sums the squares of elements L, L + 32, ... in order and the warp adds the lanes' sums with
+// warp_sum's xor tree, every lane then computing r (no serial chain, no squares in shared memory).
 constexpr int kHeadNormWarps = 4;
 
+template <bool kFree>
 __global__ void __launch_bounds__(kHeadNormWarps * 32) head_norm_kernel(HeadNormParams p, int64_t total) {
   extern __shared__ float hn_smem[];  // per warp: sq [dim] fp32, then the values [dim] bf16
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -27,22 +30,32 @@ __global__ void __launch_bounds__(kHeadNormWarps * 32) head_norm_kernel(HeadNorm
   float* sq = hn_smem + size_t(warp) * p.dim * 3 / 2;
   bf16* vs = reinterpret_cast<bf16*>(sq + p.dim);
   bf16* v = p.x + (idx / p.heads) * p.row_stride + (idx % p.heads) * p.dim;
+  float part = 0.0f;
   for (int i = lane; i < p.dim; i += 32) {
     const bf16 b = v[i];
     const float f = __bfloat162float(b);
     vs[i] = b;
-    sq[i] = bf16r(__fmul_rn(f, f));
+    const float f2 = bf16r(__fmul_rn(f, f));
+    if constexpr (kFree) part = __fadd_rn(part, f2);
+    else sq[i] = f2;
   }
   __syncwarp();
-  float r = 0.0f;
-  if (lane == 0) {
-    float sum = 0.0f;
-#pragma unroll 16
-    for (int i = 0; i < p.dim; ++i) sum = __fadd_rn(sum, sq[i]);
+  auto inv_rms = [&](float sum) {
     const float mean = bf16r(__fdiv_rn(sum, float(p.dim)));
-    r = bf16r(__fdiv_rn(1.0f, __fsqrt_rn(bf16r(__fadd_rn(mean, p.eps)))));
+    return bf16r(__fdiv_rn(1.0f, __fsqrt_rn(bf16r(__fadd_rn(mean, p.eps)))));
+  };
+  float r = 0.0f;
+  if constexpr (kFree) {
+    r = inv_rms(warp_sum(part));
+  } else {
+    if (lane == 0) {
+      float sum = 0.0f;
+#pragma unroll 16
+      for (int i = 0; i < p.dim; ++i) sum = __fadd_rn(sum, sq[i]);
+      r = inv_rms(sum);
+    }
+    r = __shfl_sync(0xffffffffu, r, 0);
   }
-  r = __shfl_sync(0xffffffffu, r, 0);
   // Pairs (i, i + 1) per lane: normed, then (the optional RoPE) rotated from their bf16 values.
   const int nope = p.dim - p.rope_dim;
   for (int i = 2 * lane; i < p.dim; i += 64) {
@@ -105,10 +118,11 @@ void head_norm_bf16(const DeviceContext& ctx, const HeadNormParams& p) {
     fail("head_norm_bf16: RoPE needs positions, inv_freq and an even rope_dim <= dim (", p.rope_dim, ")");
   const int64_t total = p.rows * p.heads;
   const size_t smem = size_t(kHeadNormWarps) * p.dim * 6;  // fp32 squares + bf16 values per warp
-  if (smem > 48 * 1024)
-    allow_max_dynamic_smem(ctx, head_norm_kernel);
-  head_norm_kernel<<<narrow_int(ceil_div(total, kHeadNormWarps), "head_norm grid"), kHeadNormWarps * 32, smem,
-                     ctx.stream()>>>(p, total);
+  const bool free_order = ctx.kernels() == KernelTier::Fast;
+  auto kernel = free_order ? head_norm_kernel<true> : head_norm_kernel<false>;
+  if (smem > 48 * 1024) allow_max_dynamic_smem(ctx, kernel);
+  kernel<<<narrow_int(ceil_div(total, kHeadNormWarps), "head_norm grid"), kHeadNormWarps * 32, smem, ctx.stream()>>>(
+      p, total);
   DSV4_CUDA_CHECK_LAUNCH();
 }
 

@@ -80,8 +80,9 @@ struct DeviceInputs {
 
 // Runs `fn` (sparse_attention or sparse_attention_mma) and returns the output as floats.
 template <typename Fn>
-std::vector<float> run(const Case& c, const Inputs& in, Fn fn) {
+std::vector<float> run(const Case& c, const Inputs& in, Fn fn, KernelTier tier = KernelTier::Exact) {
   DeviceContext ctx;
+  ctx.set_kernels(tier);
   DeviceInputs d(in);
   Guarded<uint16_t> out(size_t(c.tokens * c.heads * c.dim));
   fn(ctx, d.params(c, out.get()));
@@ -122,9 +123,11 @@ TwinRows twin_rows(const Case& c, const Inputs& in, const std::vector<float>& go
 void compare_twin(const std::string& what, const Case& c, const Inputs& in, const std::vector<float>& got,
                   bool elementwise = true) {
   const size_t row = size_t(c.heads) * size_t(c.dim);
-  if (c.empty_token >= 0 && c.empty_token < c.tokens)
-    for (size_t i = 0; i < row; ++i)
+  if (c.empty_token >= 0 && c.empty_token < c.tokens) {
+    for (size_t i = 0; i < row; ++i) {
       ASSERT_EQ(got[size_t(c.empty_token) * row + i], 0.0f) << what << ": empty token not zero";
+    }
+  }
   const TwinRows tr = twin_rows(c, in, got);
   const std::vector<float>& ref = tr.ref;
   const std::vector<float>& sel = tr.sel;
@@ -523,6 +526,35 @@ TEST(CudaAttentionMma, Dispatch) {
       run(c, in, [](const DeviceContext& ctx, const SparseAttentionParams& p) { sparse_attention_mma(ctx, p); });
   const CompareResult r = compare("sparse_attention 513 tokens == sparse_attention_mma", dispatched, mma, Tol::Exact);
   EXPECT_TRUE(r.ok) << r.line;
+}
+
+// The fast tier: calls of kSplitAttentionMaxTokens + 1 .. kExactLinearMaxTokens tokens (decode batches)
+// take the tensor-core kernel (bit-identical to sparse_attention_mma, itself held to the twin above), and
+// the split kernel's calls do not.
+TEST(CudaAttentionMma, FastTierDispatch) {
+  DSV4_REQUIRE_HOPPER();
+  auto attend = [](const DeviceContext& ctx, const SparseAttentionParams& p) { sparse_attention(ctx, p); };
+  auto mma = [](const DeviceContext& ctx, const SparseAttentionParams& p) { sparse_attention_mma(ctx, p); };
+  for (const int64_t tokens : {kSplitAttentionMaxTokens, kSplitAttentionMaxTokens + 1, int64_t(128)}) {
+    Case c;
+    c.tokens = tokens;
+    c.max_keys = 160;
+    c.entries = 1000;
+    c.missing = 4;
+    c.check_every = 7;
+    c.seed = 80 + uint64_t(tokens);
+    const Inputs in = make_inputs(c);
+    const auto fast = run(c, in, attend, KernelTier::Fast);
+    const auto want = run(c, in, mma);
+    const std::string tag = "fast-tier sparse_attention, " + std::to_string(tokens) + " tokens";
+    if (tokens > kSplitAttentionMaxTokens) {
+      const CompareResult r = compare(tag + " == sparse_attention_mma", fast, want, Tol::Exact);
+      EXPECT_TRUE(r.ok) << r.line;
+    } else {
+      EXPECT_FALSE(fast == want) << tag << ": the split kernel, not the tensor-core one";
+    }
+    compare_twin(tag, c, in, fast);
+  }
 }
 
 // Timing (printed, for docs/perf-log.md): T = 2048 tokens x 64 heads x 640 keys, both kernels.

@@ -37,8 +37,28 @@ void head_norm_twin(float* q, int64_t H, int64_t d, float eps) {
   }
 }
 
-void check_head_norm(int64_t rows, int64_t H, int64_t d, int64_t extra, uint64_t seed) {
+// The fast tier's order (attn_ops.h): lane L sums elements L, L + 32, ... in order, then warp_sum's xor
+// tree, whose lane 0 adds (lane 0 + lane 16), then (.. + the same of lane 8), ...
+void head_norm_twin_free(float* q, int64_t H, int64_t d, float eps) {
+  for (int64_t h = 0; h < H; ++h) {
+    float* v = q + h * d;
+    float lane[32] = {};
+    for (int64_t i = 0; i < d; ++i) lane[i % 32] += dsv4::round_bf16(v[i] * v[i]);
+    for (int o = 16; o > 0; o >>= 1) {
+      float next[32];
+      for (int l = 0; l < 32; ++l) next[l] = lane[l] + lane[l ^ o];
+      std::copy(next, next + 32, lane);
+    }
+    const float mean = dsv4::round_bf16(lane[0] / float(d));
+    const float r = dsv4::round_bf16(1.0f / std::sqrt(dsv4::round_bf16(mean + eps)));
+    for (int64_t i = 0; i < d; ++i) v[i] = dsv4::round_bf16(v[i] * r);
+  }
+}
+
+void check_head_norm(int64_t rows, int64_t H, int64_t d, int64_t extra, uint64_t seed,
+                     KernelTier tier = KernelTier::Exact) {
   DeviceContext ctx;
+  ctx.set_kernels(tier);
   Rng rng(seed);
   const int64_t stride = H * d + extra;  // rows wider than the heads (q with more after them)
   std::vector<float> x = rng.bf16_normal(size_t(rows * stride), 3.0f);
@@ -51,9 +71,23 @@ void check_head_norm(int64_t rows, int64_t H, int64_t d, int64_t extra, uint64_t
   p.dim = int(d);
   head_norm_bf16(ctx, p);
   ctx.synchronize();
-  for (int64_t r = 0; r < rows; ++r) head_norm_twin(&x[size_t(r * stride)], H, d, 1e-6f);
-  compare("head_norm_bf16 rows=" + std::to_string(rows) + " H=" + std::to_string(H) + " d=" + std::to_string(d),
-          from_bf16(dx.download()), x, Tol::Exact);
+  const bool fast = tier == KernelTier::Fast;
+  std::vector<float> index_order = x;
+  for (int64_t r = 0; r < rows; ++r) {
+    head_norm_twin(&index_order[size_t(r * stride)], H, d, 1e-6f);
+    if (fast) head_norm_twin_free(&x[size_t(r * stride)], H, d, 1e-6f);
+  }
+  const std::string tag = std::string(fast ? "fast " : "") + "head_norm_bf16 rows=" + std::to_string(rows) +
+                          " H=" + std::to_string(H) + " d=" + std::to_string(d);
+  const std::vector<float> got = from_bf16(dx.download());
+  if (!fast) {
+    compare(tag, got, index_order, Tol::Exact);
+    return;
+  }
+  compare(tag, got, x, Tol::Exact);  // the free order's own twin, bit for bit
+  // ... and the index order's result within the bf16 rounding of r (a sum that moved by an fp32 ulp may
+  // round mean, then r, to a neighbouring bf16).
+  compare(tag + " vs index order", got, index_order, Tol::Bf16);
 }
 
 TEST(CudaAttnOps, HeadNorm) {
@@ -62,6 +96,13 @@ TEST(CudaAttnOps, HeadNorm) {
   check_head_norm(1, 64, 512, 0, 73);   // Flash's q at one token
   check_head_norm(33, 64, 512, 0, 74);  // and at 33
   check_head_norm(3, 5, 130, 6, 75);    // width not a multiple of 32, strided rows
+}
+
+TEST(CudaAttnOps, HeadNormFastTier) {
+  DSV4_REQUIRE_HOPPER();
+  check_head_norm(1, 64, 512, 0, 77, KernelTier::Fast);
+  check_head_norm(129, 64, 512, 0, 78, KernelTier::Fast);
+  check_head_norm(3, 5, 130, 6, 79, KernelTier::Fast);
 }
 
 // head_norm_bf16 with the RoPE of each head's rope dims: the bits of head_norm_bf16 and then rope.

@@ -138,6 +138,42 @@ TEST(CudaGemm, Bf16) {
   check_bf16_gemm(384, 1024, 37, 47);
 }
 
+// G products in one launch (LtGroups, the grouped wo_a): group g reads columns [g*in, (g+1)*in) of x's
+// rows (x_ld = G*in + 8: rows wider than the groups), rows g*out.. of w, and writes columns
+// [g*out, (g+1)*out) of y's rows; each group against the CPU product of its slices.
+TEST(CudaGemm, Bf16Groups) {
+  DSV4_REQUIRE_HOPPER();
+  DeviceContext ctx;
+  Rng rng(49);
+  const int64_t G = 4, out = 256, in = 512, x_ld = G * in + 8, y_ld = G * out;
+  for (const int64_t tokens : {int64_t(33), int64_t(128)}) {
+    std::vector<float> x = rng.bf16_normal(size_t(tokens * x_ld));
+    std::vector<float> w = rng.bf16_normal(size_t(G * out * in), 1.0f / std::sqrt(float(in)));
+    auto dx = upload_bf16(x);
+    auto dw = upload_bf16(w);
+    LtMatmul mm(ctx, GemmKind::Bf16, out, in, tokens,
+                {.count = G, .x_ld = x_ld, .x_offset = in, .w_offset = out * in, .y_ld = y_ld, .y_offset = out});
+    Guarded<uint16_t> y(size_t(tokens * y_ld));
+    mm.run_bf16(ctx, reinterpret_cast<const bf16*>(dx.get()), reinterpret_cast<const bf16*>(dw.get()),
+                reinterpret_cast<bf16*>(y.get()));
+    ctx.synchronize();
+    const std::vector<float> got = from_bf16(y.download("gemm_bf16 groups"));
+    for (int64_t g = 0; g < G; ++g) {
+      std::vector<float> xg(size_t(tokens * in)), ref(size_t(tokens * out)), yg(size_t(tokens * out));
+      for (int64_t t = 0; t < tokens; ++t) {
+        std::copy_n(&x[size_t(t * x_ld + g * in)], in, &xg[size_t(t * in)]);
+        std::copy_n(&got[size_t(t * y_ld + g * out)], out, &yg[size_t(t * out)]);
+      }
+      cpu::matmul(xg.data(), tokens, in, &w[size_t(g * out * in)], out, ref.data());
+      EXPECT_TRUE(compare("gemm_bf16 group " + std::to_string(g) + " tokens=" + std::to_string(tokens), yg, ref,
+                          Tol::GemmBf16)
+                      .ok);
+    }
+  }
+  EXPECT_THROW(LtMatmul(ctx, GemmKind::Fp8BlockScaled, 256, 512, 16, {.count = 2}), Error);
+  EXPECT_THROW(LtMatmul(ctx, GemmKind::Bf16, 256, 512, 16, {.count = 2, .x_ld = 100}), Error);
+}
+
 // The head's plans are autotuned (LtMatmul::autotune_bf16): the chosen candidate computes the same
 // product (gemm-bf16 against the CPU), the rank is one of the heuristic's, and a graph capture refuses it.
 TEST(CudaGemm, Bf16F32OutAutotuned) {
