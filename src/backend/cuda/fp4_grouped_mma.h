@@ -9,9 +9,10 @@
 //
 // Kernel (fp4_grouped_mma.cu): "swap AB" -- the weights are the wgmma M side (64 output features per
 // warpgroup, two warpgroups = 128 per CTA), the tokens the N side (kTileRows = 64 plan rows of one expert
-// per tile). The FP4 weights come straight from global memory into registers (the tiled layout of
-// fp4_tiled.h is the wgmma A fragment), are converted to e4m3 there (e2m1 values are exact in e4m3),
-// and feed wgmma.m64n64k32.e4m3 as register A; the activations go through shared memory (K-major core
+// per tile). The FP4 weights stream through a cp.async ring in shared memory (several 128-k chunks ahead,
+// with the activations) into registers (the tiled layout of fp4_tiled.h is the wgmma A fragment), are
+// converted to e4m3 there (e2m1 values are exact in e4m3), and feed wgmma.m64n64k32.e4m3 as register A;
+// the activations are read by the MMA from shared memory (K-major core
 // matrices, no swizzle), with their k order inside each 32-block permuted the same way as the weight
 // fragment's (a dot product is invariant under a common permutation of k). Each 32-k step is one MMA
 // into a fresh fp32 accumulator promoted into the main one with sw(o, 32-block) * sa(row, 128-block) on

@@ -67,6 +67,158 @@ __global__ void __launch_bounds__(kPartThreads) mhc_mix_partial_kernel(MhcPrePar
   }
 }
 
+// Pass 1 for many tokens: block (tile of 8 * TM tokens, slice) computes the same partials as
+// mhc_mix_partial_kernel, loading each weight once for the whole tile. The slice's kPartChunk inputs go
+// through shared memory kTileCols at a time, converted to double once (weights, and the tile's streams);
+// warp w takes columns [w * kTileCols / 4, (w + 1) * kTileCols / 4) of each chunk, lane (tg, rg) =
+// (lane & 7, lane >> 3) the rows 6 rg .. 6 rg + 5 of tokens tg, tg + 8, ... (TM of them), one FMA per
+// (token, row, column): the products are exact in double, only the order of the double sums differs
+// from the per-token kernel (as between that kernel and the cluster one). The stream values' sum of
+// squares is taken while staging them. Tails: tokens past `tokens` and inputs past n*D stage as zeros
+// and are not written.
+constexpr int kTileThreads = 128;
+constexpr int kTileCols = 64;  // inputs per staged chunk (kPartChunk / kTileCols chunks per slice)
+constexpr int kRowGroup = kRows / 4;
+static_assert(kRows % 4 == 0 && kPartChunk % kTileCols == 0 && kTileCols % 64 == 0);
+
+template <int TM>
+__device__ __forceinline__ int tile_x_pos(int t) {  // token t's place in a staged row: lane pairs adjacent
+  if constexpr (TM == 1) return t;
+  const int j = t >> 3, tg = t & 7;
+  return (((j >> 1) * 8 + tg) << 1) + (j & 1);
+}
+
+template <int TM>
+__global__ void __launch_bounds__(kTileThreads) mhc_mix_tile_kernel(MhcPreParams p, int slices) {
+  static_assert(TM == 2 || TM == 4);
+  constexpr int TT = 8 * TM;                                        // tokens per block
+  constexpr int kGroups = kTileCols / 16;                           // 16-input groups per chunk row
+  constexpr int kXPer = (TT * kGroups + kTileThreads - 1) / kTileThreads;  // (token, group) items per thread
+  constexpr int kFnPer = kRows * kTileCols / 4 / kTileThreads;     // float4 weight loads per thread
+  constexpr int kWarpCols = kTileCols / (kTileThreads / 32);
+  static_assert(kTileThreads % TT == 0 && kRows * kTileCols % (4 * kTileThreads) == 0);
+  static_assert((kTileThreads / 32) * TT * kRows <= kTileCols * (kRows + TT));  // the reduction fits
+  __shared__ __align__(16) double sm[kTileCols * (kRows + TT)];
+  __shared__ double ss_s[kTileThreads];
+  double* fn_s = sm;                      // [kTileCols][kRows]
+  double* x_s = sm + kTileCols * kRows;   // [kTileCols][TT], token t at tile_x_pos(t)
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, tg = lane & 7, rg = lane >> 3;
+  const int slice = int(blockIdx.x % unsigned(slices));
+  const int64_t t0 = int64_t(blockIdx.x / unsigned(slices)) * TT;
+  const int64_t width = int64_t(kN) * p.D;
+  const int64_t s0 = int64_t(slice) * kPartChunk;
+  const int64_t left = width - s0;
+  const int chunks = int(min(int64_t(kPartChunk / kTileCols), (left + kTileCols - 1) / kTileCols));
+
+  uint4 xr[kXPer][2];
+  float4 fr[kFnPer];
+  auto load = [&](int c) {
+    const int64_t c0 = s0 + int64_t(c) * kTileCols;
+#pragma unroll
+    for (int q = 0; q < kXPer; ++q) {
+      const int item = tid + q * kTileThreads, tt = item % TT, g = item / TT;
+      const int64_t col = c0 + g * 16;  // width is a multiple of 32: a group is all in or all out
+      xr[q][0] = xr[q][1] = make_uint4(0, 0, 0, 0);
+      if (item < TT * kGroups && t0 + tt < p.tokens && col < width) {
+        const uint4* src = reinterpret_cast<const uint4*>(p.X + (t0 + tt) * width + col);
+        xr[q][0] = src[0];
+        xr[q][1] = src[1];
+      }
+    }
+#pragma unroll
+    for (int q = 0; q < kFnPer; ++q) {
+      const int idx = tid + q * kTileThreads, r = idx % kRows, m = idx / kRows;
+      const int64_t col = c0 + 4 * m;
+      fr[q] = col < width ? *reinterpret_cast<const float4*>(p.fn + r * width + col) : make_float4(0, 0, 0, 0);
+    }
+  };
+  double ss = 0.0;  // token tid % TT's sum of squares over the inputs this thread stages
+  auto stage = [&] {
+#pragma unroll
+    for (int q = 0; q < kXPer; ++q) {
+      const int item = tid + q * kTileThreads, tt = item % TT, g = item / TT;
+      if (item >= TT * kGroups) break;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float v[8];
+        bf16x8_values(xr[q][h], v);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          const double d = v[i];
+          ss += d * d;
+          x_s[(g * 16 + h * 8 + i) * TT + tile_x_pos<TM>(tt)] = d;
+        }
+      }
+    }
+#pragma unroll
+    for (int q = 0; q < kFnPer; ++q) {
+      const int idx = tid + q * kTileThreads, r = idx % kRows, m = idx / kRows;
+      fn_s[(4 * m + 0) * kRows + r] = fr[q].x;
+      fn_s[(4 * m + 1) * kRows + r] = fr[q].y;
+      fn_s[(4 * m + 2) * kRows + r] = fr[q].z;
+      fn_s[(4 * m + 3) * kRows + r] = fr[q].w;
+    }
+  };
+
+  double acc[TM][kRowGroup];
+#pragma unroll
+  for (int j = 0; j < TM; ++j)
+#pragma unroll
+    for (int r = 0; r < kRowGroup; ++r) acc[j][r] = 0.0;
+  load(0);
+  for (int c = 0; c < chunks; ++c) {
+    stage();
+    __syncthreads();
+    if (c + 1 < chunks) load(c + 1);
+#pragma unroll 4
+    for (int k = warp * kWarpCols; k < (warp + 1) * kWarpCols; ++k) {
+      const double2* f2 = reinterpret_cast<const double2*>(fn_s + k * kRows + kRowGroup * rg);
+      const double2* x2 = reinterpret_cast<const double2*>(x_s + k * TT) + tg;
+      double f[kRowGroup], xv[TM];
+#pragma unroll
+      for (int q = 0; q < kRowGroup / 2; ++q) {
+        const double2 v = f2[q];
+        f[2 * q] = v.x;
+        f[2 * q + 1] = v.y;
+      }
+#pragma unroll
+      for (int q = 0; q < TM / 2; ++q) {
+        const double2 v = x2[q * 8];
+        xv[2 * q] = v.x;
+        xv[2 * q + 1] = v.y;
+      }
+#pragma unroll
+      for (int j = 0; j < TM; ++j)
+#pragma unroll
+        for (int r = 0; r < kRowGroup; ++r) acc[j][r] = fma(f[r], xv[j], acc[j][r]);  // exact products
+    }
+    __syncthreads();
+  }
+
+  // The 4 warps' sums (and the staging threads' squares) per (token, row), then the partials.
+  double* red = sm;  // [warp][TT][kRows]
+#pragma unroll
+  for (int j = 0; j < TM; ++j)
+#pragma unroll
+    for (int r = 0; r < kRowGroup; ++r) red[(warp * TT + j * 8 + tg) * kRows + kRowGroup * rg + r] = acc[j][r];
+  ss_s[tid] = ss;
+  __syncthreads();
+  double* out = reinterpret_cast<double*>(p.partial);
+  for (int o = tid; o < TT * (kRows + 1); o += kTileThreads) {
+    const int tt = o / (kRows + 1), r = o % (kRows + 1);
+    if (t0 + tt >= p.tokens) continue;
+    double t = 0.0;
+    if (r < kRows) {
+#pragma unroll
+      for (int w = 0; w < kTileThreads / 32; ++w) t += red[(w * TT + tt) * kRows + r];
+    } else {
+#pragma unroll
+      for (int i = tt; i < kTileThreads; i += TT) t += ss_s[i];
+    }
+    out[((t0 + tt) * slices + slice) * (kRows + 1) + r] = t;
+  }
+}
+
 // The coefficients of one token from its partials, computed by one warp in cpu::mhc_coeffs' order of
 // operations (every sum in the twin's order, so the result equals the serial evaluation bit for bit).
 // Lane r <= 24 sums partial column r over the slices in ascending order (24: the sum of squares);
@@ -425,6 +577,13 @@ __global__ void mhc_post_kernel(MhcPostParams p, int col_slices) {
 }
 
 int mix_slices(int n, int D) { return int(ceil_div(int64_t(n) * D, kPartChunk)); }
+// Pass 1's form: the exact tier and calls below kTileMinTokens take the per-token blocks (the exact tier's
+// double sums in that kernel's order give the CPU's floats; the tiles' order, rarely, a float ulp apart:
+// H100 2026-12-06, 200-300 tokens); the fast tier's larger calls take tiles of 16 tokens while tiles of 32
+// would give fewer than kTileWideBlocks blocks (about 2 per SM). 64: at 32 tokens the tiles measured
+// slower than the per-token blocks (H100, decode batch 32).
+constexpr int64_t kTileMinTokens = 64;
+constexpr int64_t kTileWideBlocks = 256;
 
 }  // namespace
 
@@ -449,7 +608,15 @@ void mhc_pre(const DeviceContext& ctx, const MhcPreParams& p) {
   }
   const int slices = mix_slices(kN, p.D);
   const int col_slices = int(ceil_div(p.D, kChunk));
-  mhc_mix_partial_kernel<<<narrow_int(p.tokens * slices, "mhc_pre grid"), kPartThreads, 0, ctx.stream()>>>(p, slices);
+  if (ctx.kernels() != KernelTier::Fast || p.tokens < kTileMinTokens) {
+    mhc_mix_partial_kernel<<<narrow_int(p.tokens * slices, "mhc_pre grid"), kPartThreads, 0, ctx.stream()>>>(p, slices);
+  } else if (ceil_div(p.tokens, 32) * slices >= kTileWideBlocks) {  // enough blocks with 32-token tiles
+    mhc_mix_tile_kernel<4><<<narrow_int(ceil_div(p.tokens, 32) * slices, "mhc_pre grid"), kTileThreads, 0,
+                             ctx.stream()>>>(p, slices);
+  } else {
+    mhc_mix_tile_kernel<2><<<narrow_int(ceil_div(p.tokens, 16) * slices, "mhc_pre grid"), kTileThreads, 0,
+                             ctx.stream()>>>(p, slices);
+  }
   DSV4_CUDA_CHECK_LAUNCH();
   if (p.u_norm && p.D <= kNormChunks * kChunk) {  // the collapse and the sub-layer's RMSNorm in one launch
     mhc_finish_collapse_norm_kernel<<<narrow_int(p.tokens, "mhc_pre grid"), kThreads, 0, ctx.stream()>>>(p, slices);

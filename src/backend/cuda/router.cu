@@ -2,6 +2,7 @@
 #include <cstdint>
 
 #include "backend/cuda/act_quant.cuh"
+#include "backend/cuda/async_copy.cuh"
 #include "backend/cuda/check.h"
 #include "backend/cuda/cpu_math.cuh"
 #include "backend/cuda/kernel_util.cuh"
@@ -13,6 +14,9 @@ namespace {
 constexpr int kSelectThreads = 256;
 constexpr int kMaxExperts = 1024;
 constexpr int kMaxPicks = 16;
+// The tiled scores kernel from kTileMinTokens tokens (two-launch form), its wide tiles from kTileWideTokens.
+constexpr int64_t kTileMinTokens = 64;
+constexpr int64_t kTileWideTokens = 512;
 
 __device__ __forceinline__ float dot8(const bf16* a, const bf16* b) {
   const uint4 ra = *reinterpret_cast<const uint4*>(a), rb = *reinterpret_cast<const uint4*>(b);
@@ -168,6 +172,117 @@ __global__ void __launch_bounds__(kSelectThreads) router_scores_kernel(RouterPar
   if (threadIdx.x == 0) p.tickets[t] = 0;  // zero again for the next launch
 }
 
+// Two launches at many tokens: block (tile of BT = WT * TW tokens, tile of BE = WE * EW experts), warp
+// (wt, we) the TW x EW pairs of tokens wt * TW .. and experts we * EW ... Each 256-column step of x's and
+// the gate's rows is staged once in shared memory for the whole tile (cp.async, kTileStages deep). The
+// bits are router_scores_kernel's: lane L accumulates, for each of its pairs, dot8 of the chunks
+// c = 8L, 8L + 256, ... in order (the same fmaf chain added to the same running float), then warp_sum's
+// xor tree, transposed: at offset o (16, 8, .., 1) a lane keeps half of its pairs (the upper half where
+// lane & o) and adds the partner's value of each, v_L + v_(L^o) as warp_sum adds them (addition commutes,
+// so both lanes of a step hold the same bits). After the 5 steps lane L holds pairs (kPairs / 32) L + j
+// with the value warp_sum leaves in every lane.
+constexpr int kTileStages = 3;
+
+template <int WT, int WE, int TW, int EW>
+size_t router_tile_smem() {
+  return size_t(kTileStages) * size_t(WT * TW + WE * EW) * 32 * sizeof(uint4);
+}
+
+template <int WT, int WE, int TW, int EW>
+__global__ void __launch_bounds__(WT * WE * 32) router_scores_tile_kernel(RouterParams p) {
+  constexpr int kThr = WT * WE * 32, BT = WT * TW, BE = WE * EW, kRowsS = BT + BE, kPairs = TW * EW;
+  static_assert(kPairs % 32 == 0 && (kPairs & (kPairs - 1)) == 0);
+  extern __shared__ uint4 rs_smem[];  // [kTileStages][kRowsS][32]: 8 bf16 per entry; x's rows, then the gate's
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wt = warp % WT, we = warp / WT;
+  const int64_t t0 = int64_t(blockIdx.x) * BT;
+  const int e0 = int(blockIdx.y) * BE;
+  const int steps = (p.D + 255) / 256;
+  auto issue = [&](int i) {
+    uint4* st = rs_smem + (i % kTileStages) * kRowsS * 32;
+#pragma unroll
+    for (int q = 0; q < (kRowsS * 32 + kThr - 1) / kThr; ++q) {
+      const int idx = tid + q * kThr;
+      if (idx >= kRowsS * 32) break;
+      const int row = idx >> 5, c = i * 256 + (idx & 31) * 8;
+      const bf16* src = p.x;
+      bool valid = c < p.D;
+      if (row < BT) {
+        valid = valid && t0 + row < p.T;
+        if (valid) src = p.x + (t0 + row) * p.D + c;
+      } else {
+        valid = valid && e0 + row - BT < p.E;
+        if (valid) src = p.gate + int64_t(e0 + row - BT) * p.D + c;
+      }
+      cp_async16(st + idx, src, valid);  // zeros past the rows (never used: see c < D below)
+    }
+  };
+#pragma unroll
+  for (int s = 0; s < kTileStages - 1; ++s) {
+    if (s < steps) issue(s);
+    cp_async_commit();
+  }
+  float v[kPairs];  // pair tt * EW + ee
+#pragma unroll
+  for (int q = 0; q < kPairs; ++q) v[q] = 0.0f;
+  for (int i = 0; i < steps; ++i) {
+    cp_async_wait<kTileStages - 2>();
+    __syncthreads();  // step i landed for every thread; step i - 1's stage is free
+    if (i + kTileStages - 1 < steps) issue(i + kTileStages - 1);
+    cp_async_commit();
+    if (i * 256 + lane * 8 >= p.D) continue;  // as router_scores_kernel's loop bound
+    const uint4* st = rs_smem + (i % kTileStages) * kRowsS * 32;
+    float xv[TW][8];
+#pragma unroll
+    for (int tt = 0; tt < TW; ++tt) bf16x8_values(st[(wt * TW + tt) * 32 + lane], xv[tt]);
+#pragma unroll
+    for (int ee = 0; ee < EW; ++ee) {
+      float g[8];
+      bf16x8_values(st[(BT + we * EW + ee) * 32 + lane], g);
+#pragma unroll
+      for (int tt = 0; tt < TW; ++tt) {
+        float s = 0.0f;  // dot8(x + c, g + c)
+#pragma unroll
+        for (int q = 0; q < 8; ++q) s = fmaf(xv[tt][q], g[q], s);
+        v[tt * EW + ee] += s;
+      }
+    }
+  }
+  cp_async_wait<0>();  // (only empty groups can be left)
+#pragma unroll
+  for (int lvl = 0; lvl < 5; ++lvl) {
+    const int o = 16 >> lvl, half = kPairs >> (lvl + 1);
+    const bool up = (lane & o) != 0;
+#pragma unroll
+    for (int j = 0; j < kPairs / 2; ++j) {
+      if (j >= half) break;
+      const float send = up ? v[j] : v[j + half], keep = up ? v[j + half] : v[j];
+      v[j] = keep + __shfl_xor_sync(0xffffffffu, send, o);
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kPairs / 32; ++j) {
+    const int pair = (kPairs / 32) * lane + j, tt = pair / EW, ee = pair % EW;
+    const int64_t t = t0 + wt * TW + tt;
+    const int e = e0 + we * EW + ee;
+    if (t < p.T && e < p.E) {
+      const float acc = v[j];
+      const float sp = acc > 20.0f ? acc : cpu_log1pf(cpu_expf(acc));
+      p.scores[t * p.E + e] = sqrtf(sp);
+    }
+  }
+}
+
+template <int WT, int WE, int TW, int EW>
+void launch_router_tile(const DeviceContext& ctx, const RouterParams& p) {
+  auto kernel = router_scores_tile_kernel<WT, WE, TW, EW>;
+  const size_t smem = router_tile_smem<WT, WE, TW, EW>();
+  if (smem > 48 * 1024 && smem > size_t(allow_max_dynamic_smem(ctx, kernel)))
+    fail("moe_router: ", smem, " bytes of shared memory per block");
+  const dim3 grid(unsigned(narrow_int(ceil_div(p.T, WT * TW), "moe_router tiles")), unsigned(ceil_div(p.E, WE * EW)));
+  kernel<<<grid, WT * WE * 32, smem, ctx.stream()>>>(p);
+  DSV4_CUDA_CHECK_LAUNCH();
+}
+
 __global__ void __launch_bounds__(kSelectThreads) router_select_kernel(RouterParams p) { router_select(p, blockIdx.x); }
 
 }  // namespace
@@ -183,10 +298,16 @@ void moe_router(const DeviceContext& ctx, const RouterParams& p) {
   if (p.tickets && p.E % 8 != 0) fail("moe_router: the one-launch form needs E % 8 == 0 (E ", p.E, ")");
   if (p.codes && (!p.scales || p.D % 128 != 0))
     fail("moe_router: x's codes need scales and D % 128 == 0 (D ", p.D, ")");
-  const int64_t warps = p.T * p.E;
-  const int64_t blocks = ceil_div(warps * 32, kSelectThreads);
-  router_scores_kernel<<<unsigned(narrow_int(blocks, "moe_router blocks")), kSelectThreads, 0, ctx.stream()>>>(p, warps);
-  DSV4_CUDA_CHECK_LAUNCH();
+  if (!p.tickets && !p.codes && p.T >= kTileMinTokens) {  // the tiled scores (the same bits), then select
+    if (p.T >= kTileWideTokens) launch_router_tile<4, 2, 8, 8>(ctx, p);  // 32 tokens x 16 experts a block
+    else launch_router_tile<2, 2, 4, 8>(ctx, p);                          // 8 tokens x 16 experts a block
+  } else {
+    const int64_t warps = p.T * p.E;
+    const int64_t blocks = ceil_div(warps * 32, kSelectThreads);
+    router_scores_kernel<<<unsigned(narrow_int(blocks, "moe_router blocks")), kSelectThreads, 0, ctx.stream()>>>(p,
+                                                                                                                 warps);
+    DSV4_CUDA_CHECK_LAUNCH();
+  }
   if (p.tickets) return;
   router_select_kernel<<<unsigned(narrow_int(p.T, "moe_router tokens")), kSelectThreads, 0, ctx.stream()>>>(p);
   DSV4_CUDA_CHECK_LAUNCH();

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -186,6 +187,62 @@ TEST(CudaMoeOps, RouterOneLaunchWithCodes) {
   DSV4_REQUIRE_HOPPER();
   check_router_one_launch(false, 13);
   check_router_one_launch(true, 14);
+}
+
+// Many tokens: the tiled scores kernel (8 x 16 or 32 x 16 tiles) gives the bits of the per-(token, expert)
+// warps, here the same router run on pieces of at most 16 tokens; and the CPU twin's picks. Tails in
+// tokens, experts and columns (D not a multiple of 256).
+void check_router_tiled(int64_t T, int E, int D, uint64_t seed) {
+  DeviceContext ctx;
+  Rng rng(seed);
+  const int k = 6;
+  const float scaling = 1.5f;
+  std::vector<float> x = rng.bf16_normal(size_t(T * D)), gate = rng.bf16_normal(size_t(int64_t(E) * D), 0.05f);
+  std::vector<float> bias = rng.f32_normal(size_t(E), 0.1f);
+  const RouterRef ref = router_ref(x, gate, bias, {}, {}, T, E, D, k, scaling);
+  DeviceBuffer<uint16_t> dx = upload_bf16(x), dg = upload_bf16(gate);
+  DeviceBuffer<float> db(bias);
+  DeviceBuffer<int32_t> dtok(std::vector<int32_t>{0});
+  Guarded<float> scores(size_t(T * E)), weights(size_t(T * k));
+  Guarded<int32_t> ids(size_t(T * k));
+  DeviceBuffer<float> pscores(size_t(T * E)), pweights(size_t(T * k));
+  DeviceBuffer<int32_t> pids(size_t(T * k));
+  auto params = [&](int64_t t0, int64_t n, float* s, int32_t* id, float* w) {
+    RouterParams p;
+    p.x = as_bf16(dx) + t0 * D;
+    p.gate = as_bf16(dg);
+    p.bias = db.get();
+    p.token_ids = dtok.get();
+    p.scores = s + t0 * E;
+    p.ids = id + t0 * k;
+    p.weights = w + t0 * k;
+    p.T = n;
+    p.E = E;
+    p.D = D;
+    p.k = k;
+    p.scaling = scaling;
+    return p;
+  };
+  moe_router(ctx, params(0, T, scores.get(), ids.get(), weights.get()));
+  for (int64_t t0 = 0; t0 < T; t0 += 16)
+    moe_router(ctx, params(t0, std::min<int64_t>(16, T - t0), pscores.get(), pids.get(), pweights.get()));
+  ctx.synchronize();
+  const std::string tag = " T=" + std::to_string(T) + " E=" + std::to_string(E) + " D=" + std::to_string(D);
+  const std::vector<float> got = scores.download("scores"), pieces = pscores.download();
+  ASSERT_EQ(got.size(), pieces.size());
+  EXPECT_EQ(std::memcmp(got.data(), pieces.data(), got.size() * sizeof(float)), 0) << "tiled vs per-warp scores" << tag;
+  EXPECT_EQ(ids.download("ids"), pids.download()) << tag;
+  EXPECT_EQ(weights.download("weights"), pweights.download()) << tag;
+  EXPECT_TRUE(compare("router scores" + tag, got, ref.scores, Tol::F32Chain).ok);
+  EXPECT_EQ(ids.download("ids"), ref.ids) << tag;
+}
+
+TEST(CudaMoeOps, RouterManyTokens) {
+  DSV4_REQUIRE_HOPPER();
+  check_router_tiled(64, 64, 512, 15);     // the smallest tiled count
+  check_router_tiled(203, 72, 520, 16);    // 8 x 16 tiles
+  check_router_tiled(600, 40, 264, 17);    // 32 x 16 tiles (>= 512 tokens)
+  check_router_tiled(530, 256, 1024, 18);  // Flash's expert count
 }
 
 TEST(CudaMoeOps, RouterTopKTiesGoToLowerIds) {
