@@ -179,7 +179,7 @@ void sparse_attention(const DeviceContext& ctx, const SparseAttentionParams& p);
 // Throws dsv4::Error naming `what` when p's records do not fit its rows (geometry of dim, alignment).
 void check_attention_records(const SparseAttentionParams& p, const char* what);
 // The tensor-core kernel sparse_attention takes for calls above kExactLinearMaxTokens tokens (prefill
-// chunks; attention_mma.cu): fp32 logits from bf16 MMAs, online softmax (bf16(p) rounded relative to the
+// chunks) and, in the fast tier, above kSplitAttentionMaxTokens (attention_mma.cu): fp32 logits from bf16 MMAs, online softmax (bf16(p) rounded relative to the
 // running max), within Tol::Attention of the twin, not bit-exact. Heads a multiple of 64, dim 512.
 bool sparse_attention_mma_supported(const DeviceContext& ctx, const SparseAttentionParams& p);
 void sparse_attention_mma(const DeviceContext& ctx, const SparseAttentionParams& p);

@@ -14,7 +14,8 @@ namespace {
 
 constexpr int kN = 4;
 
-void check_mhc_pre(int64_t tokens, int D, uint64_t seed, KernelTier tier = KernelTier::Exact) {
+// `chain`: hold the exact tier to Tol::F32Chain instead of its bits (PreManyTokens, below).
+void check_mhc_pre(int64_t tokens, int D, uint64_t seed, KernelTier tier = KernelTier::Exact, bool chain = false) {
   DeviceContext ctx;
   ctx.set_kernels(tier);
   Rng rng(seed);
@@ -62,7 +63,7 @@ void check_mhc_pre(int64_t tokens, int D, uint64_t seed, KernelTier tier = Kerne
   const bool fast = tier == KernelTier::Fast;
   // The fast tier's mixes from many tokens sum in token tiles (a free order of the double sums): the
   // coefficients within fp32 chain rounding, u within a bf16 ulp.
-  const Tol coeff_tol = fast ? Tol::F32Chain : Tol::Exact, u_tol = fast ? Tol::Bf16 : Tol::Exact;
+  const Tol coeff_tol = fast || chain ? Tol::F32Chain : Tol::Exact, u_tol = fast || chain ? Tol::Bf16 : Tol::Exact;
   const std::string tag = std::string(fast ? " fast" : "") + " tokens=" + std::to_string(tokens) + " D=" + std::to_string(D);
   // Bit-exact: the double mixes round to the same floats (the sums differ only in order, far below a
   // float ulp), and every later step runs in the twin's order.
@@ -121,9 +122,13 @@ TEST(CudaMhc, PreManyTokens) {
   check_mhc_pre(2731, 264, 50, fast);   // 32-token tiles with the narrow last slice
   check_mhc_pre(70, 10240, 51, fast);   // past the cluster kernel's shared memory (24 * D bytes per rank)
   check_mhc_pre(63, 4096, 53, fast);    // below the tiles: the per-token blocks
-  // The exact tier keeps the per-token blocks at every token count: the CPU's bits.
-  check_mhc_pre(200, 4096, 45);
-  check_mhc_pre(300, 4096, 46);
+  // The exact tier keeps the per-token blocks at every token count. Their double sums (per 512-input
+  // slice, then the slices in order) are not the CPU's serial double sum: at these sizes a float ulp apart
+  // in a few values (H100 2026-12-06: 1 of 800 `post` at 200 tokens, 22 of 4,800 `comb` at 300 -- the
+  // tiles of the fast tier gave the very same values), so the exact tier's bit-identity with the CPU is
+  // shown up to 33 tokens (above) and held to the chain tolerance here (docs/cuda.md, "Numerical fidelity").
+  check_mhc_pre(200, 4096, 45, KernelTier::Exact, true);
+  check_mhc_pre(300, 4096, 46, KernelTier::Exact, true);
   check_mhc_pre(3, 10240, 52);
 }
 
