@@ -83,7 +83,7 @@ static_assert(kRows % 4 == 0 && kPartChunk % kTileCols == 0 && kTileCols % 64 ==
 
 template <int TM>
 __device__ __forceinline__ int tile_x_pos(int t) {  // token t's place in a staged row: lane pairs adjacent
-  if constexpr (TM == 1) return t;
+  static_assert(TM % 2 == 0, "tokens are staged in pairs");
   const int j = t >> 3, tg = t & 7;
   return (((j >> 1) * 8 + tg) << 1) + (j & 1);
 }
@@ -577,11 +577,12 @@ __global__ void mhc_post_kernel(MhcPostParams p, int col_slices) {
 }
 
 int mix_slices(int n, int D) { return int(ceil_div(int64_t(n) * D, kPartChunk)); }
-// Pass 1's form: the exact tier and calls below kTileMinTokens take the per-token blocks (the exact tier's
-// double sums in that kernel's order give the CPU's floats; the tiles' order, rarely, a float ulp apart:
-// H100 2026-12-06, 200-300 tokens); the fast tier's larger calls take tiles of 16 tokens while tiles of 32
-// would give fewer than kTileWideBlocks blocks (about 2 per SM). 64: at 32 tokens the tiles measured
-// slower than the per-token blocks (H100, decode batch 32).
+// Pass 1's form: the exact tier and calls below kTileMinTokens take the per-token blocks (the exact tier
+// keeps the kernel its CPU comparisons were made with; at 200-300 tokens it and the tiles both round a
+// few mixes a float ulp from the CPU's serial sum, the same values: docs/cuda.md "Numerical fidelity");
+// the fast tier's larger calls take tiles of 16 tokens while tiles of 32 would give fewer than
+// kTileWideBlocks blocks (about 2 per SM). 64: at 32 tokens the tiles measured slower than the
+// per-token blocks (H100 2026-12-06, decode batch 32).
 constexpr int64_t kTileMinTokens = 64;
 constexpr int64_t kTileWideBlocks = 256;
 

@@ -310,7 +310,7 @@ MoeCall begin_call(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspac
   MoeCall c{.ctx = ctx, .w = w, .ws = ws, .x = x, .T = T, .P = T};
   if (shared_on_lt(ctx, w, T, shared)) {
     c.plans = &ws.plans(ctx, T);
-    c.P = c.plans->up->padded_tokens();  // code_rows
+    c.P = c.plans->up->padded_tokens();  // code_rows(), from the plans already fetched
   }
   const MoeWorkspace::RoutedCodes& rc = ws.route_codes;
   const bool have = rc.x == x && rc.T == T && rc.P == c.P;

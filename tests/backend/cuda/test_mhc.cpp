@@ -61,8 +61,9 @@ void check_mhc_pre(int64_t tokens, int D, uint64_t seed, KernelTier tier = Kerne
     cpu::mhc_collapse(Xt, kN, D, &rpre[size_t(t * kN)], &ru[size_t(t * D)]);
   }
   const bool fast = tier == KernelTier::Fast;
-  // The fast tier's mixes from many tokens sum in token tiles (a free order of the double sums): the
-  // coefficients within fp32 chain rounding, u within a bf16 ulp.
+  // The fast tier's mixes from many tokens sum in token tiles (another order of the double sums), and
+  // the exact tier's per-token kernel at many tokens is a float ulp from the CPU in a few mixes
+  // (PreManyTokens): the coefficients within fp32 chain rounding, u within a bf16 ulp.
   const Tol coeff_tol = fast || chain ? Tol::F32Chain : Tol::Exact, u_tol = fast || chain ? Tol::Bf16 : Tol::Exact;
   const std::string tag = std::string(fast ? " fast" : "") + " tokens=" + std::to_string(tokens) + " D=" + std::to_string(D);
   // Bit-exact: the double mixes round to the same floats (the sums differ only in order, far below a
