@@ -1,6 +1,6 @@
 // Microbenchmark of the grouped FP4 x FP8 routed-expert GEMM (backend/cuda/fp4_grouped_mma.h) at the
 // DeepSeek-V4-Flash MoE shapes: 256 experts, D 4096, I 2048, 6 picks per token, uniform random routing,
-// T = 1024 / 2048 / 8192 tokens, both promotions (Per32, Per128; the scales fold). Times w1|w3 (indirect rows, [2I, D]) and w2 (plain rows, [D, I]) as
+// T = 1024 / 2048 / 8192 tokens. Times w1|w3 (indirect rows, [2I, D]) and w2 (plain rows, [D, I]) as
 // one graph each (median of replays, CUDA events); TFLOP/s of the useful FLOPs (2 * n * out * K) vs
 // the 1410 TFLOP/s FP8 ceiling and GB/s of the weight bytes. Usage: bench_fp4_grouped (no arguments).
 #include <cuda_runtime.h>
@@ -104,28 +104,24 @@ void bench_fp4_grouped(const DeviceContext& ctx) {
     m2.y = y2.get();
     m2.out = D;
     m2.K = I;
-    for (const Fp4Promotion promotion : {Fp4Promotion::Per32, Fp4Promotion::Per128}) {
-      m.promotion = m2.promotion = promotion;
-      const char* pname = promotion == Fp4Promotion::Per128 ? "per128" : "per32";
-      const double us13 = graph_time_us(
-          ctx, 2,
-          [&](int) {
-            fp4_grouped_schedule(ctx, sp);
-            fp4_grouped_mma(ctx, m);
-          },
-          1, 7);
-      const double us2 = graph_time_us(ctx, 2, [&](int) { fp4_grouped_mma(ctx, m2); }, 1, 7);
-      const double f13 = 2.0 * double(n) * double(2 * I) * double(D), f2 = 2.0 * double(n) * double(D) * double(I);
-      const double b13 = double(w13.size() + w13s.size()), b2 = double(w2.size() + w2s.size());
-      auto line = [&](const char* what, double us, double flops, double bytes) {
-        const double tf = flops / us * 1e-6;
-        std::printf("fp4 grouped mma %-6s %-6s T=%-5lld n=%-6lld %9.1f us %8.1f TFLOP/s (%5.1f%% of FP8 peak) %7.0f GB/s weights\n",
-                    pname, what, (long long)T, (long long)n, us, tf, 100.0 * tf / kFp8Peak, bytes / us * 1e-3);
-      };
-      line("w1|w3", us13, f13, b13);
-      line("w2", us2, f2, b2);
-      line("total", us13 + us2, f13 + f2, b13 + b2);
-    }
+    const double us13 = graph_time_us(
+        ctx, 2,
+        [&](int) {
+          fp4_grouped_schedule(ctx, sp);
+          fp4_grouped_mma(ctx, m);
+        },
+        1, 7);
+    const double us2 = graph_time_us(ctx, 2, [&](int) { fp4_grouped_mma(ctx, m2); }, 1, 7);
+    const double f13 = 2.0 * double(n) * double(2 * I) * double(D), f2 = 2.0 * double(n) * double(D) * double(I);
+    const double b13 = double(w13.size() + w13s.size()), b2 = double(w2.size() + w2s.size());
+    auto line = [&](const char* what, double us, double flops, double bytes) {
+      const double tf = flops / us * 1e-6;
+      std::printf("fp4 grouped mma %-6s T=%-5lld n=%-6lld %9.1f us %8.1f TFLOP/s (%5.1f%% of FP8 peak) %7.0f GB/s weights\n",
+                  what, (long long)T, (long long)n, us, tf, 100.0 * tf / kFp8Peak, bytes / us * 1e-3);
+    };
+    line("w1|w3", us13, f13, b13);
+    line("w2", us2, f2, b2);
+    line("total", us13 + us2, f13 + f2, b13 + b2);
   }
 }
 

@@ -32,7 +32,6 @@ constexpr int kSlotBytes = 1024 + 64;
 constexpr int kStageBytes = kActBytes + kActScaleBytes + kWarps * kSlotBytes;
 constexpr int kSmemBytes = kStages * kStageBytes;
 static_assert(4 * kScaleStride * 4 <= kActScaleBytes && kStageBytes % 128 == 0, "stage layout");
-static_assert(kStages - 1 >= 2 && kStages <= 32, "Per128 judges a chunk's scales one issue after loading them");
 static_assert(kBN * kOutPitch * int(sizeof(bf16)) <= kSmemBytes, "the output tile fits the ring");
 
 // ---- tile schedule: exclusive scan of ceil(count / rows_per_tile) over the experts, one block.
@@ -68,37 +67,13 @@ __global__ void row_weights_kernel(const int32_t* rows, const float* weights, fl
 // ---- device helpers.
 
 // Eight e2m1 nibbles of w -> two words of four e4m3 bytes: lo from nibbles 0-3, hi from nibbles 4-7 (nibble
-// q of the half -> byte q). The magnitude codes come from two table words (nibble magnitude m -> byte m of
-// tlo:thi): kE2m1Lo:kE2m1Hi hold 0, 0.5, 1, 1.5, 2, 3, 4, 6 (e4m3 0x00, 0x30, 0x38, 0x3C, 0x40, 0x44, 0x48,
-// 0x4C; exact), e2m1_table shifted ones. The sign of nibble q (bit 4q + 3) is bit 7 of byte q / 2 of w << 4
-// (q even) or of w (q odd), gathered by a second byte_perm.
-constexpr uint32_t kE2m1Lo = 0x3C383000u, kE2m1Hi = 0x4C484440u;
-__device__ __forceinline__ void e2m1x8_to_e4m3x8(uint32_t w, uint32_t tlo, uint32_t thi, uint32_t& lo, uint32_t& hi) {
+// q of the half -> byte q). Exact: the magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6 are the e4m3 codes 0x00, 0x30,
+// 0x38, 0x3C, 0x40, 0x44, 0x48, 0x4C (one byte_perm looks up four); the sign of nibble q (bit 4q + 3) is bit
+// 7 of byte q / 2 of w << 4 (q even) or of w (q odd), gathered by a second byte_perm.
+__device__ __forceinline__ void e2m1x8_to_e4m3x8(uint32_t w, uint32_t& lo, uint32_t& hi) {
   const uint32_t m = w & 0x77777777u, u = w << 4;
-  lo = __byte_perm(tlo, thi, m) | (__byte_perm(u, w, 0x5140u) & 0x80808080u);
-  hi = __byte_perm(tlo, thi, m >> 16) | (__byte_perm(u, w, 0x7362u) & 0x80808080u);
-}
-
-// The table of e2m1 x 2^d, -5 <= d <= 6: every nonzero code's exponent field (bits 3-6) + d. Exact: the
-// smallest magnitude 0.5 x 2^-5 is e4m3's smallest normal 2^-6 (0x08), the largest 6 x 2^6 = 384 (0x7C);
-// the per-byte sums never carry or borrow across bytes.
-__device__ __forceinline__ void e2m1_table(int d, uint32_t& tlo, uint32_t& thi) {
-  tlo = kE2m1Lo + uint32_t(d) * 0x08080800u;  // byte 0 (zero) stays 0
-  thi = kE2m1Hi + uint32_t(d) * 0x08080808u;
-}
-
-// Per-128 promotion of a weight row over one chunk (its four E8M0 scale bytes s0..s3 in `s`): the shifts
-// d_i = s_i - (max - 6) are in [-5, 6] when max - min <= 11; the row's chunk scale is then 2^(max - 6 - 127),
-// a normal float when 7 <= max <= 254 (255 is E8M0's NaN).
-__device__ __forceinline__ bool e8m0x4_foldable(uint32_t s) {
-  uint32_t mx = __vmaxu4(s, s >> 16), mn = __vminu4(s, s >> 16);
-  mx = __vmaxu4(mx, mx >> 8) & 0xFFu;
-  mn = __vminu4(mn, mn >> 8) & 0xFFu;
-  return mx - mn <= 11u && mx >= 7u && mx <= 254u;
-}
-__device__ __forceinline__ int e8m0x4_fold_base(uint32_t s) {
-  const uint32_t mx = __vmaxu4(s, s >> 16);
-  return int(__vmaxu4(mx, mx >> 8) & 0xFFu) - 6;
+  lo = __byte_perm(0x3C383000u, 0x4C484440u, m) | (__byte_perm(u, w, 0x5140u) & 0x80808080u);
+  hi = __byte_perm(0x3C383000u, 0x4C484440u, m >> 16) | (__byte_perm(u, w, 0x7362u) & 0x80808080u);
 }
 
 __device__ __forceinline__ float e8m0_to_f32(uint32_t s) {
@@ -114,15 +89,8 @@ __device__ __forceinline__ void cp_async4_zfill(uint32_t dst, const void* src, u
 // Every thread issues one cp.async group per chunk (its warp's weight slot, its share of the activation
 // rows and scales), kStages - 1 chunks ahead; chunk c waits for its group, then one barrier makes the
 // stage visible to all warps (and the tensor cores) and frees the stage of chunk c - 1 for chunk
-// c + kStages - 1. Promotion (Fp4GroupedMmaParams::promotion):
-//  - Per32: each 32-k step is one MMA into a fresh accumulator, waited for and promoted at once with the
-//    weight row's 32-k scale;
-//  - Per128, in the chunks whose every weight row's four scales e8m0x4_foldable accepts (one vote of the
-//    CTA at the chunk's barrier, the scale words having been read by the lanes that copy them, judged one
-//    issue later): the 32-k scales are folded into the e4m3 operand (e2m1 x 2^d, exact), the chunk's four
-//    MMAs chain into one accumulator, promoted once with 2^(base - 127) x the activation scale; other
-//    chunks as Per32.
-// Two CTAs per SM (four warpgroups) overlap one warpgroup's MMA with the others' promotion.
+// c + kStages - 1. Each 32-k step is one MMA into a fresh accumulator, waited for and promoted at once;
+// two CTAs per SM (four warpgroups) overlap one warpgroup's MMA with the others' promotion.
 __global__ void __launch_bounds__(kThreads, 2) grouped_mma_kernel(Fp4GroupedMmaParams p) {
   const int tile = int(blockIdx.y);
   if (tile >= p.tiles[0]) return;
@@ -171,27 +139,13 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_mma_kernel(Fp4GroupedMmaP
   }
   const uint32_t x_dst = smem0 + kActBytes + 4 * (((tid & 7) >> 1) * kScaleStride + 2 * ((tid >> 3) & 7) + (tid & 1));
 
-  // Per128: bit c % 32 of unfoldable is set when a weight row of this thread's copies cannot fold in chunk c.
-  // Lanes < 16 also load the scale word they copy; it is judged at the next issue (its load has had a
-  // chunk's time), at the latest one issue before the chunk's barrier (kStages - 1 >= 2 issues ahead).
-  const bool per128 = p.promotion == Fp4Promotion::Per128;
-  uint32_t unfoldable = 0, judged_word = 0;
-  int judged_c = -1;
   int issue_c = 0;
   uint32_t issue_off = 0;
   auto issue = [&]() {
-    if (judged_c >= 0) unfoldable |= uint32_t(!e8m0x4_foldable(judged_word)) << (judged_c & 31);
-    judged_c = -1;
     if (issue_c < nC) {
       cp_async16(w_dst + issue_off + lane * 16, wsrc);
       cp_async16(w_dst + issue_off + 512 + lane * 16, wsrc + 512);
-      if (lane < 16) {
-        cp_async4(w_dst + issue_off + 1024 + lane * 4, ssrc);
-        if (per128) {
-          judged_word = __ldg(reinterpret_cast<const uint32_t*>(ssrc));
-          judged_c = issue_c;
-        }
-      }
+      if (lane < 16) cp_async4(w_dst + issue_off + 1024 + lane * 4, ssrc);
 #pragma unroll
       for (int m = 0; m < 4; ++m)
 #pragma unroll
@@ -218,10 +172,8 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_mma_kernel(Fp4GroupedMmaP
   for (int c = 0; c < nC; ++c) {
     cp_async_wait<kStages - 2>();  // this thread's copies of chunk c have landed
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the activations are read by the tensor cores
-    // ... everyone's; and every warp is done with chunk c - 1 (its MMAs waited for). The vote: may chunk c fold?
-    const bool fold = !__syncthreads_or(per128 ? int((unfoldable >> (c & 31)) & 1u) : 1);
-    unfoldable &= ~(1u << (c & 31));
-    issue();  // chunk c + kStages - 1 into the stage of chunk c - 1
+    __syncthreads();  // ... everyone's; and every warp is done with chunk c - 1 (its MMAs waited for)
+    issue();          // chunk c + kStages - 1 into the stage of chunk c - 1
 
     const uint8_t* stage = smem + cons_off;
     const uint8_t* slot = stage + kActBytes + kActScaleBytes + w8 * kSlotBytes;
@@ -229,12 +181,27 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_mma_kernel(Fp4GroupedMmaP
     const uint4 wq1 = *reinterpret_cast<const uint4*>(slot + 512 + lane * 16);  // row g + 8
     const uint32_t ws0 = *reinterpret_cast<const uint32_t*>(slot + 1024 + g * 4);
     const uint32_t ws1 = *reinterpret_cast<const uint32_t*>(slot + 1024 + (g + 8) * 4);
-    // acc[4 jj + i] += tmp[4 jj + i] * (row scale: sw0 for i < 2, sw1 else) * (column scale of 8 jj + 2t + i % 2).
-    auto promote = [&](float sw0, float sw1) {
-      float4 sa[4];  // columns 8 jj + 2t, + 1 for jj = 0..7
+    float4 sa[4];  // columns 8 jj + 2t, + 1 for jj = 0..7
 #pragma unroll
-      for (int q = 0; q < 4; ++q)
-        sa[q] = *reinterpret_cast<const float4*>(stage + kActBytes + 4 * (t * kScaleStride + 4 * q));
+    for (int q = 0; q < 4; ++q)
+      sa[q] = *reinterpret_cast<const float4*>(stage + kActBytes + 4 * (t * kScaleStride + 4 * q));
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      uint32_t a[4];
+      e2m1x8_to_e4m3x8(word_of(wq0, kk), a[0], a[2]);
+      e2m1x8_to_e4m3x8(word_of(wq1, kk), a[1], a[3]);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) fence_u32(a[i]);
+      asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+      wgmma_rs<64>(tmp, a, smem_desc(stage + kk * 256, 128, 1024), false);
+      asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+      asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#pragma unroll
+      for (int j = 0; j < 32; ++j) fence_f32(tmp[j]);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) fence_u32(a[i]);
+      const float sw0 = e8m0_to_f32((ws0 >> (8 * kk)) & 0xFFu);
+      const float sw1 = e8m0_to_f32((ws1 >> (8 * kk)) & 0xFFu);
 #pragma unroll
       for (int jj = 0; jj < 8; ++jj) {
         const float sx = (jj & 1) ? sa[jj >> 1].z : sa[jj >> 1].x;
@@ -243,52 +210,6 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_mma_kernel(Fp4GroupedMmaP
         acc[4 * jj + 1] = fmaf(tmp[4 * jj + 1] * sw0, sy, acc[4 * jj + 1]);
         acc[4 * jj + 2] = fmaf(tmp[4 * jj + 2] * sw1, sx, acc[4 * jj + 2]);
         acc[4 * jj + 3] = fmaf(tmp[4 * jj + 3] * sw1, sy, acc[4 * jj + 3]);
-      }
-    };
-    if (fold) {
-      const int b0 = e8m0x4_fold_base(ws0), b1 = e8m0x4_fold_base(ws1);
-      uint32_t a[4][4];
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        uint32_t tlo0, thi0, tlo1, thi1;
-        e2m1_table(int((ws0 >> (8 * kk)) & 0xFFu) - b0, tlo0, thi0);
-        e2m1_table(int((ws1 >> (8 * kk)) & 0xFFu) - b1, tlo1, thi1);
-        e2m1x8_to_e4m3x8(word_of(wq0, kk), tlo0, thi0, a[kk][0], a[kk][2]);
-        e2m1x8_to_e4m3x8(word_of(wq1, kk), tlo1, thi1, a[kk][1], a[kk][3]);
-      }
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) fence_u32(a[kk][i]);
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) wgmma_rs<64>(tmp, a[kk], smem_desc(stage + kk * 256, 128, 1024), kk > 0);
-      wgmma_commit();
-      wgmma_wait<0>();
-#pragma unroll
-      for (int j = 0; j < 32; ++j) fence_f32(tmp[j]);
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) fence_u32(a[kk][i]);
-      promote(__uint_as_float(uint32_t(b0) << 23), __uint_as_float(uint32_t(b1) << 23));
-    } else {
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        uint32_t a[4];
-        e2m1x8_to_e4m3x8(word_of(wq0, kk), kE2m1Lo, kE2m1Hi, a[0], a[2]);
-        e2m1x8_to_e4m3x8(word_of(wq1, kk), kE2m1Lo, kE2m1Hi, a[1], a[3]);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) fence_u32(a[i]);
-        wgmma_fence();
-        wgmma_rs<64>(tmp, a, smem_desc(stage + kk * 256, 128, 1024), false);
-        wgmma_commit();
-        wgmma_wait<0>();
-#pragma unroll
-        for (int j = 0; j < 32; ++j) fence_f32(tmp[j]);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) fence_u32(a[i]);
-        promote(e8m0_to_f32((ws0 >> (8 * kk)) & 0xFFu), e8m0_to_f32((ws1 >> (8 * kk)) & 0xFFu));
       }
     }
     cons_off = cons_off + kStageBytes == uint32_t(kSmemBytes) ? 0u : cons_off + kStageBytes;

@@ -14,13 +14,12 @@
 // converted to e4m3 there (e2m1 values are exact in e4m3), and feed wgmma.m64n64k32.e4m3 as register A;
 // the activations are read by the MMA from shared memory (K-major core
 // matrices, no swizzle), with their k order inside each 32-block permuted the same way as the weight
-// fragment's (a dot product is invariant under a common permutation of k). Per32: each 32-k step is one
-// MMA into a fresh fp32 accumulator promoted into the main one with sw(o, 32-block) * sa(row, 128-block) on
-// the CUDA cores (exact scaling; Hopper's reduced-precision FP8 accumulation sees 32 products at a time).
-// Per128: the four 32-k steps of a chunk chain in one accumulator (128 products, DeepGEMM's promotion
-// interval), a quarter of the promotions and MMA waits.
+// fragment's (a dot product is invariant under a common permutation of k). Each 32-k step is one MMA
+// into a fresh fp32 accumulator promoted into the main one with sw(o, 32-block) * sa(row, 128-block) on
+// the CUDA cores: the scaling is exact, and Hopper's reduced-precision FP8 accumulation sees only 32
+// products at a time.
 // Numerics: not bit-identical to the CPU (summation order; the tensor core's accumulation inside a
-// 32-k step or a 128-k chunk); expected rel-L2 ~1e-3 against the fp32 CPU twin (bf16 output). Inputs whose partial sums
+// 32-k step); expected rel-L2 ~1e-3 against the fp32 CPU twin (bf16 output). Inputs whose partial sums
 // are exact at any order (small integers, unit scales) give the twin's result bit for bit.
 // CPU twin: tests/backend/cuda/test_fp4_grouped_mma.cpp (dequantize with core/dtype.h helpers, fp32 matmul).
 #pragma once
@@ -63,13 +62,6 @@ void fp4_grouped_schedule(const DeviceContext& ctx, const Fp4GroupedSchedulePara
 void moe_plan_row_weights(const DeviceContext& ctx, const int32_t* rows, const float* weights, float* w_rows, int64_t n);
 
 // ---- The grouped GEMM.
-// How the MMAs' partial sums reach the fp32 accumulator. Per32: every 32-k block, with its weight scale
-// (the exact tier). Per128 (the fast tier): every 128-k chunk, the weight row's four 32-k scales folded into
-// the e4m3 operand (e2m1 x 2^(s - base), exact) -- in the chunks where every row's four scales lie within a
-// factor 2^11 (else that chunk is Per32) -- so four MMAs chain before one promotion, as DeepSeek's FP8 GEMMs
-// promote every 128 k.
-enum class Fp4Promotion { Per32, Per128 };
-
 struct Fp4GroupedMmaParams {
   // A: FP8 activation rows. Scale of (source row s, 128-k block b) at xs[s * xs_row_stride + b * xs_block_stride]
   // (w1|w3: the block-major xs of the layer, row stride 1, block stride P; w2: row-major hs, I/128 and 1).
@@ -89,7 +81,6 @@ struct Fp4GroupedMmaParams {
   int64_t n = 0;                     // plan rows (sum of counts)
   int64_t out = 0, K = 0;            // out % 128 == 0, K % 128 == 0
   int E = 0;
-  Fp4Promotion promotion = Fp4Promotion::Per32;
 };
 void fp4_grouped_mma(const DeviceContext& ctx, const Fp4GroupedMmaParams& p);
 

@@ -31,13 +31,12 @@ GroupedRouted moe_routed_grouped(const DeviceContext& ctx, const DevMoeWeights& 
   if (w.dense_experts) fail("moe_routed_grouped: FP4 routed experts only");
   if (ws.D != D || ws.I != I || ws.E != E) fail("moe_routed_grouped: workspace shapes differ from the layer's held experts");
   const MoePlanRefs plan = moe_plan_tiles(ctx, ws, ids, weights, n, int(E), kFp4GroupedTileRows);
-  const Fp4Promotion promotion = ctx.kernels() == KernelTier::Fast ? Fp4Promotion::Per128 : Fp4Promotion::Per32;
 
   // w1 | w3: the token rows of xq through the plan.
   fp4_grouped_mma(ctx, {.xq = xq, .xs = xs, .xs_row_stride = 1, .xs_block_stride = P, .rows = plan.rows,
                         .picks = int(k), .w = w.w13.get(), .w_scales = w.w13_scales.get(), .counts = plan.counts,
                         .offsets = plan.offsets, .tiles = ws.tiles.get(), .y = ws.y13.get(), .n = n, .out = 2 * I,
-                        .K = D, .E = int(E), .promotion = promotion});
+                        .K = D, .E = int(E)});
 
   swiglu_gate_up_quant(ctx, ws.y13.get(), ws.w_rows.get(), n, I, w.swiglu_limit, ws.hq.get(), ws.hs.get());
 
@@ -45,7 +44,7 @@ GroupedRouted moe_routed_grouped(const DeviceContext& ctx, const DevMoeWeights& 
   fp4_grouped_mma(ctx, {.xq = ws.hq.get(), .xs = ws.hs.get(), .xs_row_stride = I / 128, .xs_block_stride = 1,
                         .rows = nullptr, .picks = 1, .w = w.w2.get(), .w_scales = w.w2_scales.get(),
                         .counts = plan.counts, .offsets = plan.offsets, .tiles = ws.tiles.get(), .y = ws.y2.get(),
-                        .n = n, .out = D, .K = I, .E = int(E), .promotion = promotion});
+                        .n = n, .out = D, .K = I, .E = int(E)});
   return {.y2 = ws.y2.get(), .entry_row = ws.entry_row.get()};
 }
 

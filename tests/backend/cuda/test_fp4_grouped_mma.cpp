@@ -1,11 +1,9 @@
 // The grouped FP4 x FP8 expert GEMM (backend/cuda/fp4_grouped_mma.h) against its CPU twin: dequantize the
 // checkpoint formats (core/dtype.h) and multiply in fp32 (double sums). Uneven experts (0, 1 rows, counts
 // not a multiple of the 64-row tile), both the indirect (w1|w3) and plain (w2) row modes, small and
-// Flash-like K; plus exactness cases whose sums are exact at any order (small integers, power-of-two scales).
-// Both promotions: Per32, and Per128 with chunks that fold their scales and chunks that cannot.
+// Flash-like K; plus an exactness case whose sums are exact at any order (small integers, unit scales).
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <numeric>
@@ -24,12 +22,8 @@ struct Case {
   int64_t out = 0, K = 0;
   bool indirect = false;
   int picks = 2;
-  bool exact = false;  // small integer data (power-of-two scales): sums exact at any order, bit-exact
+  bool exact = false;  // integer-valued data, unit scales: bit-exact
   uint64_t seed = 1;
-  Fp4Promotion promotion = Fp4Promotion::Per32;
-  int scale_lo = 118, scale_hi = 130;  // E8M0 weight scales, uniform
-  int outlier_one_in = 0;  // > 0: about one weight scale in this many is scale_lo + 12 instead (under Per128 its
-                           // chunk folds only where that row's other scales of the chunk exceed scale_lo)
 };
 
 // e2m1 codes with magnitude <= 2 (values 0, +-0.5 .. +-2) and e4m3 codes of small integers keep the
@@ -76,33 +70,7 @@ void run_case(const Case& cs) {
   for (int e = 0; e < E; ++e)
     pack_fp4_tiled(packed.data() + size_t(e * out * K / 2), out, K, tiled.data() + size_t(e * out * K / 2));
   std::vector<uint8_t> wsc(size_t(E * out * K / 32));
-  for (uint8_t& s : wsc) {
-    s = uint8_t(rng.uniform_int(cs.scale_lo, cs.scale_hi));
-    if (cs.outlier_one_in > 0 && rng.uniform_int(1, cs.outlier_one_in) == 1) s = uint8_t(cs.scale_lo + 12);
-  }
-
-  // Per128's coverage: the (expert, 128-feature block, 128-k chunk) steps of the tiles that fold (every row's
-  // four scales within 2^11) and those that run Per32; the mixed cases must have both.
-  if (cs.promotion == Fp4Promotion::Per128) {
-    int folded = 0, per32 = 0;
-    for (int e = 0; e < E; ++e) {
-      if (cs.counts[size_t(e)] == 0) continue;
-      for (int64_t o0 = 0; o0 < out; o0 += kFp4GroupedTileOut)
-        for (int64_t c = 0; c < K / 128; ++c) {
-          bool fold = true;
-          for (int64_t o = o0; o < o0 + kFp4GroupedTileOut; ++o) {
-            const uint8_t* sc = wsc.data() + size_t((e * out + o) * (K / 32) + 4 * c);
-            const int mx = *std::max_element(sc, sc + 4), mn = *std::min_element(sc, sc + 4);
-            fold = fold && mx - mn <= 11;
-          }
-          (fold ? folded : per32)++;
-        }
-    }
-    std::printf("per128 steps: %d folded, %d per32\n", folded, per32);
-    EXPECT_GT(folded, 0);
-    if (cs.outlier_one_in > 0) EXPECT_GT(per32, 0);
-    else EXPECT_EQ(per32, 0);
-  }
+  for (uint8_t& s : wsc) s = cs.exact ? 127 : uint8_t(rng.uniform_int(118, 130));
 
   // CPU twin.
   std::vector<float> ref(size_t(n * out));
@@ -152,15 +120,13 @@ void run_case(const Case& cs) {
   p.out = out;
   p.K = K;
   p.E = E;
-  p.promotion = cs.promotion;
   fp4_grouped_mma(ctx, p);
   ctx.synchronize();
   if (n == 0) return;
   const std::vector<float> got = from_bf16(y.download("y"));
   char what[160];
-  std::snprintf(what, sizeof what, "fp4_grouped_mma %s %s n=%lld out=%lld K=%lld E=%d%s", cs.indirect ? "indirect" : "plain",
-                cs.promotion == Fp4Promotion::Per128 ? "per128" : "per32", (long long)n, (long long)out, (long long)K, E,
-                cs.exact ? " exact" : "");
+  std::snprintf(what, sizeof what, "fp4_grouped_mma %s n=%lld out=%lld K=%lld E=%d%s", cs.indirect ? "indirect" : "plain",
+                (long long)n, (long long)out, (long long)K, E, cs.exact ? " exact" : "");
   if (cs.exact) {
     EXPECT_TRUE(compare(what, got, ref, Tol::Exact).ok);
     return;
@@ -220,48 +186,12 @@ TEST(CudaFp4GroupedMma, ScheduleCoversThePlan) {
   EXPECT_EQ(wr.download("w_rows"), (std::vector<float>{3.0f, 0.5f, 2.0f, 2.0f, 4.0f}));
 }
 
-// Per32 (the exact tier's promotion).
-TEST(CudaFp4GroupedMma, ExactIndirect) {
-  run_case({.counts = {3, 0, 70, 1}, .out = 256, .K = 512, .indirect = true, .picks = 2, .exact = true, .seed = 11,
-            .scale_lo = 127, .scale_hi = 127});
-}
-TEST(CudaFp4GroupedMma, ExactPlain) {
-  run_case({.counts = {65, 2, 0, 17}, .out = 128, .K = 256, .picks = 1, .exact = true, .seed = 12, .scale_lo = 127,
-            .scale_hi = 127});
-}
-TEST(CudaFp4GroupedMma, SmallIndirect) {
-  run_case({.counts = {0, 1, 64, 129, 5, 0, 33, 64}, .out = 512, .K = 256, .indirect = true, .picks = 2, .seed = 13});
-}
-TEST(CudaFp4GroupedMma, SmallPlain) { run_case({.counts = {7, 0, 1, 100}, .out = 256, .K = 128, .picks = 1, .seed = 14}); }
-TEST(CudaFp4GroupedMma, FlashKIndirect) {
-  run_case({.counts = {40, 0, 1, 77}, .out = 256, .K = 4096, .indirect = true, .picks = 6, .seed = 15});
-}
-TEST(CudaFp4GroupedMma, FlashKPlain) { run_case({.counts = {1, 66, 0, 31}, .out = 128, .K = 2048, .picks = 1, .seed = 16}); }
-
-// Per128 (the fast tier's): the four 32-k scales of a chunk folded into the operand where they lie within
-// 2^11 of each other. Exact sums: scales 2^-3 .. 2^0 (shifts -5 .. 0 below the chunk's largest), outliers
-// 2^9 (a chunk folds with them where the row's other three scales are >= 2^-2, else runs Per32): bit-exact
-// either way, so a wrong shift table or a wrong per-chunk vote shows.
-TEST(CudaFp4GroupedMma, Per128ExactFolded) {
-  run_case({.counts = {3, 0, 70, 1}, .out = 256, .K = 512, .indirect = true, .picks = 2, .exact = true, .seed = 21,
-            .promotion = Fp4Promotion::Per128, .scale_lo = 124, .scale_hi = 127});
-}
-TEST(CudaFp4GroupedMma, Per128ExactMixedChunks) {
-  run_case({.counts = {65, 2, 0, 17, 130}, .out = 256, .K = 512, .picks = 1, .exact = true, .seed = 22,
-            .promotion = Fp4Promotion::Per128, .scale_lo = 124, .scale_hi = 127, .outlier_one_in = 512});
-}
-TEST(CudaFp4GroupedMma, Per128FlashKIndirect) {
-  run_case({.counts = {40, 0, 1, 77, 256}, .out = 256, .K = 4096, .indirect = true, .picks = 6, .seed = 23,
-            .promotion = Fp4Promotion::Per128, .scale_lo = 119, .scale_hi = 130});
-}
-TEST(CudaFp4GroupedMma, Per128FlashKPlainMixedChunks) {
-  run_case({.counts = {1, 66, 0, 31}, .out = 128, .K = 2048, .picks = 1, .seed = 24, .promotion = Fp4Promotion::Per128,
-            .scale_lo = 119, .scale_hi = 124, .outlier_one_in = 512});
-}
-TEST(CudaFp4GroupedMma, Per128SmallK) {
-  run_case({.counts = {7, 0, 1, 100}, .out = 256, .K = 128, .picks = 1, .seed = 25, .promotion = Fp4Promotion::Per128,
-            .scale_lo = 120, .scale_hi = 126});
-}
+TEST(CudaFp4GroupedMma, ExactIndirect) { run_case({{3, 0, 70, 1}, 256, 512, true, 2, true, 11}); }
+TEST(CudaFp4GroupedMma, ExactPlain) { run_case({{65, 2, 0, 17}, 128, 256, false, 1, true, 12}); }
+TEST(CudaFp4GroupedMma, SmallIndirect) { run_case({{0, 1, 64, 129, 5, 0, 33, 64}, 512, 256, true, 2, false, 13}); }
+TEST(CudaFp4GroupedMma, SmallPlain) { run_case({{7, 0, 1, 100}, 256, 128, false, 1, false, 14}); }
+TEST(CudaFp4GroupedMma, FlashKIndirect) { run_case({{40, 0, 1, 77}, 256, 4096, true, 6, false, 15}); }
+TEST(CudaFp4GroupedMma, FlashKPlain) { run_case({{1, 66, 0, 31}, 128, 2048, false, 1, false, 16}); }
 
 }  // namespace
 }  // namespace dsv4::cuda::test
