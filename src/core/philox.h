@@ -5,11 +5,7 @@
 #pragma once
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define DSV4_HOST_DEVICE __host__ __device__
-#else
-#define DSV4_HOST_DEVICE
-#endif
+#include "core/host_device.h"
 
 namespace dsv4 {
 

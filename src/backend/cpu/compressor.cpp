@@ -8,6 +8,7 @@
 #include "backend/cpu/ops.h"
 #include "backend/cpu/rope_util.h"
 #include "backend/cpu/compressor.h"
+#include "core/float_math.h"
 
 namespace dsv4 {
 
@@ -43,7 +44,7 @@ void compress_chunk(const CompressorF& w, CompressorState& st, EntryView out, co
       const float mx = *std::max_element(gates.begin(), gates.end());
       float den = 0, num = 0;
       for (size_t s = 0; s < gates.size(); ++s) {
-        const float e = std::exp(gates[s] - mx);
+        const float e = exp_f32(gates[s] - mx);
         den += e;
         num += e * vals[s];
       }

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "core/dtype.h"
+#include "core/float_math.h"
 
 namespace dsv4::cpu {
 
@@ -41,16 +42,17 @@ void rms_norm(const float* x, int64_t T, int64_t dim, const float* w, float eps,
 void rope(float* x, const std::vector<float>& inv_freq, int64_t pos, bool inverse) {
   for (size_t i = 0; i < inv_freq.size(); ++i) {
     const float ang = float(pos) * inv_freq[i];
-    const float c = std::cos(ang), s = inverse ? -std::sin(ang) : std::sin(ang);
+    const float c = cos_f32(ang), s = inverse ? -sin_f32(ang) : sin_f32(ang);
     const float a = x[2 * i], b = x[2 * i + 1];
     x[2 * i] = a * c - b * s;
     x[2 * i + 1] = a * s + b * c;
   }
 }
 
-float softplus(float z) { return z > 20.0f ? z : std::log1p(std::exp(z)); }
-float silu(float z) { return z / (1.0f + std::exp(-z)); }
-float sigmoid(float z) { return 1.0f / (1.0f + std::exp(-z)); }
+// Transcendentals through core/float_math.h (double, rounded once), as the CUDA kernels compute them.
+float softplus(float z) { return z > 20.0f ? z : log1p_f32(exp_f32(z)); }
+float silu(float z) { return z / (1.0f + exp_f32(-z)); }
+float sigmoid(float z) { return 1.0f / (1.0f + exp_f32(-z)); }
 
 namespace {
 
@@ -88,7 +90,7 @@ void mhc_coeffs(const float* X, int64_t n, int64_t D, const float* fn, const flo
       mx = std::max(mx, C[j * n + k]);
     }
     float sum = 0;
-    for (int64_t k = 0; k < n; ++k) sum += (C[j * n + k] = std::exp(C[j * n + k] - mx));
+    for (int64_t k = 0; k < n; ++k) sum += (C[j * n + k] = exp_f32(C[j * n + k] - mx));
     for (int64_t k = 0; k < n; ++k) C[j * n + k] = C[j * n + k] / sum + hc_eps;
   }
   auto col_norm = [&] {
@@ -149,8 +151,8 @@ void attend_with_sink(const float* q, const float* const* keys, int64_t nkeys, i
   }
   std::fill(out, out + d, 0.0f);
   if (nkeys == 0) return;
-  float den = std::exp(sink - mx);
-  for (int64_t s = 0; s < nkeys; ++s) den += (z[size_t(s)] = std::exp(z[size_t(s)] - mx));
+  float den = exp_f32(sink - mx);
+  for (int64_t s = 0; s < nkeys; ++s) den += (z[size_t(s)] = exp_f32(z[size_t(s)] - mx));
   for (int64_t s = 0; s < nkeys; ++s) {
     const float p = round_p ? round_bf16(z[size_t(s)]) : z[size_t(s)];
     for (int64_t i = 0; i < d; ++i) out[i] += p * keys[s][i];

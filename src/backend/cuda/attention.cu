@@ -84,12 +84,12 @@ __global__ void __launch_bounds__(kThreads) sparse_attention_kernel(SparseAttent
     for (int s = lane; s < p.max_keys; s += 32) m = fmaxf(m, zg[s]);
     m = warp_max(m);
     if (m != -INFINITY)
-      for (int s = lane; s < p.max_keys; s += 32) zg[s] = cpu_expf(__fsub_rn(zg[s], m));  // exp(-inf) = 0
+      for (int s = lane; s < p.max_keys; s += 32) zg[s] = exp_f32(__fsub_rn(zg[s], m));  // exp(-inf) = 0
     __syncwarp();
     if (lane == 0) {  // the twin's denominator: the sink's term first, then the keys in list order
       float den = 0.0f;
       if (m != -INFINITY) {
-        den = cpu_expf(__fsub_rn(p.sinks[h0 + warp], m));
+        den = exp_f32(__fsub_rn(p.sinks[h0 + warp], m));
         for (int s = 0; s < p.max_keys; ++s) den = __fadd_rn(den, zg[s]);
       }
       max_s[warp] = m;

@@ -71,13 +71,13 @@ __global__ void compressor_pool_kernel(CompressorPoolParams p, int ch_blocks) {
   if (prev)
     for (int s = 0; s < m; ++s) {
       v.value(j0 - m + s, ch, a, g);
-      const float e = cpu_expf(__fsub_rn(g, mx));
+      const float e = exp_f32(__fsub_rn(g, mx));
       den = __fadd_rn(den, e);
       num = __fadd_rn(num, __fmul_rn(e, a));
     }
   for (int s = 0; s < m; ++s) {
     v.value(j0 + s, off + ch, a, g);
-    const float e = cpu_expf(__fsub_rn(g, mx));
+    const float e = exp_f32(__fsub_rn(g, mx));
     den = __fadd_rn(den, e);
     num = __fadd_rn(num, __fmul_rn(e, a));
   }

@@ -1,13 +1,17 @@
-// Transcendentals as the CPU twins compute them (glibc's float functions, which are correctly rounded
-// in all but a vanishing share of inputs): evaluated in double and rounded once to float. CUDA's
-// expf / sincosf / log1pf are up to 2 ulp off, and in official numerics one ulp can flip a later bf16
-// or FP8 rounding (docs/numerics.md). Device code only; cost is a few FP64 ops per call.
+// Transcendentals as the CPU twins compute them: core/float_math.h's exp_f32 / log1p_f32 (double, rounded
+// once to float; one definition for both sides), and sin / cos of one angle through the device's double
+// sincos. CUDA's expf / sincosf / log1pf are up to 2 ulp off, and in official numerics one ulp can flip a
+// later bf16 or FP8 rounding (docs/numerics.md). Device code only; cost is a few FP64 ops per call.
 #pragma once
+
+#include "core/float_math.h"
 
 namespace dsv4::cuda {
 
-__device__ __forceinline__ float cpu_expf(float x) { return float(exp(double(x))); }
-__device__ __forceinline__ float cpu_log1pf(float x) { return float(log1p(double(x))); }
+using dsv4::exp_f32;
+using dsv4::log1p_f32;
+
+// sin_f32 and cos_f32 of one angle (core/float_math.h) in one double sincos.
 __device__ __forceinline__ void cpu_sincosf(float x, float* s, float* c) {
   double sd, cd;
   sincos(double(x), &sd, &cd);

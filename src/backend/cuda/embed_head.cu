@@ -89,7 +89,7 @@ __global__ void __launch_bounds__(kHeadThreads) hc_head_kernel(HcHeadParams p, i
     const float rho = 1.0f / sqrtf(__fadd_rn(float(s / double(width)), p.norm_eps));
     for (int r = 0; r < p.n; ++r) {
       const float z = __fadd_rn(__fmul_rn(p.scale[0], __fmul_rn(float(m[r]), rho)), p.base[r]);
-      pre[r] = __fadd_rn(1.0f / (1.0f + cpu_expf(-z)), p.hc_eps);
+      pre[r] = __fadd_rn(1.0f / (1.0f + exp_f32(-z)), p.hc_eps);
     }
   }
   __syncthreads();

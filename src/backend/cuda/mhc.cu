@@ -17,7 +17,7 @@ constexpr int kChunk = kThreads * 8;    // columns per collapse / post block: 8 
 constexpr int kPartThreads = 64;        // mix partials: small blocks, many of them (32 per token at D 4096)
 constexpr int kPartChunk = kPartThreads * 8;
 
-__device__ __forceinline__ float sigmoid_dev(float z) { return 1.0f / (1.0f + cpu_expf(-z)); }
+__device__ __forceinline__ float sigmoid_dev(float z) { return 1.0f / (1.0f + exp_f32(-z)); }
 // scale * mix + base without FMA contraction, as the CPU twin computes it.
 __device__ __forceinline__ float affine(float s, float m, float b) { return __fadd_rn(__fmul_rn(s, m), b); }
 
@@ -266,7 +266,7 @@ __device__ float mhc_coefficients_warp(const MhcPreParams& p, const double* part
   float mx = -INFINITY;
 #pragma unroll
   for (int q = 0; q < kN; ++q) mx = fmaxf(mx, __shfl_sync(kMask, c, row0 + q));
-  c = cpu_expf(c - mx);
+  c = exp_f32(c - mx);
   c = c / row_sum(c) + p.hc_eps;
   // Column normalize, then (iters - 1) x (row, column) normalizations.
   c /= (col_sum(c) + p.hc_eps);

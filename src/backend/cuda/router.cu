@@ -150,7 +150,7 @@ __global__ void __launch_bounds__(kSelectThreads) router_scores_kernel(RouterPar
     for (int c = lane * 8; c < p.D; c += 256) acc += dot8(x + c, g + c);
     acc = warp_sum(acc);
     if (lane == 0) {
-      const float sp = acc > 20.0f ? acc : cpu_log1pf(cpu_expf(acc));
+      const float sp = acc > 20.0f ? acc : log1p_f32(exp_f32(acc));
       p.scores[t * p.E + e] = sqrtf(sp);
     }
     // With codes, expert e's warp also quantizes x's 128-blocks e, e + E, ... (one round each for Flash).
@@ -266,7 +266,7 @@ __global__ void __launch_bounds__(WT * WE * 32) router_scores_tile_kernel(Router
     const int e = e0 + we * EW + ee;
     if (t < p.T && e < p.E) {
       const float acc = v[j];
-      const float sp = acc > 20.0f ? acc : cpu_log1pf(cpu_expf(acc));
+      const float sp = acc > 20.0f ? acc : log1p_f32(exp_f32(acc));
       p.scores[t * p.E + e] = sqrtf(sp);
     }
   }

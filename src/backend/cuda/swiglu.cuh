@@ -12,7 +12,7 @@ __device__ __forceinline__ float swiglu_value(float g, float u, float w, float l
     g = fminf(g, limit);
     u = fminf(fmaxf(u, -limit), limit);
   }
-  const float silu = __fdiv_rn(g, __fadd_rn(1.0f, cpu_expf(-g)));
+  const float silu = __fdiv_rn(g, __fadd_rn(1.0f, exp_f32(-g)));
   return __fmul_rn(w, __fmul_rn(silu, u));
 }
 
