@@ -302,6 +302,7 @@ void register_inspect(CLI::App& app) {
   auto a = std::make_shared<InspectArgs>();
   a->dir = default_model_dir();
   a->plan.context = kCudaDefaultContext;
+  a->plan.max_tokens = kDefaultCallTokens;  // the commands' Model calls (cli/device.h)
   CLI::App* c = app.add_subcommand("inspect", "Summarize a checkpoint: config, tensors, formats, memory, problems");
   auto* pos = c->add_option("dir", a->dir, "Model directory (default: the bundled model)")->check(existing_dir());
   auto* m = c->add_option("-m,--model", a->dir, "Model directory (the same as DIR)")->check(existing_dir())->excludes(pos);
@@ -316,7 +317,7 @@ void register_inspect(CLI::App& app) {
       ->check(int_in(1, int64_t(1) << 40));
   c->add_option("--max-num-seqs", a->plan.sequences, "Memory plan: sequences at once over all GPUs (default 1)")
       ->check(int_in(1, int64_t(1) << 30));
-  c->add_option("--prefill-chunk", a->plan.max_tokens, "Memory plan: tokens per forward call (default 256)")
+  c->add_option("--prefill-chunk", a->plan.max_tokens, "Memory plan: tokens per forward call (default 2048, the commands' prefill pieces)")
       ->check(int_in(1, int64_t(1) << 30));
   c->add_option("--gpu-memory", a->gpu_memory_gib,
                 "Memory plan: check against GIB per GPU (default: the GPU's free memory; none on a CPU)")

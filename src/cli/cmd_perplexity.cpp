@@ -32,7 +32,7 @@ void perplexity(const PplArgs& a) {
   // One slot of W positions; the CPU runs a window in one Model call, the GPU in calls of 256 tokens
   // (its exact tier is bit-identical to the CPU up to 512 tokens per call).
   const bool cuda = use_cuda(a.gen.device, "perplexity");
-  Loaded l = load_model_and_tokenizer(a.gen, "perplexity", W, cuda ? 256 : W);
+  Loaded l = load_model_and_tokenizer(a.gen, "perplexity", W, cuda ? 0 : W);  // cuda: default_call_tokens
   if (!l.runner) return;  // a rank other than 0 of a TCP group: it made rank 0's calls
   if (a.gen.verbose)
     std::fprintf(stderr, "model %s: %lld layers | %s numerics | window %lld, stride %lld\n", a.gen.model.c_str(),

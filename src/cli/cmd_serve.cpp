@@ -36,7 +36,12 @@ struct ServeArgs {
   bool stats = false;
   int64_t prefix_cache_mib = 0;  // 0: the device's default (prefix_cache_budget)
   RankFlags ranks;               // --ranks / --gpus: data-parallel sequences over expert-parallel ranks
+  bool chunk_given = false, step_given = false;  // --prefill-chunk / --max-step-tokens on the command line
 };
+
+// Room for decodes beside a whole prefill chunk in a step's default budget (a step that cannot hold the
+// waiting chunk's decodes leaves them out: runtime/engine_schedule.h).
+constexpr int64_t kStepDecodeRoom = 512;
 
 // The prefix cache's default budget, for each data-parallel rank: 1 GiB of host memory on the CPU (the
 // bundled model's snapshots are ~0.2 MB + ~544 bytes a token); on the GPU, where snapshots are device
@@ -87,6 +92,8 @@ void serve(ServeArgs& a) {
   }
 
   const bool cuda = use_cuda(a.device, "serve");
+  if (!a.chunk_given) a.engine.prefill_chunk = default_call_tokens(cuda, a.kernels);
+  if (!a.step_given) a.engine.max_step_tokens = a.engine.prefill_chunk + kStepDecodeRoom;
   const Tokenizer tok = Tokenizer::load(a.model);
   // A slot per sequence, each of the engine's context (cuda: default the model's, capped), and Model
   // calls of the engine's prefill chunk (a decode batch of every sequence fits one).
@@ -162,11 +169,12 @@ void register_serve(CLI::App& app) {
   c->add_option("--max-num-seqs", a->engine.max_num_seqs, "Sequences generated at once")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  c->add_option("--max-step-tokens", a->engine.max_step_tokens, "Tokens (prefill + decode) per engine step")
-      ->capture_default_str()
+  c->add_option("--max-step-tokens", a->engine.max_step_tokens,
+                "Tokens (prefill + decode) per engine step (default: the prefill chunk + 512)")
       ->check(CLI::PositiveNumber);
-  c->add_option("--prefill-chunk", a->engine.prefill_chunk, "Prefill is cut at multiples of this many tokens")
-      ->capture_default_str()
+  c->add_option("--prefill-chunk", a->engine.prefill_chunk,
+                "Prefill is cut at multiples of this many tokens, the most per model call (default 2048; 512 with "
+                "--kernels exact on cuda, the most that stays bit-identical to the CPU)")
       ->check(CLI::PositiveNumber);
   c->add_option("--max-queue", a->engine.max_queue, "Requests waiting for admission before 503")
       ->capture_default_str()
@@ -228,7 +236,11 @@ void register_serve(CLI::App& app) {
   c->add_flag("--stats", a->stats, "Print the engine's counters (speculative acceptance too) on stderr at shutdown");
   add_device_option(*c, a->device, a->kernels);
   add_ranks_option(*c, a->ranks);
-  c->callback([a] { serve(*a); });
+  c->callback([a, c] {
+    a->chunk_given = c->count("--prefill-chunk") > 0;
+    a->step_given = c->count("--max-step-tokens") > 0;
+    serve(*a);
+  });
 }
 
 }  // namespace dsv4::cli

@@ -73,12 +73,17 @@ RankSpec rank_spec(const RunnerRequest& r) {
 
 }  // namespace
 
+int64_t default_call_tokens(bool cuda, const std::string& kernels) {
+  return cuda && kernels == "exact" ? kExactTierCallTokens : kDefaultCallTokens;
+}
+
 std::unique_ptr<Runner> load_runner(const std::string& dir, const RunnerRequest& r, const LoadProgress& progress) {
   const RankSpec ranks = rank_spec(r);
   BackendOptions o;
   o.numerics = parse_numerics(r.numerics);
   const int per_rank = ranks.data_parallel ? (std::max(1, r.max_seqs) + ranks.ranks - 1) / ranks.ranks : r.max_seqs;
-  const int64_t seqs = std::max(1, per_rank), chunk = std::max<int64_t>({r.chunk, seqs, 1});
+  const int64_t asked = r.chunk > 0 ? r.chunk : default_call_tokens(r.cuda, r.kernels);
+  const int64_t seqs = std::max(1, per_rank), chunk = std::max<int64_t>({asked, seqs, 1});
   if (!r.cuda) {
     // The CPU grows its state as needed: the context is the model's.
     o.capacity = {.max_seqs = seqs, .max_ctx = int64_t(1) << 40, .max_tokens = chunk};

@@ -36,6 +36,14 @@ void require_cuda(const char* command);
 // GPU state is allocated for the whole context of every slot).
 constexpr int64_t kCudaDefaultContext = 4096;
 
+// Tokens per Model call when a command does not say (RunnerRequest::chunk 0): 2,048 -- prefill pieces
+// past 512 tokens take the grouped tensor-core kernels (8,192-token prefill of 4 Flash layers, H100
+// 2026-12-06: 229 TFLOP/s in calls of 2,048 tokens, 86 in calls of 256; docs/perf-log.md) -- except
+// in the exact tier on cuda: 512, the most whose kernels are bit-identical to the CPU.
+constexpr int64_t kDefaultCallTokens = 2048;
+constexpr int64_t kExactTierCallTokens = 512;
+int64_t default_call_tokens(bool cuda, const std::string& kernels);
+
 // What a command asks of the runner: the device and numerics flags, and the backend's capacity.
 struct RunnerRequest {
   bool cuda = false;
@@ -44,7 +52,8 @@ struct RunnerRequest {
   int max_seqs = 1;                   // slots
   int64_t max_ctx = 0;                // cuda: positions per slot (0: the model's, capped at kCudaDefaultContext);
                                       // cpu: the model's
-  int64_t chunk = 256;                // tokens per Model call (a prefill piece; at least max_seqs is taken)
+  int64_t chunk = 0;                  // tokens per Model call (a prefill piece; at least max_seqs is taken;
+                                      // 0: default_call_tokens)
   RankFlags ranks;                    // --ranks / --gpus: in-process expert-parallel ranks
   bool data_parallel = false;         // ranks > 1: each rank its own sequences, max_seqs / ranks slots each
                                       // (rounded up; the engine: serve --ranks)

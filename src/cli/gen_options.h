@@ -64,14 +64,14 @@ struct GenOptions : ModelOptions {
 // A loaded model (one sequence at a time) and its tokenizer, with a progress line on a terminal while
 // loading (not with -q). The runner's backend is on o.device (cli/device.h; `command` names the command
 // in its errors), one slot of `max_ctx` positions on cuda (0: the default), Model calls of up to
-// `chunk` tokens. The runner is null on a rank other than 0 of a TCP group once it followed rank 0's
+// `chunk` tokens (0: default_call_tokens). The runner is null on a rank other than 0 of a TCP group once it followed rank 0's
 // calls (cli/device.h load_runner): the command returns without output.
 struct Loaded {
   std::unique_ptr<Runner> runner;
   Tokenizer tok;
 };
-Loaded load_model_and_tokenizer(const ModelOptions& o, const char* command, int64_t max_ctx = 0, int64_t chunk = 256);
-std::unique_ptr<Runner> load_model(const ModelOptions& o, const char* command, int64_t max_ctx = 0, int64_t chunk = 256);
+Loaded load_model_and_tokenizer(const ModelOptions& o, const char* command, int64_t max_ctx = 0, int64_t chunk = 0);
+std::unique_ptr<Runner> load_model(const ModelOptions& o, const char* command, int64_t max_ctx = 0, int64_t chunk = 0);
 // A progress line on stderr while weights load (nothing when stderr is not a terminal).
 LoadProgress terminal_load_progress(const std::string& what);
 // --threads: the OpenMP threads of the CPU backend (0 leaves OpenMP's default).

@@ -60,8 +60,8 @@ namespace dsv4 {
 
 struct EngineOptions {
   int max_num_seqs = 16;          // sequences running at once
-  int64_t max_step_tokens = 512;  // decode + prefill tokens per step
-  int64_t prefill_chunk = 256;    // prefill is cut at multiples of this (capped by max_step_tokens)
+  int64_t max_step_tokens = 2560;  // decode + prefill tokens per step (a prefill chunk and 512 decodes)
+  int64_t prefill_chunk = 2048;    // prefill is cut at multiples of this (capped by max_step_tokens)
   int64_t max_context = 0;        // 0: the model's max_position_embeddings
   int64_t cache_tokens = 0;       // cache pool size in tokens; 0: max_num_seqs full contexts
   int64_t cache_page_tokens = 128;
