@@ -212,9 +212,9 @@ TEST(CommandLine, TerminalNewlineAndPrefillProgress) {
   }
   std::filesystem::remove(msgs);
   std::string prompt;
-  for (int i = 0; i < 120; ++i) prompt += "ROMEO: ";  // > 256 tokens
+  for (int i = 0; i < 1000; ++i) prompt += "ROMEO: ";  // > 2048 tokens: more than one Model call (cli/device.h)
   test::PtySession s(bin() + " run --temp 0 -n 2 '" + prompt + "'");
-  EXPECT_TRUE(s.expect("prefill 256 / ", 60)) << s.output();
+  EXPECT_TRUE(s.expect("prefill 2048 / ", 120)) << s.output();
   EXPECT_EQ(s.wait(), 0);
 }
 

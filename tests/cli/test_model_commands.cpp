@@ -65,8 +65,11 @@ TEST(Inspect, KvCacheWithoutCompactRecords) {
 }
 
 TEST(Inspect, MemoryPlanOfFlashOnOneAndTwoGpus) {
-  // One H200 has ~139.7 GiB free: Flash needs two (io/memory_plan.h; numbers in tests/io/test_memory_plan.cpp).
-  auto one = run_command(bin() + " inspect --preset flash --gpus 1 --gpu-memory 139.7");
+  // One H200 has ~139.7 GiB free: Flash needs two (io/memory_plan.h; numbers in tests/io/test_memory_plan.cpp,
+  // calls of 256 tokens). The default is the commands' Model calls of 2048 tokens (cli/device.h).
+  auto dflt = run_command(bin() + " inspect --preset flash --gpus 2 --gpu-memory 139.7");
+  EXPECT_NE(dflt.output.find(" per GPU, calls of 2048 tokens\n"), std::string::npos) << dflt.output;
+  auto one = run_command(bin() + " inspect --preset flash --gpus 1 --prefill-chunk 256 --gpu-memory 139.7");
   EXPECT_EQ(one.exit_code, 1) << one.output;
   // Workspace 0.44 GiB: 0.32 before the lanes' two 64 MiB cuBLASLt workspaces and the indexer compressor's
   // own scratch (~1 MiB at 256 tokens) were counted.
@@ -74,7 +77,7 @@ TEST(Inspect, MemoryPlanOfFlashOnOneAndTwoGpus) {
                             "the GPU has 139.70 GiB; use --gpus 2 (--gpu-memory)\n"),
             std::string::npos)
       << one.output;
-  auto two = run_command(bin() + " inspect --preset flash --gpus 2 --gpu-memory 139.7");
+  auto two = run_command(bin() + " inspect --preset flash --gpus 2 --prefill-chunk 256 --gpu-memory 139.7");
   EXPECT_EQ(two.exit_code, 0) << two.output;
   EXPECT_NE(two.output.find("128 of 256 routed experts per layer on each"), std::string::npos) << two.output;
   EXPECT_NE(two.output.find("  GPU 1     experts 128-255, "), std::string::npos) << two.output;
