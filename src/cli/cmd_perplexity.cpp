@@ -29,10 +29,10 @@ void perplexity(const PplArgs& a) {
   const int64_t W = std::min<int64_t>(a.window, load_config(a.gen.model).max_position_embeddings);
   const int64_t S = a.stride > 0 ? a.stride : W;
   if (S > W) fail("--stride (", S, ") must not exceed --window (", W, ")");
-  // One slot of W positions; the CPU runs a window in one Model call, the GPU in calls of 256 tokens
-  // (its exact tier is bit-identical to the CPU up to 512 tokens per call).
+  // One slot of W positions; the CPU runs a window in one Model call, the GPU in calls of
+  // default_call_tokens (2,048; 512 in the exact tier, which is bit-identical to the CPU up to 512 per call).
   const bool cuda = use_cuda(a.gen.device, "perplexity");
-  Loaded l = load_model_and_tokenizer(a.gen, "perplexity", W, cuda ? 0 : W);  // cuda: default_call_tokens
+  Loaded l = load_model_and_tokenizer(a.gen, "perplexity", W, cuda ? 0 : W);
   if (!l.runner) return;  // a rank other than 0 of a TCP group: it made rank 0's calls
   if (a.gen.verbose)
     std::fprintf(stderr, "model %s: %lld layers | %s numerics | window %lld, stride %lld\n", a.gen.model.c_str(),
