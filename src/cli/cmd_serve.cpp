@@ -39,10 +39,6 @@ struct ServeArgs {
   bool chunk_given = false, step_given = false;  // --prefill-chunk / --max-step-tokens on the command line
 };
 
-// Room for decodes beside a whole prefill chunk in a step's default budget (a step that cannot hold the
-// waiting chunk's decodes leaves them out: runtime/engine_schedule.h).
-constexpr int64_t kStepDecodeRoom = 512;
-
 // The prefix cache's default budget, for each data-parallel rank: 1 GiB of host memory on the CPU (the
 // bundled model's snapshots are ~0.2 MB + ~544 bytes a token); on the GPU, where snapshots are device
 // memory, a quarter of what is free once the weights and the slots' state are allocated (1 GiB when the
@@ -93,7 +89,9 @@ void serve(ServeArgs& a) {
 
   const bool cuda = use_cuda(a.device, "serve");
   if (!a.chunk_given) a.engine.prefill_chunk = default_call_tokens(cuda, a.kernels);
-  if (!a.step_given) a.engine.max_step_tokens = a.engine.prefill_chunk + kStepDecodeRoom;
+  // Room for decodes beside a whole chunk (a step that cannot hold the waiting chunk leaves them out:
+  // runtime/engine_schedule.h).
+  if (!a.step_given) a.engine.max_step_tokens = a.engine.prefill_chunk + kDefaultStepDecodeRoom;
   const Tokenizer tok = Tokenizer::load(a.model);
   // A slot per sequence, each of the engine's context (cuda: default the model's, capped), and Model
   // calls of the engine's prefill chunk (a decode batch of every sequence fits one).

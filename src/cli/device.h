@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "runtime/engine.h"
 #include "runtime/runner.h"
 
 namespace CLI {
@@ -36,11 +37,10 @@ void require_cuda(const char* command);
 // GPU state is allocated for the whole context of every slot).
 constexpr int64_t kCudaDefaultContext = 4096;
 
-// Tokens per Model call when a command does not say (RunnerRequest::chunk 0): 2,048 -- prefill pieces
-// past 512 tokens take the grouped tensor-core kernels (8,192-token prefill of 4 Flash layers, H100
-// 2026-12-06: 229 TFLOP/s in calls of 2,048 tokens, 86 in calls of 256; docs/perf-log.md) -- except
-// in the exact tier on cuda: 512, the most whose kernels are bit-identical to the CPU.
-constexpr int64_t kDefaultCallTokens = 2048;
+// Tokens per Model call when a command does not say (RunnerRequest::chunk 0): the engine's prefill chunk
+// (runtime/engine.h kDefaultPrefillChunk, 2,048), except in the exact tier on cuda: 512, the most whose
+// kernels are bit-identical to the CPU (backend/cuda/linear_exact.h kExactLinearMaxTokens).
+constexpr int64_t kDefaultCallTokens = kDefaultPrefillChunk;
 constexpr int64_t kExactTierCallTokens = 512;
 int64_t default_call_tokens(bool cuda, const std::string& kernels);
 

@@ -58,10 +58,15 @@
 
 namespace dsv4 {
 
+// The default step: prefill chunks of 2,048 tokens (past 512 per call the GPU's grouped tensor-core kernels
+// run: 2.7x the prefill rate of 256-token calls, docs/perf-log.md 2026-12-06) and room for 512 decodes beside one.
+inline constexpr int64_t kDefaultPrefillChunk = 2048;
+inline constexpr int64_t kDefaultStepDecodeRoom = 512;
+
 struct EngineOptions {
   int max_num_seqs = 16;          // sequences running at once
-  int64_t max_step_tokens = 2560;  // decode + prefill tokens per step (a prefill chunk and 512 decodes)
-  int64_t prefill_chunk = 2048;    // prefill is cut at multiples of this (capped by max_step_tokens)
+  int64_t max_step_tokens = kDefaultPrefillChunk + kDefaultStepDecodeRoom;  // decode + prefill tokens per step
+  int64_t prefill_chunk = kDefaultPrefillChunk;  // prefill is cut at multiples of this (capped by max_step_tokens)
   int64_t max_context = 0;        // 0: the model's max_position_embeddings
   int64_t cache_tokens = 0;       // cache pool size in tokens; 0: max_num_seqs full contexts
   int64_t cache_page_tokens = 128;
