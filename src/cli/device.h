@@ -38,10 +38,9 @@ void require_cuda(const char* command);
 constexpr int64_t kCudaDefaultContext = 4096;
 
 // Tokens per Model call when a command does not say (RunnerRequest::chunk 0): the engine's prefill chunk
-// (runtime/engine.h kDefaultPrefillChunk, 2,048), except in the exact tier on cuda: 512, the most whose
-// kernels are bit-identical to the CPU (backend/cuda/linear_exact.h kExactLinearMaxTokens).
+// (runtime/engine.h kDefaultPrefillChunk, 2,048), except in the exact tier on cuda: the most whose
+// kernels are bit-identical to the CPU (backend/exact_tier.h kExactTierMaxCallTokens, 512).
 constexpr int64_t kDefaultCallTokens = kDefaultPrefillChunk;
-constexpr int64_t kExactTierCallTokens = 512;
 int64_t default_call_tokens(bool cuda, const std::string& kernels);
 
 // What a command asks of the runner: the device and numerics flags, and the backend's capacity.

@@ -6,10 +6,7 @@
 
 #include "core/float_math.h"
 
-namespace dsv4::cuda {
-
-using dsv4::exp_f32;
-using dsv4::log1p_f32;
+namespace dsv4::cuda {  // exp_f32 / log1p_f32 of the enclosing namespace are visible here as they are
 
 // sin_f32 and cos_f32 of one angle (core/float_math.h) in one double sincos.
 __device__ __forceinline__ void cpu_sincosf(float x, float* s, float* c) {

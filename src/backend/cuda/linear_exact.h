@@ -22,15 +22,16 @@
 
 #include "backend/cuda/context.h"
 #include "backend/cuda/gemm.h"
+#include "backend/exact_tier.h"
 
 namespace dsv4::cuda {
 
 using bf16 = __nv_bfloat16;
 
 // Token counts up to which the callers (attention, MoE shared expert, head) use exact_linear: decode
-// batches and prefill chunks up to 512 (Flash prefill chunks of 2048 keep cuBLASLt). Dense experts
-// always run through it.
-inline constexpr int64_t kExactLinearMaxTokens = 512;
+// batches and prefill chunks up to 512 (backend/exact_tier.h; Flash prefill chunks of 2048 keep cuBLASLt).
+// Dense experts always run through it.
+inline constexpr int64_t kExactLinearMaxTokens = kExactTierMaxCallTokens;
 // Auto's choice (H200 timings in docs/perf-log.md): the streaming kernel (exact_gemv) at one token, in
 // the expert mode, and up to kExactGemvMaxTokens tokens for matrices of at most kExactGemvMaxIn x
 // kExactGemvMaxOut (up to 4 tokens also kExactGemvMaxOut4 rows: wq_b); the register-tiled kernel
