@@ -2,7 +2,7 @@
 // sums are the CPU's, bit for bit (exact_linear, the per-selection routed experts, the exact attention);
 // larger calls take tensor-core kernels in both tiers. The backend chooses its kernels by it
 // (backend/cuda/linear_exact.h kExactLinearMaxTokens); the commands cut prefill by it in the exact tier
-// (cli/device.h default_call_tokens).
+// (runtime/engine.h kExactTierCallTokens, cli/device.h default_call_tokens).
 #pragma once
 #include <cstdint>
 

@@ -6,7 +6,6 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "backend/exact_tier.h"
 #include "cli/flags.h"
 #include "core/error.h"
 #include "runtime/rank_group.h"
@@ -75,7 +74,7 @@ RankSpec rank_spec(const RunnerRequest& r) {
 }  // namespace
 
 int64_t default_call_tokens(bool cuda, const std::string& kernels) {
-  return cuda && parse_kernel_tier(kernels) == KernelTier::Exact ? kExactTierMaxCallTokens : kDefaultCallTokens;
+  return cuda && parse_kernel_tier(kernels) == KernelTier::Exact ? kExactTierCallTokens : kDefaultCallTokens;
 }
 
 std::unique_ptr<Runner> load_runner(const std::string& dir, const RunnerRequest& r, const LoadProgress& progress) {

@@ -39,7 +39,7 @@ constexpr int64_t kCudaDefaultContext = 4096;
 
 // Tokens per Model call when a command does not say (RunnerRequest::chunk 0): the engine's prefill chunk
 // (runtime/engine.h kDefaultPrefillChunk, 2,048), except in the exact tier on cuda: the most whose
-// kernels are bit-identical to the CPU (backend/exact_tier.h kExactTierMaxCallTokens, 512).
+// kernels are bit-identical to the CPU (runtime/engine.h kExactTierCallTokens, 512).
 constexpr int64_t kDefaultCallTokens = kDefaultPrefillChunk;
 int64_t default_call_tokens(bool cuda, const std::string& kernels);
 

@@ -44,6 +44,7 @@
 #include <thread>
 #include <vector>
 
+#include "backend/exact_tier.h"
 #include "core/error.h"
 #include "model/model.h"
 #include "runtime/engine_channel.h"
@@ -62,6 +63,9 @@ namespace dsv4 {
 // run: 2.7x the prefill rate of 256-token calls, docs/perf-log.md 2026-12-06) and room for 512 decodes beside one.
 inline constexpr int64_t kDefaultPrefillChunk = 2048;
 inline constexpr int64_t kDefaultStepDecodeRoom = 512;
+// The call size of the exact tier on cuda: the most tokens whose kernels are bit-identical to the CPU
+// (backend/exact_tier.h; the commands reach the backend's contract through the runtime).
+inline constexpr int64_t kExactTierCallTokens = kExactTierMaxCallTokens;
 
 struct EngineOptions {
   int max_num_seqs = 16;          // sequences running at once
