@@ -85,6 +85,8 @@ void bench_fp4_grouped(const DeviceContext& ctx) {
     m.xs = xs.get();
     m.xs_row_stride = 1;
     m.xs_block_stride = Tmax;
+    m.src_rows = T;
+    m.xb = y2.get();  // as in the model: each pass stages its bf16 activations in the other's output
     m.rows = counts + 2 * E + 1;
     m.picks = k;
     m.w = w13.get();
@@ -97,6 +99,8 @@ void bench_fp4_grouped(const DeviceContext& ctx) {
     m2.xs = hs.get();
     m2.xs_row_stride = I / 128;
     m2.xs_block_stride = 1;
+    m2.src_rows = n;
+    m2.xb = y13.get();
     m2.rows = nullptr;
     m2.picks = 1;
     m2.w = w2.get();

@@ -245,6 +245,8 @@ void bench_moe_decode(const DeviceContext& ctx, int trials, FILE* json, int only
       m.xs = up ? xs.get() : hs.get();
       m.xs_row_stride = up ? 1 : I / 128;
       m.xs_block_stride = up ? T : 1;
+      m.src_rows = up ? T : n;
+      m.xb = up ? y2.get() : y13.get();  // each pass stages its bf16 activations in the other's output
       m.rows = up ? prow : nullptr;
       m.picks = up ? k : 1;
       m.w = up ? w13.get() : w2.get();

@@ -1,5 +1,7 @@
 // The grouped FP4 x FP8 routed-expert GEMM on wgmma (contract and design in fp4_grouped_mma.h).
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <cstdint>
 
@@ -16,23 +18,25 @@ namespace {
 constexpr int kBN = kFp4GroupedTileRows;  // tokens per tile (wgmma N)
 constexpr int kThreads = 256;             // two warpgroups, 64 output features each
 constexpr int kWarps = kThreads / 32;
-constexpr int kChunk = 128;               // k per pipeline stage (one activation-scale block)
+constexpr int kChunk = 128;               // k per pipeline stage
 constexpr int kOutPitch = kFp4GroupedTileOut + 8;  // bf16 per staged output row (16-byte multiple, fewer conflicts)
 
-// Shared memory: a ring of kStages stages, one 128-k chunk each, filled by cp.async kStages - 1 chunks ahead:
-//   [ activations: kBN x 128 e4m3 (8 KiB) | their scales (kBN floats, permuted, padded) | 8 warp slots ]
+// Shared memory: a ring of kStages stages, one 128-k chunk each, filled by cp.async kStages - 2 chunks ahead:
+//   [ activations: kBN x 128 bf16 (16 KiB, K-major core matrices) | 8 warp slots ]
 // A warp slot: its 16 weight rows' tiled 1 KiB piece of the chunk (fp4_tiled.h) + the 16 rows' E8M0 words
 // of the chunk's 4 scale blocks (64 bytes). At the end the output tile is staged over stage 0 (and 1).
-// 6 stages = 101.25 KiB: two CTAs per SM, 10 chunks (80 KiB of weights) in flight per SM.
-constexpr int kStages = 6;
-constexpr int kActBytes = kBN * kChunk;
-constexpr int kScaleStride = 20;  // floats per lane-t group of the scales (16 used; 20: no bank conflict)
-constexpr int kActScaleBytes = 384;
+// 4 stages = 98 KiB: two CTAs per SM.
+constexpr int kStages = 4;
+constexpr int kActBytes = kBN * kChunk * 2;
 constexpr int kSlotBytes = 1024 + 64;
-constexpr int kStageBytes = kActBytes + kActScaleBytes + kWarps * kSlotBytes;
+constexpr int kStageBytes = kActBytes + kWarps * kSlotBytes;
 constexpr int kSmemBytes = kStages * kStageBytes;
-static_assert(4 * kScaleStride * 4 <= kActScaleBytes && kStageBytes % 128 == 0, "stage layout");
+static_assert(kStageBytes % 128 == 0, "stage layout");
 static_assert(kBN * kOutPitch * int(sizeof(bf16)) <= kSmemBytes, "the output tile fits the ring");
+
+// Logical k (inside its 32-k block) of physical position p of the permuted bf16 activations: the order in
+// which the weight fragment decoded by e2m1x8_to_bf16x8 meets them (see there).
+__host__ __device__ constexpr int logical_k_of_phys(int p) { return 8 * ((p % 8) / 2) + 4 * (p % 2) + p / 8; }
 
 // ---- tile schedule: exclusive scan of ceil(count / rows_per_tile) over the experts, one block.
 __global__ void schedule_kernel(Fp4GroupedScheduleParams p) {
@@ -66,31 +70,76 @@ __global__ void row_weights_kernel(const int32_t* rows, const float* weights, fl
 
 // ---- device helpers.
 
-// Eight e2m1 nibbles of w -> two words of four e4m3 bytes: lo from nibbles 0-3, hi from nibbles 4-7 (nibble
-// q of the half -> byte q). Exact: the magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6 are the e4m3 codes 0x00, 0x30,
-// 0x38, 0x3C, 0x40, 0x44, 0x48, 0x4C (one byte_perm looks up four); the sign of nibble q (bit 4q + 3) is bit
-// 7 of byte q / 2 of w << 4 (q even) or of w (q odd), gathered by a second byte_perm.
-__device__ __forceinline__ void e2m1x8_to_e4m3x8(uint32_t w, uint32_t& lo, uint32_t& hi) {
-  const uint32_t m = w & 0x77777777u, u = w << 4;
-  lo = __byte_perm(0x3C383000u, 0x4C484440u, m) | (__byte_perm(u, w, 0x5140u) & 0x80808080u);
-  hi = __byte_perm(0x3C383000u, 0x4C484440u, m >> 16) | (__byte_perm(u, w, 0x7362u) & 0x80808080u);
+// Eight e2m1 nibbles of w (nibble q at bits 4q .. 4q + 3) -> four bf16 pairs v[q] = (nibble q, nibble q + 4)
+// (low half first), each value e2m1 * 2^-126 exactly: the magnitude bits e1 e0 m go to the two lowest
+// exponent bits and the top mantissa bit (a normal e2m1 2^(E-1) (1 + m/2) becomes 2^(E-127) (1 + m/2), the
+// subnormal 0.5 the bf16 subnormal 2^-127), the sign to bit 15. The row's E8M0 scale is applied after.
+__device__ __forceinline__ void e2m1x8_to_bf16x8(uint32_t w, uint32_t& v0, uint32_t& v1, uint32_t& v2, uint32_t& v3) {
+  constexpr uint32_t kMag = 0x01C001C0u, kSign = 0x80008000u;
+  v0 = ((w << 6) & kMag) | ((w << 12) & kSign);
+  v1 = ((w << 2) & kMag) | ((w << 8) & kSign);
+  v2 = ((w >> 2) & kMag) | ((w << 4) & kSign);
+  v3 = ((w >> 6) & kMag) | (w & kSign);
 }
 
-__device__ __forceinline__ float e8m0_to_f32(uint32_t s) {
-  return s ? __uint_as_float(s << 23) : __uint_as_float(0x00400000u);
+// x * y on bf16 pairs (exact here: one factor is a power of two and the product is representable).
+__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t x, uint32_t y) {
+  uint32_t d;
+  asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(x), "r"(y));
+  return d;
+}
+// The bf16 pair (2^e, 2^e) for e = b - 127, 1 <= b <= 254.
+__device__ __forceinline__ uint32_t bf16x2_pow2(uint32_t b) { return (b << 7) * 0x00010001u; }
+
+// cp.async of 16 bytes (bypassing L1), zero-filling without reading when valid is false.
+__device__ __forceinline__ void cp_async16_zfill(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(valid ? 16u : 0u) : "memory");
 }
 
-// cp.async of 4 bytes (through L1), zero-filling without reading when n = 0 (n = 4: a plain copy).
-__device__ __forceinline__ void cp_async4_zfill(uint32_t dst, const void* src, uint32_t n) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(n) : "memory");
+// d[64 x 64] (+)= A[64 x 16] (registers, bf16) * B[16 x 64] (shared, bf16, K-major), fp32 accumulation.
+// A register r of a thread: row 16 warp + lane / 4 + 8 (r % 2), k 2 (lane % 4) + 8 (r / 2) and the next.
+__device__ __forceinline__ void wgmma_rs_bf16_n64(float (&d)[32], const uint32_t (&a)[4], uint64_t desc) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "{%32, %33, %34, %35}, %36, 1, 1, 1, 0;\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
+}
+
+// ---- the activations as exact bf16 in the MMA's k order: one thread per (row, 32-k block).
+__global__ void act_bf16_kernel(Fp4GroupedMmaParams p) {
+  const int64_t KB = p.K / 32;
+  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= p.src_rows * KB) return;
+  const int64_t s = idx / KB, b = idx % KB;
+  const uint8_t* src = p.xq + s * p.K + b * 32;
+  uint8_t q[32];
+  *reinterpret_cast<uint4*>(q) = *reinterpret_cast<const uint4*>(src);
+  *reinterpret_cast<uint4*>(q + 16) = *reinterpret_cast<const uint4*>(src + 16);
+  const float sa = p.xs[s * p.xs_row_stride + (b / 4) * p.xs_block_stride];
+  alignas(16) bf16 v[32];
+#pragma unroll
+  for (int ph = 0; ph < 32; ++ph) {
+    const __half h(__nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t(q[logical_k_of_phys(ph)]), __NV_E4M3));
+    v[ph] = __float2bfloat16_rn(__half2float(h) * sa);  // exact: e4m3 times a power of two
+  }
+  uint4* dst = reinterpret_cast<uint4*>(p.xb + s * p.K + b * 32);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) dst[i] = reinterpret_cast<const uint4*>(v)[i];
 }
 
 // One CTA: 128 output features (warp w: rows out0 + 16 w ..) x one tile of kBN plan rows of expert e.
 // Every thread issues one cp.async group per chunk (its warp's weight slot, its share of the activation
-// rows and scales), kStages - 1 chunks ahead; chunk c waits for its group, then one barrier makes the
-// stage visible to all warps (and the tensor cores) and frees the stage of chunk c - 1 for chunk
-// c + kStages - 1. Each 32-k step is one MMA into a fresh accumulator, waited for and promoted at once;
-// two CTAs per SM (four warpgroups) overlap one warpgroup's MMA with the others' promotion.
+// rows), kStages - 2 chunks ahead; chunk c waits for its group, then one barrier makes the stage visible to
+// all warps (and the tensor cores) and, since every warp has waited for the MMAs of chunk c - 2, frees its
+// stage for chunk c + kStages - 2. Each 32-k step decodes the weights into bf16 registers (scale applied)
+// and issues two MMAs into the one accumulator; the step's registers stay live until the next step's
+// wgmma.wait_group 1 says its MMAs are done, so the decode of step i + 1 overlaps the MMAs of step i.
 __global__ void __launch_bounds__(kThreads, 2) grouped_mma_kernel(Fp4GroupedMmaParams p) {
   const int tile = int(blockIdx.y);
   if (tile >= p.tiles[0]) return;
@@ -103,41 +152,22 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_mma_kernel(Fp4GroupedMmaP
   extern __shared__ __align__(128) uint8_t smem[];
   const int tid = int(threadIdx.x);
   const int w8 = tid / 32, lane = tid % 32;  // w8 = 4 warpgroup + warp
-  const int g = lane / 4, t = lane % 4;
+  const int g = lane / 4;
   const uint32_t smem0 = smem_u32(smem);
 
   // Weights of this warp: 16-row tile out0 / 16 + w8 (pieces of 1 KiB per chunk), scale row w8 * 16 + lane % 16.
   const uint8_t* wsrc = p.w + int64_t(e) * p.out * K / 2 + (int64_t(out0 / 16 + w8) * nC) * 1024 + lane * 16;
   const uint8_t* ssrc = p.w_scales + (int64_t(e) * p.out + out0 + w8 * 16 + (lane & 15)) * (K / 32);
-  const uint32_t w_dst = smem0 + kActBytes + kActScaleBytes + w8 * kSlotBytes;
+  const uint32_t w_dst = smem0 + kActBytes + w8 * kSlotBytes;
 
-  // Activations: lane copies the 4-byte group a = lane % 8 of every 32-k block m of rows 8 w8 + 4 h + lane / 8
-  // (h = 0, 1). Core matrix (8 rows x 16 bytes) (row / 8, k16) at ((row / 8) * 8 + k16) * 128: inside 32-k
-  // block m the group a goes to core matrix 2m + a % 2 (logical k 16 (a % 2) + 4 (a / 2) ..), which is the
-  // weight fragment's k order (a dot product is invariant under a common permutation of k).
-  const uint8_t* asrc[2];
-  uint32_t asz[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int r = row0 + 8 * w8 + 4 * h + lane / 8;
-    const bool valid = r < row_end;
-    const int64_t s = valid ? (p.rows ? int64_t(p.rows[r] / p.picks) : int64_t(r)) : 0;
-    asrc[h] = p.xq + s * K + 4 * (lane & 7);
-    asz[h] = valid ? 4u : 0u;  // rows past the tile's end: zeros
-  }
-  const uint32_t a_dst = smem0 + w8 * 1024 + (lane & 1) * 128 + (lane / 8) * 16 + 4 * ((lane & 7) >> 1);
-  // Activation scales (threads 0-63, row tid): row r at float ((r % 8) / 2) * kScaleStride + 2 (r / 8) + r % 2,
-  // so that lane t reads its 16 (columns 8 jj + 2t, + 1) as four float4.
-  const float* xsrc = p.xs;
-  uint32_t xsz = 0;
-  if (tid < kBN) {
-    const int r = row0 + tid;
-    const bool valid = r < row_end;
-    const int64_t s = valid ? (p.rows ? int64_t(p.rows[r] / p.picks) : int64_t(r)) : 0;
-    xsrc = p.xs + s * p.xs_row_stride;
-    xsz = valid ? 4u : 0u;
-  }
-  const uint32_t x_dst = smem0 + kActBytes + 4 * (((tid & 7) >> 1) * kScaleStride + 2 * ((tid >> 3) & 7) + (tid & 1));
+  // Activations: core matrix (8 rows x 16 bytes) (row / 8, k / 8) of the chunk at ((row / 8) * 16 + k / 8) * 128.
+  // Warp w8 copies rows 8 w8 .. 8 w8 + 7 (lane % 8), 16-byte piece lane / 8 + 4 j (j = 0..3): each copy
+  // instruction reads 64 contiguous bytes of 8 rows and writes 8 consecutive 16-byte slots (no conflict).
+  const int arow = row0 + 8 * w8 + (lane & 7);
+  const bool avalid = arow < row_end;  // rows past the tile's end: zeros
+  const int64_t asrc_row = avalid ? (p.rows ? int64_t(p.rows[arow] / p.picks) : int64_t(arow)) : 0;
+  const bf16* asrc = p.xb + asrc_row * K + (lane >> 3) * 8;
+  const uint32_t a_dst = smem0 + (w8 * 16 + (lane >> 3)) * 128 + (lane & 7) * 16;
 
   int issue_c = 0;
   uint32_t issue_off = 0;
@@ -147,77 +177,89 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_mma_kernel(Fp4GroupedMmaP
       cp_async16(w_dst + issue_off + 512 + lane * 16, wsrc + 512);
       if (lane < 16) cp_async4(w_dst + issue_off + 1024 + lane * 4, ssrc);
 #pragma unroll
-      for (int m = 0; m < 4; ++m)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) cp_async4_zfill(a_dst + issue_off + m * 256 + h * 64, asrc[h] + 32 * m, asz[h]);
-      if (tid < kBN) cp_async4_zfill(x_dst + issue_off, xsrc, xsz);
+      for (int j = 0; j < 4; ++j) cp_async16_zfill(a_dst + issue_off + j * 512, asrc + 32 * j, avalid);
       wsrc += 1024;
       ssrc += 4;
-      asrc[0] += kChunk;
-      asrc[1] += kChunk;
-      xsrc += p.xs_block_stride;
+      asrc += kChunk;
       ++issue_c;
       issue_off = issue_off + kStageBytes == uint32_t(kSmemBytes) ? 0u : issue_off + kStageBytes;
     }
     cp_async_commit();  // an empty group past the end keeps the wait counts uniform
   };
 #pragma unroll
-  for (int i = 0; i < kStages - 1; ++i) issue();
+  for (int i = 0; i < kStages - 2; ++i) issue();
 
-  float acc[32], tmp[32];
+  float acc[32];
 #pragma unroll
-  for (int j = 0; j < 32; ++j) acc[j] = tmp[j] = 0.0f;
+  for (int j = 0; j < 32; ++j) acc[j] = 0.0f;
+  uint32_t regs[2][8];  // the A registers of the even and the odd 32-k steps
+#pragma unroll
+  for (int i = 0; i < 8; ++i) regs[0][i] = regs[1][i] = 0u;
 
   uint32_t cons_off = 0;
   for (int c = 0; c < nC; ++c) {
-    cp_async_wait<kStages - 2>();  // this thread's copies of chunk c have landed
+    cp_async_wait<kStages - 3>();  // this thread's copies of chunk c have landed
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the activations are read by the tensor cores
-    __syncthreads();  // ... everyone's; and every warp is done with chunk c - 1 (its MMAs waited for)
-    issue();          // chunk c + kStages - 1 into the stage of chunk c - 1
+    __syncthreads();  // ... everyone's; and every warp is done with chunk c - 2 (its MMAs waited for)
+    issue();          // chunk c + kStages - 2 into the stage of chunk c - 2
 
     const uint8_t* stage = smem + cons_off;
-    const uint8_t* slot = stage + kActBytes + kActScaleBytes + w8 * kSlotBytes;
+    const uint8_t* slot = stage + kActBytes + w8 * kSlotBytes;
     const uint4 wq0 = *reinterpret_cast<const uint4*>(slot + lane * 16);        // row g, 4 blocks
     const uint4 wq1 = *reinterpret_cast<const uint4*>(slot + 512 + lane * 16);  // row g + 8
     const uint32_t ws0 = *reinterpret_cast<const uint32_t*>(slot + 1024 + g * 4);
     const uint32_t ws1 = *reinterpret_cast<const uint32_t*>(slot + 1024 + (g + 8) * 4);
-    float4 sa[4];  // columns 8 jj + 2t, + 1 for jj = 0..7
-#pragma unroll
-    for (int q = 0; q < 4; ++q)
-      sa[q] = *reinterpret_cast<const float4*>(stage + kActBytes + 4 * (t * kScaleStride + 4 * q));
+    // E8M0 b scales by 2^(b - 127) = 2^-126-corrected 2^(min(b, 128) - 1), then 2^(b - 128) when b > 128.
+    const bool big = (__vcmpgtu4(ws0, 0x80808080u) | __vcmpgtu4(ws1, 0x80808080u)) != 0u;
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
-      uint32_t a[4];
-      e2m1x8_to_e4m3x8(word_of(wq0, kk), a[0], a[2]);
-      e2m1x8_to_e4m3x8(word_of(wq1, kk), a[1], a[3]);
+      uint32_t(&a)[8] = regs[kk & 1];
+      e2m1x8_to_bf16x8(word_of(wq0, kk), a[0], a[1], a[2], a[3]);
+      e2m1x8_to_bf16x8(word_of(wq1, kk), a[4], a[5], a[6], a[7]);
+      const uint32_t b0 = (ws0 >> (8 * kk)) & 0xFFu, b1 = (ws1 >> (8 * kk)) & 0xFFu;
+      const uint32_t m0 = bf16x2_pow2(min(b0, 128u) + 126u), m1 = bf16x2_pow2(min(b1, 128u) + 126u);
 #pragma unroll
-      for (int i = 0; i < 4; ++i) fence_u32(a[i]);
-      asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-      wgmma_rs<64>(tmp, a, smem_desc(stage + kk * 256, 128, 1024), false);
-      asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-      asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-#pragma unroll
-      for (int j = 0; j < 32; ++j) fence_f32(tmp[j]);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) fence_u32(a[i]);
-      const float sw0 = e8m0_to_f32((ws0 >> (8 * kk)) & 0xFFu);
-      const float sw1 = e8m0_to_f32((ws1 >> (8 * kk)) & 0xFFu);
-#pragma unroll
-      for (int jj = 0; jj < 8; ++jj) {
-        const float sx = (jj & 1) ? sa[jj >> 1].z : sa[jj >> 1].x;
-        const float sy = (jj & 1) ? sa[jj >> 1].w : sa[jj >> 1].y;
-        acc[4 * jj + 0] = fmaf(tmp[4 * jj + 0] * sw0, sx, acc[4 * jj + 0]);
-        acc[4 * jj + 1] = fmaf(tmp[4 * jj + 1] * sw0, sy, acc[4 * jj + 1]);
-        acc[4 * jj + 2] = fmaf(tmp[4 * jj + 2] * sw1, sx, acc[4 * jj + 2]);
-        acc[4 * jj + 3] = fmaf(tmp[4 * jj + 3] * sw1, sy, acc[4 * jj + 3]);
+      for (int i = 0; i < 4; ++i) {
+        a[i] = bf16x2_mul(a[i], m0);
+        a[4 + i] = bf16x2_mul(a[4 + i], m1);
       }
+      if (big) {
+        const uint32_t n0 = bf16x2_pow2(max(b0, 128u) - 1u), n1 = bf16x2_pow2(max(b1, 128u) - 1u);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          a[i] = bf16x2_mul(a[i], n0);
+          a[4 + i] = bf16x2_mul(a[4 + i], n1);
+        }
+      }
+      const uint32_t f0[4] = {a[0], a[4], a[1], a[5]};  // k 0..15 of the step's physical order
+      const uint32_t f1[4] = {a[2], a[6], a[3], a[7]};  // k 16..31
+#pragma unroll
+      for (int i = 0; i < 8; ++i) fence_u32(a[i]);
+      wgmma_fence();
+      wgmma_rs_bf16_n64(acc, f0, smem_desc(stage + (2 * kk) * 256, 128, 2048));
+      wgmma_rs_bf16_n64(acc, f1, smem_desc(stage + (2 * kk + 1) * 256, 128, 2048));
+      wgmma_commit();
+      wgmma_wait<1>();  // the previous step's MMAs are done: its registers may be reused
+#pragma unroll
+      for (int i = 0; i < 8; ++i) fence_u32(regs[(kk + 1) & 1][i]);
+#pragma unroll
+      for (int j = 0; j < 32; ++j) fence_f32(acc[j]);
     }
     cons_off = cons_off + kStageBytes == uint32_t(kSmemBytes) ? 0u : cons_off + kStageBytes;
+  }
+  wgmma_wait<0>();
+#pragma unroll
+  for (int j = 0; j < 32; ++j) fence_f32(acc[j]);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    fence_u32(regs[0][i]);
+    fence_u32(regs[1][i]);
   }
 
   // Stage the [64 tokens x 128 features] tile as bf16 over the (drained) ring and write whole rows.
   cp_async_wait<0>();
   __syncthreads();  // no warp still reads a stage
+  const int t = lane % 4;
   bf16 (*sOut)[kOutPitch] = reinterpret_cast<bf16 (*)[kOutPitch]>(smem);
 #pragma unroll
   for (int j = 0; j < 32; ++j) {
@@ -264,7 +306,12 @@ void fp4_grouped_mma(const DeviceContext& ctx, const Fp4GroupedMmaParams& p) {
   if (size_t(kSmemBytes) > ctx.max_smem_per_block())
     fail("fp4_grouped_mma: needs ", kSmemBytes, " bytes of shared memory per block, the device allows ",
          ctx.max_smem_per_block());
+  if (!p.xq || !p.xs || !p.xb || !p.w || !p.w_scales || !p.y) fail("fp4_grouped_mma: a null operand or scratch");
+  if (p.src_rows <= 0) fail("fp4_grouped_mma: src_rows = ", p.src_rows);
+  if (p.n == 0) return;
   allow_max_dynamic_smem(ctx, grouped_mma_kernel);
+  act_bf16_kernel<<<unsigned(ceil_div(p.src_rows * (p.K / 32), 256)), 256, 0, ctx.stream()>>>(p);
+  DSV4_CUDA_CHECK_LAUNCH();
   const dim3 grid(unsigned(p.out / kFp4GroupedTileOut), unsigned(max_tiles));
   grouped_mma_kernel<<<grid, kThreads, kSmemBytes, ctx.stream()>>>(p);
   DSV4_CUDA_CHECK_LAUNCH();

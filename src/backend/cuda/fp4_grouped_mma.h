@@ -1,4 +1,4 @@
-// The grouped routed-expert GEMM of prefill on the FP8 tensor cores (issue 6): one launch computes,
+// The grouped routed-expert GEMM of prefill on the tensor cores (issue 6): two launches compute,
 // for every expert e and every plan row r of e (moe_plan order, offsets[e] <= r < offsets[e] + counts[e]),
 //
 //   y[r, o] = bf16( sum_k  e4m3(x[src(r), k]) * sa(src(r), k / 128)  *  e2m1(W_e[o, k]) * 2^(S_e[o, k/32] - 127) )
@@ -7,20 +7,18 @@
 // (plain mode: w2 reading hq, already in plan order). The tile list comes from fp4_grouped_schedule
 // (device only: the pass has no host sync and is graph-capturable).
 //
-// Kernel (fp4_grouped_mma.cu): "swap AB" -- the weights are the wgmma M side (64 output features per
-// warpgroup, two warpgroups = 128 per CTA), the tokens the N side (kTileRows = 64 plan rows of one expert
-// per tile). The FP4 weights stream through a cp.async ring in shared memory (several 128-k chunks ahead,
-// with the activations) into registers (the tiled layout of fp4_tiled.h is the wgmma A fragment), are
-// converted to e4m3 there (e2m1 values are exact in e4m3), and feed wgmma.m64n64k32.e4m3 as register A;
-// the activations are read by the MMA from shared memory (K-major core
-// matrices, no swizzle), with their k order inside each 32-block permuted the same way as the weight
-// fragment's (a dot product is invariant under a common permutation of k). Each 32-k step is one MMA
-// into a fresh fp32 accumulator promoted into the main one with sw(o, 32-block) * sa(row, 128-block) on
-// the CUDA cores: the scaling is exact, and Hopper's reduced-precision FP8 accumulation sees only 32
-// products at a time.
-// Numerics: not bit-identical to the CPU (summation order; the tensor core's accumulation inside a
-// 32-k step); expected rel-L2 ~1e-3 against the fp32 CPU twin (bf16 output). Inputs whose partial sums
-// are exact at any order (small integers, unit scales) give the twin's result bit for bit.
+// Kernel (fp4_grouped_mma.cu): first a pass writes the activations as exact bf16 (e4m3 times its power-of-two
+// scale) into the scratch xb, each 32-k block in the MMA's k order; then "swap AB": the weights are the
+// wgmma M side (64 output features per warpgroup, two warpgroups = 128 per CTA), the tokens the N side
+// (kTileRows = 64 plan rows of one expert per tile). The FP4 weights stream through a cp.async ring in
+// shared memory (with the bf16 activation tiles, two 128-k chunks ahead) into registers (the tiled layout
+// of fp4_tiled.h is the wgmma A fragment), are decoded there into bf16 with their E8M0 scale applied
+// (exact: e2m1 times a power of two), and feed wgmma.m64n64k16.bf16 as register A; the activations are
+// read by the MMA from shared memory (K-major core matrices, no swizzle). Every product is exact in fp32
+// and the whole K sum runs in the tensor core's fp32 accumulator (no promotion on the CUDA cores: the
+// decode of step i + 1 overlaps the MMAs of step i).
+// Numerics: the CPU's exact products, summed in fp32 in another order (not bit-identical); inputs whose
+// partial sums are exact at any order (small integers, unit scales) give the twin's result bit for bit.
 // CPU twin: tests/backend/cuda/test_fp4_grouped_mma.cpp (dequantize with core/dtype.h helpers, fp32 matmul).
 #pragma once
 #include <cuda_bf16.h>
@@ -68,6 +66,8 @@ struct Fp4GroupedMmaParams {
   const uint8_t* xq = nullptr;      // [source rows, K] e4m3
   const float* xs = nullptr;        // power-of-two scales
   int64_t xs_row_stride = 0, xs_block_stride = 0;
+  int64_t src_rows = 0;             // rows of xq: the tokens (indirect mode) or n (plain mode)
+  bf16* xb = nullptr;               // scratch [src_rows, K] bf16, written by the pass (must not alias y)
   const int32_t* rows = nullptr;    // [n] entry per plan row (indirect mode: source row = rows[r] / picks); null: plain
   int picks = 1;                    // experts per token (indirect mode)
   // B: per expert e, FP4 weights [out, K] tiled (fp4_tiled.h) at w + e * out * K / 2, E8M0 scales [out, K/32]

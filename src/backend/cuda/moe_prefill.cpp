@@ -32,16 +32,18 @@ GroupedRouted moe_routed_grouped(const DeviceContext& ctx, const DevMoeWeights& 
   if (ws.D != D || ws.I != I || ws.E != E) fail("moe_routed_grouped: workspace shapes differ from the layer's held experts");
   const MoePlanRefs plan = moe_plan_tiles(ctx, ws, ids, weights, n, int(E), kFp4GroupedTileRows);
 
-  // w1 | w3: the token rows of xq through the plan.
-  fp4_grouped_mma(ctx, {.xq = xq, .xs = xs, .xs_row_stride = 1, .xs_block_stride = P, .rows = plan.rows,
+  // w1 | w3: the token rows of xq through the plan (their bf16 form staged in y2, free until w2 writes it).
+  fp4_grouped_mma(ctx, {.xq = xq, .xs = xs, .xs_row_stride = 1, .xs_block_stride = P, .src_rows = T,
+                        .xb = ws.y2.get(), .rows = plan.rows,
                         .picks = int(k), .w = w.w13.get(), .w_scales = w.w13_scales.get(), .counts = plan.counts,
                         .offsets = plan.offsets, .tiles = ws.tiles.get(), .y = ws.y13.get(), .n = n, .out = 2 * I,
                         .K = D, .E = int(E)});
 
   swiglu_gate_up_quant(ctx, ws.y13.get(), ws.w_rows.get(), n, I, w.swiglu_limit, ws.hq.get(), ws.hs.get());
 
-  // w2: the plan-ordered rows of hq.
+  // w2: the plan-ordered rows of hq (their bf16 form staged in y13, read by the SwiGLU already).
   fp4_grouped_mma(ctx, {.xq = ws.hq.get(), .xs = ws.hs.get(), .xs_row_stride = I / 128, .xs_block_stride = 1,
+                        .src_rows = n, .xb = ws.y13.get(),
                         .rows = nullptr, .picks = 1, .w = w.w2.get(), .w_scales = w.w2_scales.get(),
                         .counts = plan.counts, .offsets = plan.offsets, .tiles = ws.tiles.get(), .y = ws.y2.get(),
                         .n = n, .out = D, .K = I, .E = int(E)});

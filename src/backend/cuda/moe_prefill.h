@@ -1,12 +1,12 @@
-// The routed experts of a large prefill call on the FP8 tensor cores (issue 6), used by moe_experts above
+// The routed experts of a large prefill call on the tensor cores (issue 6), used by moe_experts above
 // kExactLinearMaxTokens tokens for FP4 experts (linear_choice.h: RoutedKernel::Grouped) (below that the per-(token, pick) FP4 GEMVs keep the GPU
 // bit-identical to the CPU). Steps, all on the device (no host sync, graph-capturable): moe_plan sorts
 // the (token, pick) entries by expert (ascending token, then pick, inside an expert); fp4_grouped_schedule
-// cuts each expert's rows into 64-row tiles; one fp4_grouped_mma launch computes w1|w3 for all experts
+// cuts each expert's rows into 64-row tiles; one fp4_grouped_mma computes w1|w3 for all experts
 // (reading the FP8 token rows of xq through the plan), SwiGLU (clamp, routing weight) and the FP8
-// quantization of h as on the CPU, one more launch computes w2 (backend/cuda/fp4_grouped_mma.h).
-// Numerics: the products are the CPU's exact products; the summation order differs and the tensor core
-// accumulates 32 products at a time in reduced precision (bf16 level, not bit-exact).
+// quantization of h as on the CPU, one more fp4_grouped_mma computes w2 (backend/cuda/fp4_grouped_mma.h;
+// each stages its activations as exact bf16 in a buffer of the workspace that is idle at that moment).
+// Numerics: the products are the CPU's exact products, summed in fp32 in another order (not bit-exact).
 #pragma once
 #include <cuda_bf16.h>
 
