@@ -36,7 +36,7 @@ static_assert(kBN * kOutPitch * int(sizeof(bf16)) <= kSmemBytes, "the output til
 
 // Logical k (inside its 32-k block) of physical position p of the permuted bf16 activations: the order in
 // which the weight fragment decoded by e2m1x8_to_bf16x8 meets them (see there).
-__host__ __device__ constexpr int logical_k_of_phys(int p) { return 8 * ((p % 8) / 2) + 4 * (p % 2) + p / 8; }
+__host__ __device__ constexpr int logical_k_of_phys(int p) { return 8 * ((p % 8) / 2) + 2 * (p / 8) + p % 2; }
 
 // ---- tile schedule: exclusive scan of ceil(count / rows_per_tile) over the experts, one block.
 __global__ void schedule_kernel(Fp4GroupedScheduleParams p) {
@@ -70,26 +70,33 @@ __global__ void row_weights_kernel(const int32_t* rows, const float* weights, fl
 
 // ---- device helpers.
 
-// Eight e2m1 nibbles of w (nibble q at bits 4q .. 4q + 3) -> four bf16 pairs v[q] = (nibble q, nibble q + 4)
-// (low half first), each value e2m1 * 2^-126 exactly: the magnitude bits e1 e0 m go to the two lowest
-// exponent bits and the top mantissa bit (a normal e2m1 2^(E-1) (1 + m/2) becomes 2^(E-127) (1 + m/2), the
-// subnormal 0.5 the bf16 subnormal 2^-127), the sign to bit 15. The row's E8M0 scale is applied after.
+// Eight e2m1 nibbles of w (nibble q at bits 4q .. 4q + 3) -> four bf16 pairs v[i] = (nibble 2i, nibble 2i + 1)
+// (low half first), exact. The magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6 are the bf16 codes 0x0000, 0x3F00,
+// 0x3F80, 0x3FC0, 0x4000, 0x4040, 0x4080, 0x40C0: one byte_perm looks up four low bytes, one four high bytes;
+// the sign of nibble q (bit 4q + 3) is the top bit of byte q / 2 of w << 4 (q even) or of w (q odd), put
+// on the high bytes before a third byte_perm interleaves them. All values are normal (the scale multiplies
+// after: bf16 arithmetic flushes subnormal inputs).
 __device__ __forceinline__ void e2m1x8_to_bf16x8(uint32_t w, uint32_t& v0, uint32_t& v1, uint32_t& v2, uint32_t& v3) {
-  constexpr uint32_t kMag = 0x01C001C0u, kSign = 0x80008000u;
-  v0 = ((w << 6) & kMag) | ((w << 12) & kSign);
-  v1 = ((w << 2) & kMag) | ((w << 8) & kSign);
-  v2 = ((w >> 2) & kMag) | ((w << 4) & kSign);
-  v3 = ((w >> 6) & kMag) | (w & kSign);
+  constexpr uint32_t kLoA = 0xC0800000u, kLoB = 0xC0804000u, kHiA = 0x3F3F3F00u, kHiB = 0x40404040u;
+  const uint32_t m = w & 0x77777777u, u = w << 4;
+  const uint32_t lo0 = __byte_perm(kLoA, kLoB, m), lo1 = __byte_perm(kLoA, kLoB, m >> 16);
+  const uint32_t hi0 = __byte_perm(kHiA, kHiB, m) | (__byte_perm(u, w, 0x5140u) & 0x80808080u);
+  const uint32_t hi1 = __byte_perm(kHiA, kHiB, m >> 16) | (__byte_perm(u, w, 0x7362u) & 0x80808080u);
+  v0 = __byte_perm(lo0, hi0, 0x5140u);
+  v1 = __byte_perm(lo0, hi0, 0x7362u);
+  v2 = __byte_perm(lo1, hi1, 0x5140u);
+  v3 = __byte_perm(lo1, hi1, 0x7362u);
 }
 
-// x * y on bf16 pairs (exact here: one factor is a power of two and the product is representable).
+// x * y on bf16 pairs (exact here: y is a power of two and the product is a normal number).
 __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t x, uint32_t y) {
   uint32_t d;
   asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(x), "r"(y));
   return d;
 }
-// The bf16 pair (2^e, 2^e) for e = b - 127, 1 <= b <= 254.
-__device__ __forceinline__ uint32_t bf16x2_pow2(uint32_t b) { return (b << 7) * 0x00010001u; }
+// The bf16 pair (2^(b - 127), 2^(b - 127)) of an E8M0 byte b; b = 0 (2^-127, a subnormal that bf16
+// arithmetic would flush) is taken as 2^-126.
+__device__ __forceinline__ uint32_t e8m0_bf16x2(uint32_t b) { return (max(b, 1u) << 7) * 0x00010001u; }
 
 // cp.async of 16 bytes (bypassing L1), zero-filling without reading when valid is false.
 __device__ __forceinline__ void cp_async16_zfill(uint32_t dst, const void* src, bool valid) {
@@ -100,10 +107,11 @@ __device__ __forceinline__ void cp_async16_zfill(uint32_t dst, const void* src, 
 // A register r of a thread: row 16 warp + lane / 4 + 8 (r % 2), k 2 (lane % 4) + 8 (r / 2) and the next.
 __device__ __forceinline__ void wgmma_rs_bf16_n64(float (&d)[32], const uint32_t (&a)[4], uint64_t desc) {
   asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
       "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
       "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-      "{%32, %33, %34, %35}, %36, 1, 1, 1, 0;\n"
+      "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
         "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
         "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
@@ -209,27 +217,16 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_mma_kernel(Fp4GroupedMmaP
     const uint4 wq1 = *reinterpret_cast<const uint4*>(slot + 512 + lane * 16);  // row g + 8
     const uint32_t ws0 = *reinterpret_cast<const uint32_t*>(slot + 1024 + g * 4);
     const uint32_t ws1 = *reinterpret_cast<const uint32_t*>(slot + 1024 + (g + 8) * 4);
-    // E8M0 b scales by 2^(b - 127) = 2^-126-corrected 2^(min(b, 128) - 1), then 2^(b - 128) when b > 128.
-    const bool big = (__vcmpgtu4(ws0, 0x80808080u) | __vcmpgtu4(ws1, 0x80808080u)) != 0u;
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
       uint32_t(&a)[8] = regs[kk & 1];
       e2m1x8_to_bf16x8(word_of(wq0, kk), a[0], a[1], a[2], a[3]);
       e2m1x8_to_bf16x8(word_of(wq1, kk), a[4], a[5], a[6], a[7]);
-      const uint32_t b0 = (ws0 >> (8 * kk)) & 0xFFu, b1 = (ws1 >> (8 * kk)) & 0xFFu;
-      const uint32_t m0 = bf16x2_pow2(min(b0, 128u) + 126u), m1 = bf16x2_pow2(min(b1, 128u) + 126u);
+      const uint32_t m0 = e8m0_bf16x2((ws0 >> (8 * kk)) & 0xFFu), m1 = e8m0_bf16x2((ws1 >> (8 * kk)) & 0xFFu);
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         a[i] = bf16x2_mul(a[i], m0);
         a[4 + i] = bf16x2_mul(a[4 + i], m1);
-      }
-      if (big) {
-        const uint32_t n0 = bf16x2_pow2(max(b0, 128u) - 1u), n1 = bf16x2_pow2(max(b1, 128u) - 1u);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          a[i] = bf16x2_mul(a[i], n0);
-          a[4 + i] = bf16x2_mul(a[4 + i], n1);
-        }
       }
       const uint32_t f0[4] = {a[0], a[4], a[1], a[5]};  // k 0..15 of the step's physical order
       const uint32_t f1[4] = {a[2], a[6], a[3], a[7]};  // k 16..31
