@@ -108,24 +108,27 @@ void bench_fp4_grouped(const DeviceContext& ctx) {
     m2.y = y2.get();
     m2.out = D;
     m2.K = I;
-    const double us13 = graph_time_us(
-        ctx, 2,
-        [&](int) {
-          fp4_grouped_schedule(ctx, sp);
-          fp4_grouped_mma(ctx, m);
-        },
-        1, 7);
-    const double us2 = graph_time_us(ctx, 2, [&](int) { fp4_grouped_mma(ctx, m2); }, 1, 7);
-    const double f13 = 2.0 * double(n) * double(2 * I) * double(D), f2 = 2.0 * double(n) * double(D) * double(I);
-    const double b13 = double(w13.size() + w13s.size()), b2 = double(w2.size() + w2s.size());
-    auto line = [&](const char* what, double us, double flops, double bytes) {
-      const double tf = flops / us * 1e-6;
-      std::printf("fp4 grouped mma %-6s T=%-5lld n=%-6lld %9.1f us %8.1f TFLOP/s (%5.1f%% of FP8 peak) %7.0f GB/s weights\n",
-                  what, (long long)T, (long long)n, us, tf, 100.0 * tf / kFp8Peak, bytes / us * 1e-3);
-    };
-    line("w1|w3", us13, f13, b13);
-    line("w2", us2, f2, b2);
-    line("total", us13 + us2, f13 + f2, b13 + b2);
+    for (int wg : {2, 4}) {
+      m.warpgroups = m2.warpgroups = wg;
+      const double us13 = graph_time_us(
+          ctx, 2,
+          [&](int) {
+            fp4_grouped_schedule(ctx, sp);
+            fp4_grouped_mma(ctx, m);
+          },
+          1, 7);
+      const double us2 = graph_time_us(ctx, 2, [&](int) { fp4_grouped_mma(ctx, m2); }, 1, 7);
+      const double f13 = 2.0 * double(n) * double(2 * I) * double(D), f2 = 2.0 * double(n) * double(D) * double(I);
+      const double b13 = double(w13.size() + w13s.size()), b2 = double(w2.size() + w2s.size());
+      auto line = [&](const char* what, double us, double flops, double bytes) {
+        const double tf = flops / us * 1e-6;
+        std::printf("fp4 grouped mma wg%d %-6s T=%-5lld n=%-6lld %9.1f us %8.1f TFLOP/s (%5.1f%% of FP8 peak) %7.0f GB/s weights\n",
+                    wg, what, (long long)T, (long long)n, us, tf, 100.0 * tf / kFp8Peak, bytes / us * 1e-3);
+      };
+      line("w1|w3", us13, f13, b13);
+      line("w2", us2, f2, b2);
+      line("total", us13 + us2, f13 + f2, b13 + b2);
+    }
   }
 }
 

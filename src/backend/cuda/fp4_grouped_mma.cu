@@ -16,23 +16,31 @@ namespace dsv4::cuda {
 namespace {
 
 constexpr int kBN = kFp4GroupedTileRows;  // tokens per tile (wgmma N)
-constexpr int kThreads = 256;             // two warpgroups, 64 output features each
-constexpr int kWarps = kThreads / 32;
 constexpr int kChunk = 128;               // k per pipeline stage
-constexpr int kOutPitch = kFp4GroupedTileOut + 8;  // bf16 per staged output row (16-byte multiple, fewer conflicts)
 
-// Shared memory: a ring of kStages stages, one 128-k chunk each, filled by cp.async kStages - 2 chunks ahead:
-//   [ activations: kBN x 128 bf16 (16 KiB, K-major core matrices) | 8 warp slots ]
+// Shared memory: a ring of stages, one 128-k chunk each, filled by cp.async kStages - 2 chunks ahead:
+//   [ activations: kBN x 128 bf16 (16 KiB, K-major core matrices) | a slot per warp ]
 // A warp slot: its 16 weight rows' tiled 1 KiB piece of the chunk (fp4_tiled.h) + the 16 rows' E8M0 words
-// of the chunk's 4 scale blocks (64 bytes). At the end the output tile is staged over stage 0 (and 1).
-// 4 stages = 98 KiB: two CTAs per SM.
-constexpr int kStages = 4;
+// of the chunk's 4 scale blocks (64 bytes). At the end the output tile is staged over the ring.
+// Two shapes (WG warpgroups of 64 output features each): WG = 2, 128 features, 4 stages (98 KiB, two CTAs
+// per SM); WG = 4, 256 features, 6 stages (198 KiB, one CTA per SM) -- the activation tile, read from L2
+// by every CTA of a tile, then serves twice the features.
 constexpr int kActBytes = kBN * kChunk * 2;
 constexpr int kSlotBytes = 1024 + 64;
-constexpr int kStageBytes = kActBytes + kWarps * kSlotBytes;
-constexpr int kSmemBytes = kStages * kStageBytes;
-static_assert(kStageBytes % 128 == 0, "stage layout");
-static_assert(kBN * kOutPitch * int(sizeof(bf16)) <= kSmemBytes, "the output tile fits the ring");
+template <int WG>
+struct Shape {
+  static constexpr int kThreads = 128 * WG;
+  static constexpr int kWarps = 4 * WG;
+  static constexpr int kOut = 64 * WG;                 // output features per CTA
+  static constexpr int kStages = WG == 2 ? 4 : 6;
+  static constexpr int kMinBlocks = WG == 2 ? 2 : 1;  // CTAs per SM
+  static constexpr int kStageBytes = kActBytes + kWarps * kSlotBytes;
+  static constexpr int kSmemBytes = kStages * kStageBytes;
+  static constexpr int kOutPitch = kOut + 8;           // bf16 per staged output row (16-byte multiple, fewer conflicts)
+  static constexpr int kActCopies = 1024 / kThreads;   // 16-byte activation copies per thread and chunk
+  static_assert(kStageBytes % 128 == 0, "stage layout");
+  static_assert(kBN * kOutPitch * int(sizeof(bf16)) <= kSmemBytes, "the output tile fits the ring");
+};
 
 // Logical k (inside its 32-k block) of physical position p of the permuted bf16 activations: the order in
 // which the weight fragment decoded by e2m1x8_to_bf16x8 meets them (see there).
@@ -141,20 +149,23 @@ __global__ void act_bf16_kernel(Fp4GroupedMmaParams p) {
   for (int i = 0; i < 4; ++i) dst[i] = reinterpret_cast<const uint4*>(v)[i];
 }
 
-// One CTA: 128 output features (warp w: rows out0 + 16 w ..) x one tile of kBN plan rows of expert e.
+// One CTA: 64 WG output features (warp w: rows out0 + 16 w ..) x one tile of kBN plan rows of expert e.
 // Every thread issues one cp.async group per chunk (its warp's weight slot, its share of the activation
 // rows), kStages - 2 chunks ahead; chunk c waits for its group, then one barrier makes the stage visible to
 // all warps (and the tensor cores) and, since every warp has waited for the MMAs of chunk c - 2, frees its
 // stage for chunk c + kStages - 2. Each 32-k step decodes the weights into bf16 registers (scale applied)
 // and issues two MMAs into the one accumulator; the step's registers stay live until the next step's
 // wgmma.wait_group 1 says its MMAs are done, so the decode of step i + 1 overlaps the MMAs of step i.
-__global__ void __launch_bounds__(kThreads, 2) grouped_mma_kernel(Fp4GroupedMmaParams p) {
+template <int WG>
+__global__ void __launch_bounds__(Shape<WG>::kThreads, Shape<WG>::kMinBlocks) grouped_mma_kernel(Fp4GroupedMmaParams p) {
+  using S = Shape<WG>;
+  constexpr int kThreads = S::kThreads, kStages = S::kStages, kStageBytes = S::kStageBytes, kSmemBytes = S::kSmemBytes;
   const int tile = int(blockIdx.y);
   if (tile >= p.tiles[0]) return;
   const int e = p.tiles[1 + 2 * tile];
   const int row0 = p.tiles[2 + 2 * tile];
   const int row_end = p.offsets[e] + p.counts[e];
-  const int out0 = int(blockIdx.x) * kFp4GroupedTileOut;
+  const int out0 = int(blockIdx.x) * S::kOut;
   const int K = int(p.K), nC = K / kChunk;
 
   extern __shared__ __align__(128) uint8_t smem[];
@@ -169,13 +180,14 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_mma_kernel(Fp4GroupedMmaP
   const uint32_t w_dst = smem0 + kActBytes + w8 * kSlotBytes;
 
   // Activations: core matrix (8 rows x 16 bytes) (row / 8, k / 8) of the chunk at ((row / 8) * 16 + k / 8) * 128.
-  // Warp w8 copies rows 8 w8 .. 8 w8 + 7 (lane % 8), 16-byte piece lane / 8 + 4 j (j = 0..3): each copy
-  // instruction reads 64 contiguous bytes of 8 rows and writes 8 consecutive 16-byte slots (no conflict).
-  const int arow = row0 + 8 * w8 + (lane & 7);
+  // Warp w8 copies rows 8 (w8 % 8) .. + 7 (lane % 8), 16-byte pieces lane / 8 + 4 ((w8 / 8) kActCopies + j):
+  // each copy instruction reads 64 contiguous bytes of 8 rows and writes 8 consecutive 16-byte slots.
+  const int arow = row0 + 8 * (w8 & 7) + (lane & 7);
   const bool avalid = arow < row_end;  // rows past the tile's end: zeros
   const int64_t asrc_row = avalid ? (p.rows ? int64_t(p.rows[arow] / p.picks) : int64_t(arow)) : 0;
-  const bf16* asrc = p.xb + asrc_row * K + (lane >> 3) * 8;
-  const uint32_t a_dst = smem0 + (w8 * 16 + (lane >> 3)) * 128 + (lane & 7) * 16;
+  const int apiece = (lane >> 3) + 4 * (w8 / 8) * S::kActCopies;
+  const bf16* asrc = p.xb + asrc_row * K + apiece * 8;
+  const uint32_t a_dst = smem0 + ((w8 & 7) * 16 + apiece) * 128 + (lane & 7) * 16;
 
   int issue_c = 0;
   uint32_t issue_off = 0;
@@ -185,7 +197,7 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_mma_kernel(Fp4GroupedMmaP
       cp_async16(w_dst + issue_off + 512 + lane * 16, wsrc + 512);
       if (lane < 16) cp_async4(w_dst + issue_off + 1024 + lane * 4, ssrc);
 #pragma unroll
-      for (int j = 0; j < 4; ++j) cp_async16_zfill(a_dst + issue_off + j * 512, asrc + 32 * j, avalid);
+      for (int j = 0; j < S::kActCopies; ++j) cp_async16_zfill(a_dst + issue_off + j * 512, asrc + 32 * j, avalid);
       wsrc += 1024;
       ssrc += 4;
       asrc += kChunk;
@@ -257,7 +269,7 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_mma_kernel(Fp4GroupedMmaP
   cp_async_wait<0>();
   __syncthreads();  // no warp still reads a stage
   const int t = lane % 4;
-  bf16 (*sOut)[kOutPitch] = reinterpret_cast<bf16 (*)[kOutPitch]>(smem);
+  bf16 (*sOut)[S::kOutPitch] = reinterpret_cast<bf16 (*)[S::kOutPitch]>(smem);
 #pragma unroll
   for (int j = 0; j < 32; ++j) {
     const int o = w8 * 16 + g + 8 * ((j >> 1) & 1);
@@ -266,9 +278,9 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_mma_kernel(Fp4GroupedMmaP
   }
   __syncthreads();
 #pragma unroll
-  for (int i = 0; i < (kBN * 16) / kThreads; ++i) {
+  for (int i = 0; i < (kBN * S::kOut / 8) / kThreads; ++i) {
     const int q = tid + kThreads * i;
-    const int col = q >> 4, pc = q & 15;
+    const int col = q / (S::kOut / 8), pc = q % (S::kOut / 8);
     const int r = row0 + col;
     if (r < row_end)
       *reinterpret_cast<uint4*>(p.y + int64_t(r) * p.out + out0 + pc * 8) =
@@ -300,17 +312,27 @@ void fp4_grouped_mma(const DeviceContext& ctx, const Fp4GroupedMmaParams& p) {
   narrow_int(p.n + kBN, "fp4_grouped_mma n");
   const int64_t max_tiles = fp4_grouped_max_tiles(p.n, p.E);
   if (max_tiles > 65535) fail("fp4_grouped_mma: ", max_tiles, " tiles exceed the grid");
-  if (size_t(kSmemBytes) > ctx.max_smem_per_block())
-    fail("fp4_grouped_mma: needs ", kSmemBytes, " bytes of shared memory per block, the device allows ",
-         ctx.max_smem_per_block());
   if (!p.xq || !p.xs || !p.xb || !p.w || !p.w_scales || !p.y) fail("fp4_grouped_mma: a null operand or scratch");
   if (p.src_rows <= 0) fail("fp4_grouped_mma: src_rows = ", p.src_rows);
   if (p.n == 0) return;
-  allow_max_dynamic_smem(ctx, grouped_mma_kernel);
   act_bf16_kernel<<<unsigned(ceil_div(p.src_rows * (p.K / 32), 256)), 256, 0, ctx.stream()>>>(p);
   DSV4_CUDA_CHECK_LAUNCH();
-  const dim3 grid(unsigned(p.out / kFp4GroupedTileOut), unsigned(max_tiles));
-  grouped_mma_kernel<<<grid, kThreads, kSmemBytes, ctx.stream()>>>(p);
+  auto launch = [&](auto kernel, int out_per_cta, int threads, int smem_bytes) {
+    if (size_t(smem_bytes) > ctx.max_smem_per_block())
+      fail("fp4_grouped_mma: needs ", smem_bytes, " bytes of shared memory per block, the device allows ",
+           ctx.max_smem_per_block());
+    allow_max_dynamic_smem(ctx, kernel);
+    const dim3 grid(unsigned(p.out / out_per_cta), unsigned(max_tiles));
+    kernel<<<grid, threads, smem_bytes, ctx.stream()>>>(p);
+  };
+  if (p.warpgroups != 0 && p.warpgroups != 2 && p.warpgroups != 4)
+    fail("fp4_grouped_mma: warpgroups = ", p.warpgroups, " (0: choose, 2 or 4)");
+  const bool wide = p.warpgroups == 4 || (p.warpgroups == 0 && p.out % Shape<4>::kOut == 0);
+  if (wide && p.out % Shape<4>::kOut) fail("fp4_grouped_mma: 4 warpgroups need out % 256 == 0, out = ", p.out);
+  if (wide)
+    launch(grouped_mma_kernel<4>, Shape<4>::kOut, Shape<4>::kThreads, Shape<4>::kSmemBytes);
+  else
+    launch(grouped_mma_kernel<2>, Shape<2>::kOut, Shape<2>::kThreads, Shape<2>::kSmemBytes);
   DSV4_CUDA_CHECK_LAUNCH();
 }
 

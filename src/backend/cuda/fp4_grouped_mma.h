@@ -81,6 +81,7 @@ struct Fp4GroupedMmaParams {
   int64_t n = 0;                     // plan rows (sum of counts)
   int64_t out = 0, K = 0;            // out % 128 == 0, K % 128 == 0
   int E = 0;
+  int warpgroups = 0;                // CTA shape: 0 chooses (4 where out % 256 == 0, else 2); 2 or 4 forces it
 };
 void fp4_grouped_mma(const DeviceContext& ctx, const Fp4GroupedMmaParams& p);
 

@@ -25,6 +25,7 @@ struct Case {
   int picks = 2;
   bool exact = false;  // integer-valued data, unit scales: bit-exact
   uint64_t seed = 1;
+  int warpgroups = 0;  // the CTA shape (0: the kernel's choice: 4 warpgroups where out % 256 == 0)
 };
 
 // e2m1 codes with magnitude <= 2 (values 0, +-0.5 .. +-2) and e4m3 codes of small integers keep the
@@ -129,13 +130,14 @@ void run_case(const Case& cs) {
   p.out = out;
   p.K = K;
   p.E = E;
+  p.warpgroups = cs.warpgroups;
   fp4_grouped_mma(ctx, p);
   ctx.synchronize();
   if (n == 0) return;
   const std::vector<float> got = from_bf16(y.download("y"));
   char what[160];
-  std::snprintf(what, sizeof what, "fp4_grouped_mma %s n=%lld out=%lld K=%lld E=%d%s", cs.indirect ? "indirect" : "plain",
-                (long long)n, (long long)out, (long long)K, E, cs.exact ? " exact" : "");
+  std::snprintf(what, sizeof what, "fp4_grouped_mma %s n=%lld out=%lld K=%lld E=%d wg=%d%s", cs.indirect ? "indirect" : "plain",
+                (long long)n, (long long)out, (long long)K, E, cs.warpgroups, cs.exact ? " exact" : "");
   if (cs.exact) {
     EXPECT_TRUE(compare(what, got, ref, Tol::Exact).ok);
     return;
@@ -213,6 +215,10 @@ TEST(CudaFp4GroupedMma, SmallIndirect) { run_case({{0, 1, 64, 129, 5, 0, 33, 64}
 TEST(CudaFp4GroupedMma, SmallPlain) { run_case({{7, 0, 1, 100}, 256, 128, false, 1, false, 14}); }
 TEST(CudaFp4GroupedMma, FlashKIndirect) { run_case({{40, 0, 1, 77}, 256, 4096, true, 6, false, 15}); }
 TEST(CudaFp4GroupedMma, FlashKPlain) { run_case({{1, 66, 0, 31}, 128, 2048, false, 1, false, 16}); }
+// Both CTA shapes on the same features: 256 per CTA (the default at out % 256 == 0) and 128 forced.
+TEST(CudaFp4GroupedMma, ExactIndirectTwoWarpgroups) { run_case({{3, 0, 70, 1}, 256, 512, true, 2, true, 11, 2}); }
+TEST(CudaFp4GroupedMma, SmallIndirectTwoWarpgroups) { run_case({{0, 1, 64, 129, 5, 0, 33, 64}, 512, 256, true, 2, false, 13, 2}); }
+TEST(CudaFp4GroupedMma, FlashKPlainFourWarpgroups) { run_case({{1, 66, 0, 31, 130}, 256, 2048, false, 1, false, 17, 4}); }
 
 }  // namespace
 }  // namespace dsv4::cuda::test
