@@ -212,9 +212,13 @@ __global__ void __launch_bounds__(Shape<WG>::kThreads, Shape<WG>::kMinBlocks) gr
   float acc[32];
 #pragma unroll
   for (int j = 0; j < 32; ++j) acc[j] = 0.0f;
-  uint32_t regs[2][8];  // the A registers of the even and the odd 32-k steps
+  // The A fragments of the even and the odd 32-k steps: frag[set][h] feeds the MMA of k 16 h .. 16 h + 15 of
+  // the step's physical order; register r of it is row g + 8 (r % 2), k 2t + 8 (r / 2) (wgmma_rs_bf16_n64).
+  // The MMAs read exactly these variables, and each set is fenced after the next step's wait: the
+  // registers stay untouched until the tensor cores are done with them.
+  uint32_t frag[2][2][4];
 #pragma unroll
-  for (int i = 0; i < 8; ++i) regs[0][i] = regs[1][i] = 0u;
+  for (int i = 0; i < 16; ++i) frag[i / 8][(i / 4) % 2][i % 4] = 0u;
 
   uint32_t cons_off = 0;
   for (int c = 0; c < nC; ++c) {
@@ -231,26 +235,32 @@ __global__ void __launch_bounds__(Shape<WG>::kThreads, Shape<WG>::kMinBlocks) gr
     const uint32_t ws1 = *reinterpret_cast<const uint32_t*>(slot + 1024 + (g + 8) * 4);
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
-      uint32_t(&a)[8] = regs[kk & 1];
-      e2m1x8_to_bf16x8(word_of(wq0, kk), a[0], a[1], a[2], a[3]);
-      e2m1x8_to_bf16x8(word_of(wq1, kk), a[4], a[5], a[6], a[7]);
+      uint32_t(&f0)[4] = frag[kk & 1][0];
+      uint32_t(&f1)[4] = frag[kk & 1][1];
+      // Pairs (nibbles 0 1, 2 3, 4 5, 6 7) of row g -> f0[0], f0[2], f1[0], f1[2]; of row g + 8 -> f0[1], f0[3], f1[1], f1[3].
+      e2m1x8_to_bf16x8(word_of(wq0, kk), f0[0], f0[2], f1[0], f1[2]);
+      e2m1x8_to_bf16x8(word_of(wq1, kk), f0[1], f0[3], f1[1], f1[3]);
       const uint32_t m0 = e8m0_bf16x2((ws0 >> (8 * kk)) & 0xFFu), m1 = e8m0_bf16x2((ws1 >> (8 * kk)) & 0xFFu);
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        a[i] = bf16x2_mul(a[i], m0);
-        a[4 + i] = bf16x2_mul(a[4 + i], m1);
+      for (int r = 0; r < 4; ++r) {
+        f0[r] = bf16x2_mul(f0[r], r % 2 ? m1 : m0);
+        f1[r] = bf16x2_mul(f1[r], r % 2 ? m1 : m0);
       }
-      const uint32_t f0[4] = {a[0], a[4], a[1], a[5]};  // k 0..15 of the step's physical order
-      const uint32_t f1[4] = {a[2], a[6], a[3], a[7]};  // k 16..31
 #pragma unroll
-      for (int i = 0; i < 8; ++i) fence_u32(a[i]);
+      for (int r = 0; r < 4; ++r) {
+        fence_u32(f0[r]);
+        fence_u32(f1[r]);
+      }
       wgmma_fence();
       wgmma_rs_bf16_n64(acc, f0, smem_desc(stage + (2 * kk) * 256, 128, 2048));
       wgmma_rs_bf16_n64(acc, f1, smem_desc(stage + (2 * kk + 1) * 256, 128, 2048));
       wgmma_commit();
       wgmma_wait<1>();  // the previous step's MMAs are done: its registers may be reused
 #pragma unroll
-      for (int i = 0; i < 8; ++i) fence_u32(regs[(kk + 1) & 1][i]);
+      for (int r = 0; r < 4; ++r) {
+        fence_u32(frag[(kk + 1) & 1][0][r]);
+        fence_u32(frag[(kk + 1) & 1][1][r]);
+      }
 #pragma unroll
       for (int j = 0; j < 32; ++j) fence_f32(acc[j]);
     }
@@ -260,10 +270,7 @@ __global__ void __launch_bounds__(Shape<WG>::kThreads, Shape<WG>::kMinBlocks) gr
 #pragma unroll
   for (int j = 0; j < 32; ++j) fence_f32(acc[j]);
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    fence_u32(regs[0][i]);
-    fence_u32(regs[1][i]);
-  }
+  for (int i = 0; i < 16; ++i) fence_u32(frag[i / 8][(i / 4) % 2][i % 4]);
 
   // Stage the [64 tokens x 128 features] tile as bf16 over the (drained) ring and write whole rows.
   cp_async_wait<0>();
