@@ -127,6 +127,23 @@ __device__ __forceinline__ void wgmma_rs_bf16_n64(float (&d)[32], const uint32_t
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
 }
 
+// wgmma.wait_group 0, then the step's eight A registers and one accumulator XORed into `keep`. ptxas frees a
+// register read by a wgmma once the wgmma is issued, not once it is waited for (measured: the last step's
+// A registers were reused by hoisted epilogue code while the tensor cores still read them, and fences that
+// leave no PTX do not help), so the registers get a use in the PTX that must follow the wait: it also reads
+// the accumulator, which ptxas never reads before the wait.
+__device__ __forceinline__ void wgmma_wait0_keep(const uint32_t (&f)[2][4], const float& acc0, uint32_t& keep) {
+  asm volatile(
+      "wgmma.wait_group.sync.aligned 0;\n"
+      "xor.b32 %0, %0, %1;\nxor.b32 %0, %0, %2;\nxor.b32 %0, %0, %3;\nxor.b32 %0, %0, %4;\n"
+      "xor.b32 %0, %0, %5;\nxor.b32 %0, %0, %6;\nxor.b32 %0, %0, %7;\nxor.b32 %0, %0, %8;\n"
+      "xor.b32 %0, %0, %9;\n"
+      : "+r"(keep)
+      : "r"(f[0][0]), "r"(f[0][1]), "r"(f[0][2]), "r"(f[0][3]), "r"(f[1][0]), "r"(f[1][1]), "r"(f[1][2]), "r"(f[1][3]),
+        "r"(__float_as_uint(acc0))
+      : "memory");
+}
+
 // ---- the activations as exact bf16 in the MMA's k order: one thread per (row, 32-k block).
 __global__ void act_bf16_kernel(Fp4GroupedMmaParams p) {
   const int64_t KB = p.K / 32;
@@ -154,8 +171,8 @@ __global__ void act_bf16_kernel(Fp4GroupedMmaParams p) {
 // rows), kStages - 2 chunks ahead; chunk c waits for its group, then one barrier makes the stage visible to
 // all warps (and the tensor cores) and, since every warp has waited for the MMAs of chunk c - 2, frees its
 // stage for chunk c + kStages - 2. Each 32-k step decodes the weights into bf16 registers (scale applied)
-// and issues two MMAs into the one accumulator; the step's registers stay live until the next step's
-// wgmma.wait_group 1 says its MMAs are done, so the decode of step i + 1 overlaps the MMAs of step i.
+// and issues two MMAs into the one accumulator, then waits for them (the other warpgroups of the SM keep
+// the tensor cores busy meanwhile).
 template <int WG>
 __global__ void __launch_bounds__(Shape<WG>::kThreads, Shape<WG>::kMinBlocks) grouped_mma_kernel(Fp4GroupedMmaParams p) {
   using S = Shape<WG>;
@@ -214,9 +231,9 @@ __global__ void __launch_bounds__(Shape<WG>::kThreads, Shape<WG>::kMinBlocks) gr
   for (int j = 0; j < 32; ++j) acc[j] = 0.0f;
   // The A fragments of the even and the odd 32-k steps: frag[set][h] feeds the MMA of k 16 h .. 16 h + 15 of
   // the step's physical order; register r of it is row g + 8 (r % 2), k 2t + 8 (r / 2) (wgmma_rs_bf16_n64).
-  // The MMAs read exactly these variables, and each set is fenced after the next step's wait: the
-  // registers stay untouched until the tensor cores are done with them.
-  uint32_t frag[2][2][4];
+  // The MMAs read exactly these variables, and each set is read again after the wait that covers its MMAs
+  // (wgmma_wait0_keep): the registers stay untouched until the tensor cores are done with them.
+  uint32_t frag[2][2][4], keep = 0;
 #pragma unroll
   for (int i = 0; i < 16; ++i) frag[i / 8][(i / 4) % 2][i % 4] = 0u;
 
@@ -246,31 +263,19 @@ __global__ void __launch_bounds__(Shape<WG>::kThreads, Shape<WG>::kMinBlocks) gr
         f0[r] = bf16x2_mul(f0[r], r % 2 ? m1 : m0);
         f1[r] = bf16x2_mul(f1[r], r % 2 ? m1 : m0);
       }
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        fence_u32(f0[r]);
-        fence_u32(f1[r]);
-      }
       wgmma_fence();
       wgmma_rs_bf16_n64(acc, f0, smem_desc(stage + (2 * kk) * 256, 128, 2048));
       wgmma_rs_bf16_n64(acc, f1, smem_desc(stage + (2 * kk + 1) * 256, 128, 2048));
       wgmma_commit();
-      wgmma_wait<1>();  // the previous step's MMAs are done: its registers may be reused
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        fence_u32(frag[(kk + 1) & 1][0][r]);
-        fence_u32(frag[(kk + 1) & 1][1][r]);
-      }
+      wgmma_wait0_keep(frag[kk & 1], acc[0], keep);
 #pragma unroll
       for (int j = 0; j < 32; ++j) fence_f32(acc[j]);
     }
     cons_off = cons_off + kStageBytes == uint32_t(kSmemBytes) ? 0u : cons_off + kStageBytes;
   }
-  wgmma_wait<0>();
 #pragma unroll
   for (int j = 0; j < 32; ++j) fence_f32(acc[j]);
-#pragma unroll
-  for (int i = 0; i < 16; ++i) fence_u32(frag[i / 8][(i / 4) % 2][i % 4]);
+  if (p.E < 0) p.y[0] = __ushort_as_bfloat16(uint16_t(keep));  // never (E > 0): keeps the XORs, hence the registers
 
   // Stage the [64 tokens x 128 features] tile as bf16 over the (drained) ring and write whole rows.
   cp_async_wait<0>();

@@ -15,8 +15,9 @@
 // of fp4_tiled.h is the wgmma A fragment), are decoded there into bf16 with their E8M0 scale applied
 // (exact: e2m1 times a power of two), and feed wgmma.m64n64k16.bf16 as register A; the activations are
 // read by the MMA from shared memory (K-major core matrices, no swizzle). Every product is exact in fp32
-// and the whole K sum runs in the tensor core's fp32 accumulator (no promotion on the CUDA cores: the
-// decode of step i + 1 overlaps the MMAs of step i).
+// and the whole K sum runs in the tensor core's fp32 accumulator (no promotion on the CUDA cores). A CTA
+// has 2 warpgroups (128 features, two CTAs per SM) or, where out % 256 == 0, 4 (256 features, one per
+// SM: each activation tile read from L2 serves twice the features).
 // Numerics: the CPU's exact products, summed in fp32 in another order (not bit-identical); inputs whose
 // partial sums are exact at any order (small integers, unit scales) give the twin's result bit for bit.
 // CPU twin: tests/backend/cuda/test_fp4_grouped_mma.cpp (dequantize with core/dtype.h helpers, fp32 matmul).

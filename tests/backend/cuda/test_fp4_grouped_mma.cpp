@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/fp4_grouped_mma.h"
@@ -219,6 +220,68 @@ TEST(CudaFp4GroupedMma, FlashKPlain) { run_case({{1, 66, 0, 31}, 128, 2048, fals
 TEST(CudaFp4GroupedMma, ExactIndirectTwoWarpgroups) { run_case({{3, 0, 70, 1}, 256, 512, true, 2, true, 11, 2}); }
 TEST(CudaFp4GroupedMma, SmallIndirectTwoWarpgroups) { run_case({{0, 1, 64, 129, 5, 0, 33, 64}, 512, 256, true, 2, false, 13, 2}); }
 TEST(CudaFp4GroupedMma, FlashKPlainFourWarpgroups) { run_case({{1, 66, 0, 31, 130}, 256, 2048, false, 1, false, 17, 4}); }
+
+}  // namespace
+}  // namespace dsv4::cuda::test
+
+namespace dsv4::cuda::test {
+namespace {
+
+// One expert, 64 rows, one 128-k chunk, unit activations: row r is e_{k0 + r}, so y[r, o] must be the weight
+// W[o, k0 + r] itself. A failure names, per wrong row, the k whose weight column the row picked up instead
+// (a permutation of k or of rows shows as a clean map; a mixture as "mixed").
+void unit_rows_case(int warpgroups, int k0) {
+  DSV4_REQUIRE_HOPPER();
+  DeviceContext ctx;
+  Rng rng(uint64_t(99 + k0 + warpgroups));
+  const int64_t out = 256, K = 128, n = 64;
+  std::vector<uint8_t> xq(size_t(n * K), 0);
+  for (int64_t r = 0; r < n; ++r) xq[size_t(r * K + k0 + r)] = 0x38;  // 1.0
+  std::vector<float> xs(size_t(n * K / 128), 1.0f);
+  std::vector<uint8_t> packed(size_t(out * K / 2)), tiled(packed.size());
+  for (uint8_t& b : packed) b = uint8_t(rng.uniform_int(0, 255));
+  pack_fp4_tiled(packed.data(), out, K, tiled.data());
+  std::vector<uint8_t> wsc(size_t(out * K / 32), 127);
+  auto w_at = [&](int64_t o, int64_t k) { return e2m1_to_f32(e2m1_code_at(packed.data(), size_t(o * K + k))); };
+  const std::vector<int32_t> counts{int32_t(n)}, offsets{0, int32_t(n)};
+  DeviceBuffer<uint8_t> dxq(xq), dw(tiled), dws(wsc);
+  DeviceBuffer<float> dxs(xs);
+  DeviceBuffer<int32_t> dcounts(counts), doffsets(offsets), dtiles(size_t(fp4_grouped_tile_ints(n, 1)));
+  DeviceBuffer<bf16> xb(size_t(n * K));
+  DeviceBuffer<uint16_t> y(size_t(n * out));
+  fp4_grouped_schedule(ctx, {.counts = dcounts.get(), .offsets = doffsets.get(), .tiles = dtiles.get(), .E = 1});
+  fp4_grouped_mma(ctx, {.xq = dxq.get(), .xs = dxs.get(), .xs_row_stride = 1, .xs_block_stride = 1, .src_rows = n,
+                        .xb = xb.get(), .rows = nullptr, .picks = 1, .w = dw.get(), .w_scales = dws.get(),
+                        .counts = dcounts.get(), .offsets = doffsets.get(), .tiles = dtiles.get(),
+                        .y = reinterpret_cast<bf16*>(y.get()), .n = n, .out = out, .K = K, .E = 1, .warpgroups = warpgroups});
+  ctx.synchronize();
+  const std::vector<float> got = from_bf16(y.download());
+  std::string report;
+  int bad_rows = 0;
+  for (int64_t r = 0; r < n; ++r) {
+    int bad = 0;
+    for (int64_t o = 0; o < out; ++o) bad += got[size_t(r * out + o)] != w_at(o, k0 + r);
+    if (!bad) continue;
+    ++bad_rows;
+    std::string picked = "mixed";
+    for (int64_t k = 0; k < K; ++k) {
+      bool all = true;
+      for (int64_t o = 0; o < out && all; ++o) all = got[size_t(r * out + o)] == w_at(o, k);
+      if (all) picked = "k " + std::to_string(k);
+    }
+    int bad_by_wg[4] = {0, 0, 0, 0};
+    for (int64_t o = 0; o < out; ++o) bad_by_wg[(o / 64) % 4] += got[size_t(r * out + o)] != w_at(o, k0 + r);
+    report += " r" + std::to_string(r) + ":" + std::to_string(bad) + "[" + std::to_string(bad_by_wg[0]) + "," +
+              std::to_string(bad_by_wg[1]) + "," + std::to_string(bad_by_wg[2]) + "," + std::to_string(bad_by_wg[3]) +
+              "]->" + picked;
+  }
+  EXPECT_EQ(bad_rows, 0) << "warpgroups " << warpgroups << ", k0 " << k0 << ": rows with a wrong weight column:" << report;
+}
+
+TEST(CudaFp4GroupedMma, UnitRowsPickTheirWeightColumn) {
+  for (int wg : {2, 4})
+    for (int k0 : {0, 64}) unit_rows_case(wg, k0);
+}
 
 }  // namespace
 }  // namespace dsv4::cuda::test
