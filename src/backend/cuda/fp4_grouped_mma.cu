@@ -82,8 +82,10 @@ __global__ void row_weights_kernel(const int32_t* rows, const float* weights, fl
 // (low half first), exact. The magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6 are the bf16 codes 0x0000, 0x3F00,
 // 0x3F80, 0x3FC0, 0x4000, 0x4040, 0x4080, 0x40C0: one byte_perm looks up four low bytes, one four high bytes;
 // the sign of nibble q (bit 4q + 3) is the top bit of byte q / 2 of w << 4 (q even) or of w (q odd), put
-// on the high bytes before a third byte_perm interleaves them. All values are normal (the scale multiplies
-// after: bf16 arithmetic flushes subnormal inputs).
+// on the high bytes before a third byte_perm interleaves them. All values are normal, so the scale's multiply
+// never meets a subnormal input (placing e1 e0 m in the exponent bits would make 0.5 a bf16 subnormal;
+// whether mul.rn.bf16x2 keeps those was not established -- the failures first blamed on it were the
+// register race described at wgmma_wait0_keep).
 __device__ __forceinline__ void e2m1x8_to_bf16x8(uint32_t w, uint32_t& v0, uint32_t& v1, uint32_t& v2, uint32_t& v3) {
   constexpr uint32_t kLoA = 0xC0800000u, kLoB = 0xC0804000u, kHiA = 0x3F3F3F00u, kHiB = 0x40404040u;
   const uint32_t m = w & 0x77777777u, u = w << 4;
@@ -102,8 +104,8 @@ __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t x, uint32_t y) {
   asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(x), "r"(y));
   return d;
 }
-// The bf16 pair (2^(b - 127), 2^(b - 127)) of an E8M0 byte b; b = 0 (2^-127, a subnormal that bf16
-// arithmetic would flush) is taken as 2^-126.
+// The bf16 pair (2^(b - 127), 2^(b - 127)) of an E8M0 byte b; b = 0 (2^-127, a subnormal multiplier) is
+// taken as 2^-126 (weights of that scale are below 6 * 2^-126).
 __device__ __forceinline__ uint32_t e8m0_bf16x2(uint32_t b) { return (max(b, 1u) << 7) * 0x00010001u; }
 
 // cp.async of 16 bytes (bypassing L1), zero-filling without reading when valid is false.
