@@ -113,22 +113,6 @@ __device__ __forceinline__ void cp_async16_zfill(uint32_t dst, const void* src, 
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(valid ? 16u : 0u) : "memory");
 }
 
-// d[64 x 64] (+)= A[64 x 16] (registers, bf16) * B[16 x 64] (shared, bf16, K-major), fp32 accumulation.
-// A register r of a thread: row 16 warp + lane / 4 + 8 (r % 2), k 2 (lane % 4) + 8 (r / 2) and the next.
-__device__ __forceinline__ void wgmma_rs_bf16_n64(float (&d)[32], const uint32_t (&a)[4], uint64_t desc) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-      "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
-}
-
 // wgmma.wait_group 0, then the step's eight A registers and one accumulator XORed into `keep`. ptxas frees a
 // register read by a wgmma once the wgmma is issued, not once it is waited for (measured: the last step's
 // A registers were reused by hoisted epilogue code while the tensor cores still read them, and fences that
@@ -266,8 +250,8 @@ __global__ void __launch_bounds__(Shape<WG>::kThreads, Shape<WG>::kMinBlocks) gr
         f1[r] = bf16x2_mul(f1[r], r % 2 ? m1 : m0);
       }
       wgmma_fence();
-      wgmma_rs_bf16_n64(acc, f0, smem_desc(stage + (2 * kk) * 256, 128, 2048));
-      wgmma_rs_bf16_n64(acc, f1, smem_desc(stage + (2 * kk + 1) * 256, 128, 2048));
+      wgmma_rs_bf16_n64(acc, f0, smem_desc(stage + (2 * kk) * 256, 128, 2048), true);
+      wgmma_rs_bf16_n64(acc, f1, smem_desc(stage + (2 * kk + 1) * 256, 128, 2048), true);
       wgmma_commit();
       wgmma_wait0_keep(frag[kk & 1], acc[0], keep);
 #pragma unroll

@@ -1,5 +1,5 @@
 // Hopper warpgroup MMA (wgmma, sm_90a) helpers shared by the tensor-core kernels that feed A fragments
-// (e4m3, or f16) from registers and B from shared memory (fp4_grouped_mma, fp4_grouped_decode,
+// (e4m3, f16 or bf16) from registers and B from shared memory (fp4_grouped_mma, fp4_grouped_decode,
 // linear_stream). Device code: include from .cu files only.
 #pragma once
 #include <cooperative_groups.h>
@@ -114,6 +114,24 @@ __device__ __forceinline__ void wgmma_rs_f16<32>(float (&d)[16], const uint32_t 
       "{%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
         "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(int(accumulate)));
+}
+
+// d[64 x 64] (+)= A[64 x 16] (registers, bf16) * B[16 x 64] (shared, bf16, K-major), fp32 accumulation; the
+// fragments as wgmma_rs_f16's. The A registers are read asynchronously: keep them unwritten, and give them a
+// PTX use after the wgmma.wait_group that covers this MMA (fp4_grouped_mma.cu wgmma_wait0_keep) -- ptxas
+// may otherwise hand them to other values while the tensor cores still read them.
+__device__ __forceinline__ void wgmma_rs_bf16_n64(float (&d)[32], const uint32_t (&a)[4], uint64_t desc, bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(int(accumulate)));
 }
 
