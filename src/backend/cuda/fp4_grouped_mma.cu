@@ -113,20 +113,25 @@ __device__ __forceinline__ void cp_async16_zfill(uint32_t dst, const void* src, 
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(valid ? 16u : 0u) : "memory");
 }
 
-// wgmma.wait_group 0, then the step's eight A registers and one accumulator XORed into `keep`. ptxas frees a
-// register read by a wgmma once the wgmma is issued, not once it is waited for (measured: the last step's
-// A registers were reused by hoisted epilogue code while the tensor cores still read them, and fences that
-// leave no PTX do not help), so the registers get a use in the PTX that must follow the wait: it also reads
-// the accumulator, which ptxas never reads before the wait.
+// wgmma.wait_group 0, then the step's eight A registers folded into `keep` through the bits t of one
+// accumulator, all in one asm block: keep ^= a_i & t. ptxas frees a register read by a wgmma once the wgmma
+// is issued, not once it is waited for (measured: the last step's A registers were reused by hoisted
+// epilogue code while the tensor cores still read them; fences that leave no PTX do not help), so the
+// registers get a use in the PTX that must follow the wait: each needs t, and t is an accumulator read,
+// which ptxas never moves above the wait (the float -> bits move is inside the block for that reason: as
+// an "r" operand it would be emitted before the wait).
 __device__ __forceinline__ void wgmma_wait0_keep(const uint32_t (&f)[2][4], const float& acc0, uint32_t& keep) {
   asm volatile(
+      "{\n.reg .b32 t, u;\n"
       "wgmma.wait_group.sync.aligned 0;\n"
-      "xor.b32 %0, %0, %1;\nxor.b32 %0, %0, %2;\nxor.b32 %0, %0, %3;\nxor.b32 %0, %0, %4;\n"
-      "xor.b32 %0, %0, %5;\nxor.b32 %0, %0, %6;\nxor.b32 %0, %0, %7;\nxor.b32 %0, %0, %8;\n"
-      "xor.b32 %0, %0, %9;\n"
+      "mov.b32 t, %9;\n"
+      "and.b32 u, %1, t;\nxor.b32 %0, %0, u;\nand.b32 u, %2, t;\nxor.b32 %0, %0, u;\n"
+      "and.b32 u, %3, t;\nxor.b32 %0, %0, u;\nand.b32 u, %4, t;\nxor.b32 %0, %0, u;\n"
+      "and.b32 u, %5, t;\nxor.b32 %0, %0, u;\nand.b32 u, %6, t;\nxor.b32 %0, %0, u;\n"
+      "and.b32 u, %7, t;\nxor.b32 %0, %0, u;\nand.b32 u, %8, t;\nxor.b32 %0, %0, u;\n}\n"
       : "+r"(keep)
       : "r"(f[0][0]), "r"(f[0][1]), "r"(f[0][2]), "r"(f[0][3]), "r"(f[1][0]), "r"(f[1][1]), "r"(f[1][2]), "r"(f[1][3]),
-        "r"(__float_as_uint(acc0))
+        "f"(acc0)
       : "memory");
 }
 
