@@ -161,9 +161,9 @@ __global__ void act_bf16_kernel(Fp4GroupedMmaParams p) {
 // Every thread issues one cp.async group per chunk (its warp's weight slot, its share of the activation
 // rows), kStages - 2 chunks ahead; chunk c waits for its group, then one barrier makes the stage visible to
 // all warps (and the tensor cores) and, since every warp has waited for the MMAs of chunk c - 2, frees its
-// stage for chunk c + kStages - 2. Each 32-k step decodes the weights into bf16 registers (scale applied)
-// and issues two MMAs into the one accumulator, then waits for them (the other warpgroups of the SM keep
-// the tensor cores busy meanwhile).
+// stage for chunk c + kStages - 2. Each 32-k step's weights are decoded into bf16 registers (scale applied)
+// while the previous step's two MMAs run (one accumulator), and each step is waited for before the next is
+// issued.
 template <int WG>
 __global__ void __launch_bounds__(Shape<WG>::kThreads, Shape<WG>::kMinBlocks) grouped_mma_kernel(Fp4GroupedMmaParams p) {
   using S = Shape<WG>;
@@ -228,41 +228,60 @@ __global__ void __launch_bounds__(Shape<WG>::kThreads, Shape<WG>::kMinBlocks) gr
 #pragma unroll
   for (int i = 0; i < 16; ++i) frag[i / 8][(i / 4) % 2][i % 4] = 0u;
 
+  // Chunk c's barrier: this thread's copies of it have landed (cp.async group), the activations are made
+  // visible to the tensor cores (async proxy) and, after __syncthreads, everyone's; every warp has then
+  // waited for the MMAs of chunk c - 2 at least, so its stage takes chunk c + kStages - 2.
   uint32_t cons_off = 0;
+  uint4 wq0, wq1;  // the chunk's weight words: rows g and g + 8, 4 blocks
+  uint32_t ws0 = 0, ws1 = 0;
+  auto enter_chunk = [&](int c) {
+    cp_async_wait<kStages - 3>();
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    __syncthreads();
+    issue();
+    if (c > 0) cons_off = cons_off + kStageBytes == uint32_t(kSmemBytes) ? 0u : cons_off + kStageBytes;
+    const uint8_t* slot = smem + cons_off + kActBytes + w8 * kSlotBytes;
+    wq0 = *reinterpret_cast<const uint4*>(slot + lane * 16);
+    wq1 = *reinterpret_cast<const uint4*>(slot + 512 + lane * 16);
+    ws0 = *reinterpret_cast<const uint32_t*>(slot + 1024 + g * 4);
+    ws1 = *reinterpret_cast<const uint32_t*>(slot + 1024 + (g + 8) * 4);
+  };
+  // Step kk (32 k) of the current chunk decoded into the fragment set f.
+  auto decode = [&](int kk, uint32_t (&f)[2][4]) {
+    // Pairs (nibbles 0 1, 2 3, 4 5, 6 7) of row g -> f[0][0], f[0][2], f[1][0], f[1][2]; of row g + 8 -> f[0][1], f[0][3], f[1][1], f[1][3].
+    e2m1x8_to_bf16x8(word_of(wq0, kk), f[0][0], f[0][2], f[1][0], f[1][2]);
+    e2m1x8_to_bf16x8(word_of(wq1, kk), f[0][1], f[0][3], f[1][1], f[1][3]);
+    const uint32_t m0 = e8m0_bf16x2((ws0 >> (8 * kk)) & 0xFFu), m1 = e8m0_bf16x2((ws1 >> (8 * kk)) & 0xFFu);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      f[0][r] = bf16x2_mul(f[0][r], r % 2 ? m1 : m0);
+      f[1][r] = bf16x2_mul(f[1][r], r % 2 ? m1 : m0);
+    }
+  };
+  // Software pipeline over the 32-k steps: step s's MMAs are issued, then step s + 1 is decoded into the
+  // other fragment set (crossing into the next chunk through its barrier) while the tensor cores work, and
+  // only then is step s waited for (wgmma_wait0_keep: its fragment registers stay live until that wait, so
+  // the decode cannot take them). The decode of step s + 1 overwrites the set of step s - 1, waited for.
+  enter_chunk(0);
+  decode(0, frag[0]);
   for (int c = 0; c < nC; ++c) {
-    cp_async_wait<kStages - 3>();  // this thread's copies of chunk c have landed
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the activations are read by the tensor cores
-    __syncthreads();  // ... everyone's; and every warp is done with chunk c - 2 (its MMAs waited for)
-    issue();          // chunk c + kStages - 2 into the stage of chunk c - 2
-
     const uint8_t* stage = smem + cons_off;
-    const uint8_t* slot = stage + kActBytes + w8 * kSlotBytes;
-    const uint4 wq0 = *reinterpret_cast<const uint4*>(slot + lane * 16);        // row g, 4 blocks
-    const uint4 wq1 = *reinterpret_cast<const uint4*>(slot + 512 + lane * 16);  // row g + 8
-    const uint32_t ws0 = *reinterpret_cast<const uint32_t*>(slot + 1024 + g * 4);
-    const uint32_t ws1 = *reinterpret_cast<const uint32_t*>(slot + 1024 + (g + 8) * 4);
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
-      uint32_t(&f0)[4] = frag[kk & 1][0];
-      uint32_t(&f1)[4] = frag[kk & 1][1];
-      // Pairs (nibbles 0 1, 2 3, 4 5, 6 7) of row g -> f0[0], f0[2], f1[0], f1[2]; of row g + 8 -> f0[1], f0[3], f1[1], f1[3].
-      e2m1x8_to_bf16x8(word_of(wq0, kk), f0[0], f0[2], f1[0], f1[2]);
-      e2m1x8_to_bf16x8(word_of(wq1, kk), f0[1], f0[3], f1[1], f1[3]);
-      const uint32_t m0 = e8m0_bf16x2((ws0 >> (8 * kk)) & 0xFFu), m1 = e8m0_bf16x2((ws1 >> (8 * kk)) & 0xFFu);
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        f0[r] = bf16x2_mul(f0[r], r % 2 ? m1 : m0);
-        f1[r] = bf16x2_mul(f1[r], r % 2 ? m1 : m0);
-      }
       wgmma_fence();
-      wgmma_rs_bf16_n64(acc, f0, smem_desc(stage + (2 * kk) * 256, 128, 2048), true);
-      wgmma_rs_bf16_n64(acc, f1, smem_desc(stage + (2 * kk + 1) * 256, 128, 2048), true);
+      wgmma_rs_bf16_n64(acc, frag[kk & 1][0], smem_desc(stage + (2 * kk) * 256, 128, 2048), true);
+      wgmma_rs_bf16_n64(acc, frag[kk & 1][1], smem_desc(stage + (2 * kk + 1) * 256, 128, 2048), true);
       wgmma_commit();
+      if (kk < 3) {
+        decode(kk + 1, frag[(kk + 1) & 1]);
+      } else if (c + 1 < nC) {
+        enter_chunk(c + 1);
+        decode(0, frag[0]);
+      }
       wgmma_wait0_keep(frag[kk & 1], acc[0], keep);
 #pragma unroll
       for (int j = 0; j < 32; ++j) fence_f32(acc[j]);
     }
-    cons_off = cons_off + kStageBytes == uint32_t(kSmemBytes) ? 0u : cons_off + kStageBytes;
   }
 #pragma unroll
   for (int j = 0; j < 32; ++j) fence_f32(acc[j]);
