@@ -85,7 +85,7 @@ __global__ void row_weights_kernel(const int32_t* rows, const float* weights, fl
 // on the high bytes before a third byte_perm interleaves them. All values are normal, so the scale's multiply
 // never meets a subnormal input (placing e1 e0 m in the exponent bits would make 0.5 a bf16 subnormal;
 // whether mul.rn.bf16x2 keeps those was not established -- the failures first blamed on it were the
-// register race described at wgmma_wait0_keep).
+// register race described at wgmma_keep_a).
 __device__ __forceinline__ void e2m1x8_to_bf16x8(uint32_t w, uint32_t& v0, uint32_t& v1, uint32_t& v2, uint32_t& v3) {
   constexpr uint32_t kLoA = 0xC0800000u, kLoB = 0xC0804000u, kHiA = 0x3F3F3F00u, kHiB = 0x40404040u;
   const uint32_t m = w & 0x77777777u, u = w << 4;
@@ -111,28 +111,6 @@ __device__ __forceinline__ uint32_t e8m0_bf16x2(uint32_t b) { return (max(b, 1u)
 // cp.async of 16 bytes (bypassing L1), zero-filling without reading when valid is false.
 __device__ __forceinline__ void cp_async16_zfill(uint32_t dst, const void* src, bool valid) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(valid ? 16u : 0u) : "memory");
-}
-
-// wgmma.wait_group 0, then the step's eight A registers folded into `keep` through the bits t of one
-// accumulator, all in one asm block: keep ^= a_i & t. ptxas frees a register read by a wgmma once the wgmma
-// is issued, not once it is waited for (measured: the last step's A registers were reused by hoisted
-// epilogue code while the tensor cores still read them; fences that leave no PTX do not help), so the
-// registers get a use in the PTX that must follow the wait: each needs t, and t is an accumulator read,
-// which ptxas never moves above the wait (the float -> bits move is inside the block for that reason: as
-// an "r" operand it would be emitted before the wait).
-__device__ __forceinline__ void wgmma_wait0_keep(const uint32_t (&f)[2][4], const float& acc0, uint32_t& keep) {
-  asm volatile(
-      "{\n.reg .b32 t, u;\n"
-      "wgmma.wait_group.sync.aligned 0;\n"
-      "mov.b32 t, %9;\n"
-      "and.b32 u, %1, t;\nxor.b32 %0, %0, u;\nand.b32 u, %2, t;\nxor.b32 %0, %0, u;\n"
-      "and.b32 u, %3, t;\nxor.b32 %0, %0, u;\nand.b32 u, %4, t;\nxor.b32 %0, %0, u;\n"
-      "and.b32 u, %5, t;\nxor.b32 %0, %0, u;\nand.b32 u, %6, t;\nxor.b32 %0, %0, u;\n"
-      "and.b32 u, %7, t;\nxor.b32 %0, %0, u;\nand.b32 u, %8, t;\nxor.b32 %0, %0, u;\n}\n"
-      : "+r"(keep)
-      : "r"(f[0][0]), "r"(f[0][1]), "r"(f[0][2]), "r"(f[0][3]), "r"(f[1][0]), "r"(f[1][1]), "r"(f[1][2]), "r"(f[1][3]),
-        "f"(acc0)
-      : "memory");
 }
 
 // ---- the activations as exact bf16 in the MMA's k order: one thread per (row, 32-k block).
@@ -223,7 +201,7 @@ __global__ void __launch_bounds__(Shape<WG>::kThreads, Shape<WG>::kMinBlocks) gr
   // The A fragments of the even and the odd 32-k steps: frag[set][h] feeds the MMA of k 16 h .. 16 h + 15 of
   // the step's physical order; register r of it is row g + 8 (r % 2), k 2t + 8 (r / 2) (wgmma_rs_bf16_n64).
   // The MMAs read exactly these variables, and each set is read again after the wait that covers its MMAs
-  // (wgmma_wait0_keep): the registers stay untouched until the tensor cores are done with them.
+  // (wgmma_keep_a): the registers stay untouched until the tensor cores are done with them.
   uint32_t frag[2][2][4], keep = 0;
 #pragma unroll
   for (int i = 0; i < 16; ++i) frag[i / 8][(i / 4) % 2][i % 4] = 0u;
@@ -260,7 +238,7 @@ __global__ void __launch_bounds__(Shape<WG>::kThreads, Shape<WG>::kMinBlocks) gr
   };
   // Software pipeline over the 32-k steps: step s's MMAs are issued, then step s + 1 is decoded into the
   // other fragment set (crossing into the next chunk through its barrier) while the tensor cores work, and
-  // only then is step s waited for (wgmma_wait0_keep: its fragment registers stay live until that wait, so
+  // only then is step s waited for (wgmma_keep_a: its fragment registers stay live until that wait, so
   // the decode cannot take them). The decode of step s + 1 overwrites the set of step s - 1, waited for.
   enter_chunk(0);
   decode(0, frag[0]);
@@ -278,14 +256,16 @@ __global__ void __launch_bounds__(Shape<WG>::kThreads, Shape<WG>::kMinBlocks) gr
         enter_chunk(c + 1);
         decode(0, frag[0]);
       }
-      wgmma_wait0_keep(frag[kk & 1], acc[0], keep);
+      wgmma_wait<0>();
+      wgmma_keep_a(frag[kk & 1][0], acc[0], keep);
+      wgmma_keep_a(frag[kk & 1][1], acc[0], keep);
 #pragma unroll
       for (int j = 0; j < 32; ++j) fence_f32(acc[j]);
     }
   }
 #pragma unroll
   for (int j = 0; j < 32; ++j) fence_f32(acc[j]);
-  if (p.E < 0) p.y[0] = __ushort_as_bfloat16(uint16_t(keep));  // never (E > 0): keeps the XORs, hence the registers
+  wgmma_keep_sink(keep, p.E < 0, acc[0]);
 
   // Stage the [64 tokens x 128 features] tile as bf16 over the (drained) ring and write whole rows.
   cp_async_wait<0>();
