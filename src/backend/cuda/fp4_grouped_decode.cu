@@ -172,7 +172,7 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_decode_kernel(Fp4GroupedD
   __syncthreads();
 
   float acc[kAcc], tmp[kBufs][kMma][kAcc];
-  uint32_t a[kBufs][kMma][4], sc[kBufs][4], keep = 0;
+  uint32_t a[kBufs][kMma][4], sc[kBufs][4];
 #pragma unroll
   for (int h = 0; h < kBufs; ++h)
 #pragma unroll
@@ -229,6 +229,10 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_decode_kernel(Fp4GroupedD
         for (int i = 0; i < 4; ++i) a[h][kk][i] = r[i];
       }
     }
+#pragma unroll
+    for (int m = 0; m < kMma; ++m)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) fence_u32(a[h][m][i]);
     asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
     for (int m = 0; m < kMma; ++m) {
@@ -245,7 +249,8 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_decode_kernel(Fp4GroupedD
     for (int m = 0; m < kMma; ++m) {
 #pragma unroll
       for (int j = 0; j < kAcc; ++j) fence_f32(tmp[h][m][j]);
-      wgmma_keep_a(a[h][m], tmp[h][m][0], keep);  // the MMA's A registers live until here
+#pragma unroll
+      for (int i = 0; i < 4; ++i) fence_u32(a[h][m][i]);  // the MMA's A registers live until here
     }
     float part[kAcc];
 #pragma unroll
@@ -317,7 +322,6 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_decode_kernel(Fp4GroupedD
         finish_chunk(c, H0{});
       }
     }
-    wgmma_keep_sink(keep, p.n < 0, acc[0]);
     // Feature o = block start + 16 warp + g (+ 8), token column 8 (j / 4) + 2t (+ 1).
     const int out0 = (ob0 + b) * kFp4DecodeTileOut;
     if (splits == 1) {

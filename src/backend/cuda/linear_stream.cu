@@ -136,7 +136,7 @@ __global__ void __launch_bounds__(kThreads, 2) stream_gemv_kernel(const __grid_c
   __syncthreads();
 
   float acc[kAcc], tmp[kBufs][kAcc], sw[kBufs];
-  uint32_t am[kBufs][8][4], keep = 0;
+  uint32_t am[kBufs][8][4];
 #pragma unroll
   for (int j = 0; j < kAcc; ++j) {
     acc[j] = 0.0f;
@@ -165,6 +165,10 @@ __global__ void __launch_bounds__(kThreads, 2) stream_gemv_kernel(const __grid_c
       am[h][st][1] = e4m3x2_f16x2(y);
       am[h][st][3] = e4m3x2_f16x2(y >> 16);
     }
+#pragma unroll
+    for (int st = 0; st < 8; ++st)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) fence_u32(am[h][st][r]);
     wgmma_fence();
 #pragma unroll
     for (int st = 0; st < 8; ++st)
@@ -177,7 +181,9 @@ __global__ void __launch_bounds__(kThreads, 2) stream_gemv_kernel(const __grid_c
 #pragma unroll
     for (int j = 0; j < kAcc; ++j) fence_f32(tmp[h][j]);
 #pragma unroll
-    for (int st = 0; st < 8; ++st) wgmma_keep_a(am[h][st], tmp[h][0], keep);  // the A registers live until here
+    for (int st = 0; st < 8; ++st)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) fence_u32(am[h][st][r]);  // the A registers live until the MMAs are done
 #pragma unroll
     for (int j = 0; j < kAcc; ++j) {
       const int col = 8 * (j >> 2) + 2 * t + (j & 1);
@@ -215,7 +221,6 @@ __global__ void __launch_bounds__(kThreads, 2) stream_gemv_kernel(const __grid_c
     }
   }
 
-  wgmma_keep_sink(keep, p.tokens < 0, acc[0]);
   // Element j: row 16 warp + g + 8 ((j / 2) % 2) of the block, token 8 (j / 4) + 2t + j % 2.
   auto store = [&](int row_in_block, int col, float v) {
     const int row = rb * kRows + row_in_block;

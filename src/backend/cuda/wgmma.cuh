@@ -23,30 +23,9 @@ __device__ __forceinline__ uint64_t smem_desc(const void* p, uint32_t lbo, uint3
   return d;
 }
 
-// Compiler fence on an accumulator: no read or write of it moves across (it leaves nothing in the PTX).
+// Compiler fences: keep an accumulator or an A register live (and unmoved) across an asynchronous MMA.
 __device__ __forceinline__ void fence_f32(float& x) { asm volatile("" : "+f"(x)::"memory"); }
-
-// The A registers of a register-fed wgmma (RS) are read by the tensor cores until the wgmma.wait_group that
-// covers the MMA, but ptxas may hand a register to another value once its last PTX use -- the wgmma itself
-// -- has issued (measured, 2026-12-06: hoisted code took a fragment's registers while the tensor cores still
-// read them, and outputs came out wrong in a non-repeatable mix). An empty-asm fence does not help: it
-// leaves nothing in the PTX. So after that wait, every A register gets a real use that cannot move above
-// it: keep ^= a_i & t, where t is the bits of `done`, an accumulator the covered MMAs wrote (readable only
-// after the wait, so ptxas never hoists its read). One lop3 per register; `keep` ends in wgmma_keep_sink.
-__device__ __forceinline__ void wgmma_keep_a(const uint32_t (&a)[4], const float& done, uint32_t& keep) {
-  asm volatile(
-      "{\n.reg .b32 t;\nmov.b32 t, %5;\n"
-      "lop3.b32 %0, %1, t, %0, 0x6A;\nlop3.b32 %0, %2, t, %0, 0x6A;\n"
-      "lop3.b32 %0, %3, t, %0, 0x6A;\nlop3.b32 %0, %4, t, %0, 0x6A;\n}\n"
-      : "+r"(keep)
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "f"(done)
-      : "memory");
-}
-// The end of the keep chain: `never` is false at run time (a launch parameter's impossible value) but not
-// known to the compiler, so the chain -- hence every A-register use -- stays in the code.
-__device__ __forceinline__ void wgmma_keep_sink(uint32_t keep, bool never, float& x) {
-  if (never) x = __uint_as_float(keep);
-}
+__device__ __forceinline__ void fence_u32(uint32_t& x) { asm volatile("" : "+r"(x)::"memory"); }
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
@@ -139,8 +118,7 @@ __device__ __forceinline__ void wgmma_rs_f16<32>(float (&d)[16], const uint32_t 
 }
 
 // d[64 x 64] (+)= A[64 x 16] (registers, bf16) * B[16 x 64] (shared, bf16, K-major), fp32 accumulation; the
-// fragments as wgmma_rs_f16's. The A registers are read asynchronously: keep them unwritten until the
-// covering wgmma.wait_group, then wgmma_keep_a them.
+// fragments as wgmma_rs_f16's.
 __device__ __forceinline__ void wgmma_rs_bf16_n64(float (&d)[32], const uint32_t (&a)[4], uint64_t desc, bool accumulate) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
