@@ -11,11 +11,12 @@
 // scale) into the scratch xb, each 32-k block in the MMA's k order; then "swap AB": the weights are the
 // wgmma M side (64 output features per warpgroup, two warpgroups = 128 per CTA), the tokens the N side
 // (kTileRows = 64 plan rows of one expert per tile). The FP4 weights stream through a cp.async ring in
-// shared memory (with the bf16 activation tiles, two 128-k chunks ahead) into registers (the tiled layout
+// shared memory (with the bf16 activation tiles, 2-4 128-k chunks ahead) into registers (the tiled layout
 // of fp4_tiled.h is the wgmma A fragment), are decoded there into bf16 with their E8M0 scale applied
 // (exact: e2m1 times a power of two), and feed wgmma.m64n64k16.bf16 as register A; the activations are
 // read by the MMA from shared memory (K-major core matrices, no swizzle). Every product is exact in fp32
-// and the whole K sum runs in the tensor core's fp32 accumulator (no promotion on the CUDA cores). A CTA
+// and the whole K sum runs in the tensor core's fp32 accumulator (no promotion on the CUDA cores), one
+// 32-k step in flight while the next is decoded (the kernel's note on the last chunk: tools/sass-check). A CTA
 // has 2 warpgroups (128 features, two CTAs per SM) or, where out % 256 == 0, 4 (256 features, one per
 // SM: each activation tile read from L2 serves twice the features).
 // Numerics: the CPU's exact products, summed in fp32 in another order (not bit-identical); inputs whose
