@@ -10,6 +10,10 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool va
   const int n = valid ? 16 : 0;
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(n));
 }
+// The same at a shared-memory address (bypassing L1).
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(valid ? 16u : 0u) : "memory");
+}
 // The same at a shared-memory address (bypassing L1), and 8 / 4 bytes (through L1: cp.async's .cg
 // takes 16 bytes only).
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src) {

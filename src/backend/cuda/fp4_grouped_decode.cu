@@ -58,8 +58,7 @@ __device__ __forceinline__ float e8m0_x64(uint32_t s4, int j) {
 }
 // Byte j of eight e4m3 scale bytes (lo: bytes 0-3, hi: 4-7) -> its value (exact, through half).
 __device__ __forceinline__ float e4m3_at(uint32_t lo, uint32_t hi, int j) {
-  const uint32_t b = ((j < 4 ? lo : hi) >> (8 * (j & 3))) & 0xffu;
-  return __half2float(__half(__nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t(b), __NV_E4M3)));
+  return e4m3_value(((j < 4 ? lo : hi) >> (8 * (j & 3))) & 0xffu);
 }
 
 // One CTA: tile blockIdx.y, output blocks blockIdx.x / splits * nb .. (+ nb - 1) of 128 features one after

@@ -1,7 +1,5 @@
 // The grouped FP4 x FP8 routed-expert GEMM on wgmma (contract and design in fp4_grouped_mma.h).
 #include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda_fp8.h>
 
 #include <cstdint>
 #include <type_traits>
@@ -109,11 +107,6 @@ __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t x, uint32_t y) {
 // taken as 2^-126 (weights of that scale are below 6 * 2^-126).
 __device__ __forceinline__ uint32_t e8m0_bf16x2(uint32_t b) { return (max(b, 1u) << 7) * 0x00010001u; }
 
-// cp.async of 16 bytes (bypassing L1), zero-filling without reading when valid is false.
-__device__ __forceinline__ void cp_async16_zfill(uint32_t dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(valid ? 16u : 0u) : "memory");
-}
-
 // ---- the activations as exact bf16 in the MMA's k order: one thread per (row, 32-k block).
 __global__ void act_bf16_kernel(Fp4GroupedMmaParams p) {
   const int64_t KB = p.K / 32;
@@ -128,8 +121,7 @@ __global__ void act_bf16_kernel(Fp4GroupedMmaParams p) {
   alignas(16) bf16 v[32];
 #pragma unroll
   for (int ph = 0; ph < 32; ++ph) {
-    const __half h(__nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t(q[logical_k_of_phys(ph)]), __NV_E4M3));
-    v[ph] = __float2bfloat16_rn(__half2float(h) * sa);  // exact: e4m3 times a power of two
+    v[ph] = __float2bfloat16_rn(e4m3_value(q[logical_k_of_phys(ph)]) * sa);  // exact: e4m3 times a power of two
   }
   uint4* dst = reinterpret_cast<uint4*>(p.xb + s * p.K + b * 32);
 #pragma unroll
@@ -184,7 +176,7 @@ __global__ void __launch_bounds__(Shape<WG>::kThreads, Shape<WG>::kMinBlocks) gr
       cp_async16(w_dst + issue_off + 512 + lane * 16, wsrc + 512);
       if (lane < 16) cp_async4(w_dst + issue_off + 1024 + lane * 4, ssrc);
 #pragma unroll
-      for (int j = 0; j < S::kActCopies; ++j) cp_async16_zfill(a_dst + issue_off + j * 512, asrc + 32 * j, avalid);
+      for (int j = 0; j < S::kActCopies; ++j) cp_async16(a_dst + issue_off + j * 512, asrc + 32 * j, avalid);
       wsrc += 1024;
       ssrc += 4;
       asrc += kChunk;
@@ -255,7 +247,7 @@ __global__ void __launch_bounds__(Shape<WG>::kThreads, Shape<WG>::kMinBlocks) gr
   for (int c = 0; c + 1 < nC; ++c) run_chunk(std::false_type{});
   run_chunk(std::true_type{});
 
-  // Stage the [64 tokens x 128 features] tile as bf16 over the (drained) ring and write whole rows.
+  // Stage the [64 tokens x kOut features] tile as bf16 over the (drained) ring and write whole rows.
   cp_async_wait<0>();
   __syncthreads();  // no warp still reads a stage
   const int t = lane % 4;

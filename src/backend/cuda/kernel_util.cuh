@@ -7,6 +7,8 @@
 
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include "backend/cuda/check.h"
 #include "backend/cuda/context.h"
@@ -124,6 +126,11 @@ __device__ __forceinline__ void bf16x8_values(const uint4& raw, float (&v)[8]) {
 // Eight consecutive bf16 values (one 16-byte load; p 16-byte aligned) as floats.
 __device__ __forceinline__ void load_bf16x8(const __nv_bfloat16* p, float (&v)[8]) {
   bf16x8_values(*reinterpret_cast<const uint4*>(p), v);
+}
+
+// The value of an e4m3 code (exact, through half).
+__device__ __forceinline__ float e4m3_value(unsigned code) {
+  return __half2float(__half(__nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t(code), __NV_E4M3)));
 }
 
 // Eight e2m1 nibbles -> two registers of four e4m3 bytes whose values are the e2m1 values x 2^-6: the

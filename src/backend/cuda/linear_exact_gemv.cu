@@ -18,10 +18,6 @@ constexpr int kRowPitch = kSliceBytes + 16;  // padded: the 4 rows of a warp fal
 // SM's share in flight), 4 otherwise (more blocks resident per SM).
 constexpr int kMaxSmem = 160 * 1024;
 
-__device__ __forceinline__ float e4m3_value(unsigned code) {
-  return __half2float(__half(__nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t(code), __NV_E4M3)));
-}
-
 // Chain length padded to float4 groups, plus 4 floats so the 8 chains of a token start on distinct banks.
 __host__ __device__ inline int chain_pitch(int in) { return (in / 8 + 3) / 4 * 4 + 4; }
 

@@ -17,10 +17,6 @@ constexpr int kCodeBytes = kK / 2; // packed bytes of one row's slice
 __constant__ float kE2m1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
                                 -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
 
-__device__ __forceinline__ float e4m3_value(unsigned code) {
-  return __half2float(__half(__nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t(code), __NV_E4M3)));
-}
-
 template <bool X8, int TT>
 __global__ void __launch_bounds__(kThreads) exact_nvfp4_kernel(ExactLinearParams p) {
   __shared__ float xf[TT][kK];

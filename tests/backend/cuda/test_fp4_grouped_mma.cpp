@@ -221,12 +221,6 @@ TEST(CudaFp4GroupedMma, ExactIndirectTwoWarpgroups) { run_case({{3, 0, 70, 1}, 2
 TEST(CudaFp4GroupedMma, SmallIndirectTwoWarpgroups) { run_case({{0, 1, 64, 129, 5, 0, 33, 64}, 512, 256, true, 2, false, 13, 2}); }
 TEST(CudaFp4GroupedMma, FlashKPlainFourWarpgroups) { run_case({{1, 66, 0, 31, 130}, 256, 2048, false, 1, false, 17, 4}); }
 
-}  // namespace
-}  // namespace dsv4::cuda::test
-
-namespace dsv4::cuda::test {
-namespace {
-
 // One expert, 64 rows, one 128-k chunk, unit activations: row r is e_{k0 + r}, so y[r, o] must be the weight
 // W[o, k0 + r] itself. A failure names, per wrong row, the k whose weight column the row picked up instead
 // (a permutation of k or of rows shows as a clean map; a mixture as "mixed").
