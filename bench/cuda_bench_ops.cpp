@@ -14,8 +14,9 @@
 //
 //   bench_cuda_ops [--json FILE] [--quick] [--sweep] [--fp4-only] [--exact-only] [--exact-sweep] [--fast-only]
 //                  [--moe-decode [--moe-tokens T]] [--moe-variants] [--stream] [--head]
-// --head: the head's cuBLASLt plan (bf16 -> fp32, [129280, 4096]) at 17-128 rows, cuBLASLt's first choice
-// and the autotuned one (LtMatmul::autotune_bf16), then exits.
+// --head: the head (bf16 -> fp32, [129280, 4096]): fast_gemv at 1-16 rows, gemm_tma in each configuration
+// at 1-256 rows (its default marked *), cuBLASLt's first choice and the autotuned plan (LtMatmul::
+// autotune_bf16) at 17-256, then exits.
 // --stream: the FP8 decode linears through stream_gemv's configurations beside fast_gemv's register
 // kernel (1-32 tokens), then exits.
 // --moe-variants: the routed experts in MXFP4 / NVFP4 / FP8 through fp4_grouped_decode at 1-128 tokens
@@ -44,10 +45,12 @@
 #include "backend/cuda/fill.h"
 #include "backend/cuda/fp4_gemv.h"
 #include "backend/cuda/gemm.h"
+#include "backend/cuda/gemm_tma.h"
 #include "backend/cuda/linear_exact.h"
 #include "backend/cuda/linear_exact_reg.h"
 #include "backend/cuda/linear_fast.h"
 #include "backend/cuda/linear_stream.h"
+#include "core/error.h"
 #include "cuda_bench_kernels.h"
 #include "cuda_bench_moe_decode.h"
 #include "cuda_graph_timer.h"
@@ -64,7 +67,7 @@ constexpr size_t kRotateBytes = size_t(320) << 20;  // weights cycled per graph:
 
 int g_moe_tokens = 0;  // --moe-tokens T: only that batch
 bool g_moe_variants = false;  // --moe-variants: the routed experts by format (issue 19), then exits
-bool g_head = false;    // --head: the head's cuBLASLt plan at 17-128 rows, its first choice and autotuned, then exits
+bool g_head = false;    // --head: the head through fast_gemv, gemm_tma and cuBLASLt (above), then exits
 bool g_stream = false;  // --stream: stream_gemv's configurations beside the register kernel, then exits
 bool g_moe_decode = false, g_fast_only = false, g_quick = false, g_sweep = false, g_fp4_only = false, g_exact_only = false, g_exact_sweep = false;
 FILE* g_json = nullptr;
@@ -231,6 +234,32 @@ void bench_head_lt(const DeviceContext& ctx, int64_t T) {
   }
 }
 
+// The head's gemm_tma (the fast tier's kernel of 17-128 rows) in every configuration that fits, its
+// default first.
+void bench_head_tma(const DeviceContext& ctx, int64_t T) {
+  const int64_t V = 129280, D = 4096;
+  DeviceBuffer<__nv_bfloat16> w(size_t(V * D)), x(size_t(T * D));
+  DeviceBuffer<float> y(size_t(T * V));
+  fill_random_bf16(ctx, w.get(), w.size(), 21, 0.02f);
+  fill_random_bf16(ctx, x.get(), x.size(), 22, 1.0f);
+  const GemmTmaParams p{.x = x.get(), .w = w.get(), .y = y.get(), .tokens = T, .in = D, .out = V};
+  const GemmTmaConfig def = gemm_tma_default(ctx, p);
+  std::vector<GemmTmaConfig> configs{def};
+  for (int rows : {128, 256})
+    for (int st = 2; st <= 8; ++st)
+      if (rows != def.block_rows || st != def.stages) configs.push_back({rows, st});
+  for (const GemmTmaConfig& c : configs) {
+    try {
+      const double us = time_us(ctx, 3, [&](int) { gemm_tma_config(ctx, p, c); });
+      const std::string what = std::string(&c == &configs[0] ? "head gemm_tma* " : "head gemm_tma ") +
+                               std::to_string(c.block_rows) + "x" + std::to_string(c.stages);
+      report(what.c_str(), "[129280,4096] T=" + std::to_string(T), us, 2.0 * double(T) * V * D,
+             2.0 * double(V) * D + 2.0 * T * D + 4.0 * T * V, kBf16PeakTflops);
+    } catch (const dsv4::Error&) {  // more stages than shared memory holds
+    }
+  }
+}
+
 // The fast tier's FP8 linears (fast_gemv) beside the exact tier's Auto kernel and cuBLASLt, Flash shapes.
 void bench_fast(const DeviceContext& ctx) {
   struct Shape { const char* name; int64_t out, in; };
@@ -382,7 +411,9 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (g_head) {
-      for (int64_t T : {17, 32, 64, 128}) bench_head_lt(ctx, T);
+      for (int64_t T : {1, 8, 16}) bench_exact(ctx, "head bf16", 129280, 4096, T, ExactLinearKernel::Auto, true, -1, true);
+      for (int64_t T : {1, 16, 17, 32, 64, 100, 128, 256}) bench_head_tma(ctx, T);
+      for (int64_t T : {17, 32, 64, 128, 256}) bench_head_lt(ctx, T);
       if (g_json) std::fclose(g_json);
       return 0;
     }

@@ -91,5 +91,46 @@ TEST(CudaFastTierGreedy, BundledTextMatchesExact) {
   EXPECT_LE(gap, bound) << "the first divergence is no near-tie";
 }
 
+// The head over a prefill's every row (the fast tier: gemm_tma at 17-128 rows, cuBLASLt above) against the
+// exact tier's: the whole block and each row within kFastVsExact (rows written to the wrong place, or left
+// unwritten, would be ~1.4 or NaN off).
+TEST(CudaFastTierHead, AllRowsNearExact) {
+  DSV4_REQUIRE_HOPPER();
+  const std::string dir = test::bundled_model_dir();
+  for (int64_t P : {17, 40, 128, 150}) {
+    std::vector<int32_t> ids;
+    for (int64_t i = 0; i < P; ++i) ids.push_back(int32_t((i * 37 + 11) % 60));
+    auto fm = test::load_cuda(dir, KernelTier::Fast, P + 8, P);
+    auto em = test::load_cuda(dir, KernelTier::Exact, P + 8, P);
+    Sequence fs(*fm), es(*em);
+    const Tensor f = fs.forward(ids, ForwardOptions{.all_logits = true});
+    const Tensor e = es.forward(ids, ForwardOptions{.all_logits = true});
+    ASSERT_EQ(f.shape, e.shape);
+    ASSERT_EQ(f.shape[0], P);
+    const int64_t V = f.shape[1];
+    const double rel = test::rel_l2(f, e);
+    double worst = 0;
+    int64_t worst_row = 0;
+    for (int64_t r = 0; r < P; ++r) {
+      double d = 0, n = 0;
+      for (int64_t v = 0; v < V; ++v) {
+        const double a = f.data[size_t(r * V + v)], b = e.data[size_t(r * V + v)];
+        d += (a - b) * (a - b);
+        n += b * b;
+      }
+      const double rr = std::sqrt(d / n);
+      if (!(rr <= worst)) {
+        worst = rr;
+        worst_row = r;
+      }
+    }
+    std::printf("    bundled all-row head, %lld rows: fast vs exact rel L2 %.3g, worst row %lld %.3g\n", (long long)P,
+                rel, (long long)worst_row, worst);
+    EXPECT_GT(rel, 0.0);
+    EXPECT_LT(rel, kFastVsExact) << P << " rows";
+    EXPECT_LT(worst, kFastVsExact) << P << " rows: row " << worst_row;
+  }
+}
+
 }  // namespace
 }  // namespace dsv4

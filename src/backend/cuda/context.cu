@@ -14,6 +14,13 @@ DeviceContext::DeviceContext(int device, size_t workspace_bytes) : device_(devic
   cc_minor_ = p.minor;
   max_smem_optin_ = p.sharedMemPerBlockOptin;
   name_ = p.name;
+  cudaDriverEntryPointQueryResult found{};
+  if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &encode_tiled_, 12000, cudaEnableDefault, &found) !=
+          cudaSuccess ||
+      found != cudaDriverEntryPointSuccess) {
+    (void)cudaGetLastError();  // the entry point is optional: its users check for null
+    encode_tiled_ = nullptr;
+  }
   // Constructed step by step: if a later step throws, the destructor does not run, so release here.
   try {
     DSV4_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
@@ -29,7 +36,7 @@ DeviceContext::DeviceContext(int device, size_t workspace_bytes) : device_(devic
 DeviceContext::DeviceContext(const DeviceContext& owner, LaneTag)
     : device_(owner.device_), lt_(owner.lt_), workspace_bytes_(owner.workspace_bytes_), sm_count_(owner.sm_count_),
       cc_major_(owner.cc_major_), cc_minor_(owner.cc_minor_), max_smem_optin_(owner.max_smem_optin_),
-      kernels_(owner.kernels_), name_(owner.name_), owns_lt_(false) {
+      encode_tiled_(owner.encode_tiled_), kernels_(owner.kernels_), name_(owner.name_), owns_lt_(false) {
   try {
     DSV4_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     if (workspace_bytes_ > 0) DSV4_CUDA_CHECK(cudaMalloc(&workspace_, workspace_bytes_));

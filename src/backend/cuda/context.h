@@ -63,6 +63,9 @@ class DeviceContext {
   int cc_minor() const { return cc_minor_; }
   size_t max_smem_per_block() const { return max_smem_optin_; }  // with the opt-in attribute
   const std::string& name() const { return name_; }
+  // The driver's cuTensorMapEncodeTiled (TMA descriptors, gemm_tma.cu), resolved at construction; null
+  // where the driver lacks it.
+  void* tensor_map_encoder() const { return encode_tiled_; }
 
   // The tier of the kernel-level dispatchers cuda::linear / linear_f32 (linear_fast.h, attn_ops.h; default
   // Exact: tests compare against the CPU bit for bit). The backend's linears choose in linear_choice.h.
@@ -95,6 +98,7 @@ class DeviceContext {
   size_t workspace_bytes_ = 0;
   int sm_count_ = 0, cc_major_ = 0, cc_minor_ = 0;
   size_t max_smem_optin_ = 0;
+  void* encode_tiled_ = nullptr;
   KernelTier kernels_ = KernelTier::Exact;
   std::string name_;
   bool owns_lt_ = true;

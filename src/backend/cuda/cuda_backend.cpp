@@ -9,6 +9,7 @@
 #include "backend/comm/expert_range.h"
 #include "backend/cuda/check.h"
 #include "backend/cuda/gemm.h"
+#include "backend/cuda/gemm_tma.h"
 #include "backend/cuda/linear_choice.h"
 #include "backend/cuda/ops.h"
 #include "backend/cuda/sampling.h"
@@ -450,8 +451,16 @@ void CudaBackend::set_streams(const Tensor& S) {
   mtp_ws_->set_streams(*ctx_, S);
 }
 
+LinearKernel CudaBackend::head_kernel(int64_t rows) {
+  const LinearKernel k = linear_kernel(LinearSite::Head, rows, opt_.kernels);
+  if (k != LinearKernel::GemmTma) return k;
+  const GemmTmaParams p{.x = h_.get(), .w = head_weights(0).head, .y = logits_.get(), .tokens = rows,
+                        .in = cfg_.hidden_size, .out = cfg_.vocab_size};
+  return gemm_tma_unsupported(*ctx_, p) ? LinearKernel::Lt : k;
+}
+
 LtMatmul* CudaBackend::head_plan(int64_t rows) {
-  if (linear_kernel(LinearSite::Head, rows, opt_.kernels) != LinearKernel::Lt) return nullptr;
+  if (head_kernel(rows) != LinearKernel::Lt) return nullptr;
   auto& plan = head_plans_[rows];
   if (!plan) {
     plan = std::make_unique<LtMatmul>(*ctx_, GemmKind::Bf16F32Out, cfg_.vocab_size, cfg_.hidden_size, rows);
@@ -469,7 +478,7 @@ void CudaBackend::head(int64_t head, int64_t first, int64_t rows) {
     fail("cuda backend: head rows [", first, ", ", first + rows, ") of a call of ", T_, " tokens (at most ",
          logit_rows_, " rows)");
   head_forward(*ctx_, hw, X_.get() + first * cfg_.hc_mult * cfg_.hidden_size, rows, h_.get(), logits_.get(),
-               linear_kernel(LinearSite::Head, rows, opt_.kernels), head_plan(rows));
+               head_kernel(rows), head_plan(rows));
 }
 
 void CudaBackend::sample(int64_t rows) {

@@ -4,6 +4,7 @@
 #include "backend/cuda/attn_ops.h"
 #include "backend/cuda/device_weights.h"
 #include "backend/cuda/embed_head.h"
+#include "backend/cuda/gemm_tma.h"
 #include "backend/cuda/linear_choice.h"
 #include "backend/cuda/ops.h"
 #include "core/error.h"
@@ -44,6 +45,8 @@ void head_forward(const DeviceContext& ctx, const DevHeadWeights& w, const bf16*
     case LinearKernel::FastGemv:
       return run_linear_kernel(ctx, kernel, {.x = h, .x_stride = w.D, .w16 = w.head, .y_f32 = logits,
                                              .y_stride = out, .tokens = T, .out = out, .in = in});
+    case LinearKernel::GemmTma:
+      return gemm_tma(ctx, {.x = h, .w = w.head, .y = logits, .tokens = T, .in = in, .out = out, .x_stride = w.D});
     case LinearKernel::Lt:
       if (!plan) fail("head_forward: the cuBLASLt path without a plan");
       return linear_f32(ctx, {.x = h, .w = w.head, .y = logits, .tokens = T, .x_stride = w.D, .in = in,

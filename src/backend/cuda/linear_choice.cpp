@@ -25,7 +25,10 @@ LinearKernel linear_kernel(LinearSite site, int64_t tokens, KernelTier tier) {
     case LinearSite::Dense:
       return fast ? LinearKernel::FastGemv : LinearKernel::Exact;
     case LinearSite::Head:
-      if (fast) return tokens <= kHeadGemvMaxRows ? LinearKernel::FastGemv : LinearKernel::Lt;
+      if (fast) {
+        if (tokens <= kHeadGemvMaxRows) return LinearKernel::FastGemv;
+        return tokens <= kHeadTmaMaxRows ? LinearKernel::GemmTma : LinearKernel::Lt;
+      }
       return exact_range ? LinearKernel::Exact : LinearKernel::Warp;
   }
   fail("linear_kernel: unknown site");
@@ -42,9 +45,10 @@ void run_linear_kernel(const DeviceContext& ctx, LinearKernel k, const ExactLine
       return linear(ctx, e);
     case LinearKernel::Lt:
     case LinearKernel::Warp:
+    case LinearKernel::GemmTma:
       break;
   }
-  fail("run_linear_kernel: a cuBLASLt or warp-kernel choice takes its plan, not ExactLinearParams");
+  fail("run_linear_kernel: a cuBLASLt, warp-kernel or gemm_tma choice takes its own parameters, not ExactLinearParams");
 }
 
 bool run_shared_input(const DeviceContext& ctx, LinearKernel k, const ExactLinearParams* calls, int n) {

@@ -9,13 +9,14 @@
 //   GroupedWoA (bf16, groups) | <= 512: Exact; above: Lt        | <= 32: FastGemv; above: Lt (one batch)
 //   CompressorF32, WeightsProj| <= 512: Exact; above: Lt        | <= 512: FastGemv; above: Lt
 //   Dense (bf16 experts, shared) | Exact                        | FastGemv
-//   Head (bf16, fp32 logits)  | <= 512: Exact; above: Warp      | <= 16: FastGemv; above: Lt
+//   Head (bf16, fp32 logits)  | <= 512: Exact; above: Warp      | <= 16: FastGemv; <= 128: GemmTma; above: Lt
 //
 // FastGemv means fast_gemv where it supports the call and exact_linear where it does not (more than 32
 // tokens, expert mode); a grouped call above 32 tokens would run fast_gemv in token slices of 32 (the table
 // gives wo_a cuBLASLt's strided batch there: one pass over the weight; H100 2026-12-06). Measured
 // on the H200 (docs/perf-log.md, 2026-12-01): cuBLASLt beats exact_linear 5-30x on FP8 projections from
-// 33 tokens; the head through fast_gemv takes 268-284 us up to 16 rows and 392 at 32, cuBLASLt 271-293.
+// 33 tokens; the head through fast_gemv takes 268-284 us up to 16 rows and 392 at 32, cuBLASLt 271-293
+// (and ~420 at 128 rows: ~2.5 TB/s, hence gemm_tma there).
 //
 // Routed FP4 experts: PerSelection (one fp4_gemv selection per (token, pick)) below 16 tokens (the fast
 // tier: DecodeSelections, fp4_grouped_decode's selection mode), Tiles (one selection per (expert, up to
@@ -48,10 +49,13 @@ enum class LinearKernel : uint8_t {
   FastGemv,  // fast_gemv where it supports the call, else exact_linear (grouped: token slices of 32)
   Lt,        // a cuBLASLt plan (FP8 block-scaled, bf16 or bf16 -> fp32)
   Warp,      // linear_f32's warp kernel (fp32 sums in another order)
+  GemmTma,   // gemm_tma (gemm_tma.h): bf16 -> fp32 on TMA + wgmma, the fast tier's head of 17+ rows
 };
 
 // Largest head row count the fast tier gives fast_gemv (above: cuBLASLt).
 inline constexpr int64_t kHeadGemvMaxRows = 16;
+// Largest head row count the fast tier gives gemm_tma (above: cuBLASLt).
+inline constexpr int64_t kHeadTmaMaxRows = 128;
 
 LinearKernel linear_kernel(LinearSite site, int64_t tokens, KernelTier tier);
 
