@@ -198,14 +198,22 @@ void CudaBackend::take_pages(int64_t group) {
   for (const HostRun& r : runs_) {
     PageTable& t = tables_[size_t(r.slot)][size_t(group)];
     const size_t had = t.pages.size();
-    bool changed = false;
-    if (r.p0 == 0 && had > 0) {
-      t.release_all(*pool_);
-      changed = true;
-    }
-    t.ensure(*pool_, (r.p0 + r.n - 1) / geo_.page_tokens);
+    const int64_t last = (r.p0 + r.n - 1) / geo_.page_tokens;
     fed_[size_t(r.slot)][size_t(group)] = r.p0 + r.n;
-    if (changed || t.pages.size() != had) upload_table(r.slot, group);
+    if (r.p0 == 0 && had > 0) {
+      // A restart: its pages go back to the pool and fresh ones come (the pool hands the same ones back
+      // unless another sequence still holds them). The row goes to the device only if it changed: the
+      // copy comes from pageable memory, which synchronizes the host with the stream, and a decode
+      // graph replayed at position 0 (dsv4 bench at context 0) would otherwise idle the GPU once per
+      // sequence per step (~1 us each: +110 us on the head's time at batch 128, H200 2026-12-06).
+      const std::vector<int32_t> before = t.pages;
+      t.release_all(*pool_);
+      t.ensure(*pool_, last);
+      if (t.pages != before) upload_table(r.slot, group);
+      continue;
+    }
+    t.ensure(*pool_, last);
+    if (t.pages.size() != had) upload_table(r.slot, group);
   }
 }
 
@@ -456,7 +464,8 @@ LinearKernel CudaBackend::head_kernel(int64_t rows) {
   if (k != LinearKernel::GemmTma) return k;
   const GemmTmaParams p{.x = h_.get(), .w = head_weights(0).head, .y = logits_.get(), .tokens = rows,
                         .in = cfg_.hidden_size, .out = cfg_.vocab_size};
-  return gemm_tma_unsupported(*ctx_, p) ? LinearKernel::Lt : k;
+  if (!gemm_tma_unsupported(*ctx_, p)) return k;
+  return rows <= kHeadGemvMaxRows ? LinearKernel::FastGemv : LinearKernel::Lt;
 }
 
 LtMatmul* CudaBackend::head_plan(int64_t rows) {

@@ -108,8 +108,8 @@ class CudaBackend final : public Backend {
   AttentionCall attention(int64_t layer, const char* op);
   // The fast tier's head GEMM for `rows` rows where the table picks cuBLASLt (else null).
   LtMatmul* head_plan(int64_t rows);
-  // The head's kernel at `rows` rows: the table's (linear_choice.h), cuBLASLt where it picks gemm_tma and
-  // gemm_tma does not take the shape (a hidden size not a multiple of 64).
+  // The head's kernel at `rows` rows: the table's (linear_choice.h), or where it picks gemm_tma and gemm_tma
+  // does not take the shape (a hidden size not a multiple of 64) fast_gemv up to kHeadGemvMaxRows, cuBLASLt above.
   LinearKernel head_kernel(int64_t rows);
   void stage_sampling();  // the rows of set_sampling to the device (outside any capture)
   // Before a call's kernels (outside any capture): the call's runs in `group` restart their tables at

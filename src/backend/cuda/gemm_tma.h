@@ -1,9 +1,10 @@
 // The fast tier's bf16 linear with fp32 out for many output rows and few tokens (issue 14: the head,
-// [129280, 4096], at 17-128 rows): y[T, out] = x[T, in] . W[out, in]^T, bf16 operands as stored (row-major,
+// [129280, 4096], at 1-64 rows; linear_choice.h): y[T, out] = x[T, in] . W[out, in]^T, bf16 operands as stored (row-major,
 // K contiguous), fp32 products and accumulation, fp32 out.
 //
-// Why: cuBLASLt's plans (even autotuned) stream the 1.06 GB head at ~2.5 TB/s at 128 rows (H200,
-// 2026-12-06: ~1.8x the head's floor), and fast_gemv's CUDA-core kernel is only good to 16 rows. At 128
+// Why: fast_gemv's CUDA-core kernel streams the 1.06 GB head at 89-92% of 4.26 TB/s at 1-8 rows and 76%
+// at 16; this kernel at 100% (248 us) at 1 row, 98-96% at 16-64 (H200, 2026-12-06; cuBLASLt's autotuned
+// plans tie it at 17-64 rows and win at 128: 282 against 320 us). At 128
 // rows the head is nearly balanced (bytes 249 us at 4.26 TB/s, MMAs 171 us at 790 TFLOP/s), so the
 // weight stream and the tensor cores must run at once.
 // Shape ("swap AB": the weight is wgmma's A, M = output rows; the tokens are B, N = 16-128 columns): a

@@ -25,10 +25,7 @@ LinearKernel linear_kernel(LinearSite site, int64_t tokens, KernelTier tier) {
     case LinearSite::Dense:
       return fast ? LinearKernel::FastGemv : LinearKernel::Exact;
     case LinearSite::Head:
-      if (fast) {
-        if (tokens <= kHeadGemvMaxRows) return LinearKernel::FastGemv;
-        return tokens <= kHeadTmaMaxRows ? LinearKernel::GemmTma : LinearKernel::Lt;
-      }
+      if (fast) return tokens <= kHeadTmaMaxRows ? LinearKernel::GemmTma : LinearKernel::Lt;
       return exact_range ? LinearKernel::Exact : LinearKernel::Warp;
   }
   fail("linear_kernel: unknown site");

@@ -9,14 +9,18 @@
 //   GroupedWoA (bf16, groups) | <= 512: Exact; above: Lt        | <= 32: FastGemv; above: Lt (one batch)
 //   CompressorF32, WeightsProj| <= 512: Exact; above: Lt        | <= 512: FastGemv; above: Lt
 //   Dense (bf16 experts, shared) | Exact                        | FastGemv
-//   Head (bf16, fp32 logits)  | <= 512: Exact; above: Warp      | <= 16: FastGemv; <= 128: GemmTma; above: Lt
+//   Head (bf16, fp32 logits)  | <= 512: Exact; above: Warp      | <= 64: GemmTma; above: Lt
 //
 // FastGemv means fast_gemv where it supports the call and exact_linear where it does not (more than 32
 // tokens, expert mode); a grouped call above 32 tokens would run fast_gemv in token slices of 32 (the table
 // gives wo_a cuBLASLt's strided batch there: one pass over the weight; H100 2026-12-06). Measured
 // on the H200 (docs/perf-log.md, 2026-12-01): cuBLASLt beats exact_linear 5-30x on FP8 projections from
 // 33 tokens; the head through fast_gemv takes 268-284 us up to 16 rows and 392 at 32, cuBLASLt 271-293
-// (and ~420 at 128 rows: ~2.5 TB/s, hence gemm_tma there).
+// and autotuned 254-282 us at 17-128 rows (bench_cuda_ops --head, H200 2026-12-06); gemm_tma streams it at
+// 4.27 TB/s at 1 row (248 us; fast_gemv 279, 329 at 16 rows) and takes 254-267 us at 16-64 rows, but 320 at
+// 128 (cuBLASLt 282).
+// Where gemm_tma does not take the shape (CudaBackend::head_kernel) the head falls back to FastGemv up
+// to kHeadGemvMaxRows rows, Lt above.
 //
 // Routed FP4 experts: PerSelection (one fp4_gemv selection per (token, pick)) below 16 tokens (the fast
 // tier: DecodeSelections, fp4_grouped_decode's selection mode), Tiles (one selection per (expert, up to
@@ -52,10 +56,10 @@ enum class LinearKernel : uint8_t {
   GemmTma,   // gemm_tma (gemm_tma.h): bf16 -> fp32 on TMA + wgmma, the fast tier's head of 17+ rows
 };
 
-// Largest head row count the fast tier gives fast_gemv (above: cuBLASLt).
+// Largest head row count fast_gemv takes where gemm_tma cannot (above: cuBLASLt).
 inline constexpr int64_t kHeadGemvMaxRows = 16;
 // Largest head row count the fast tier gives gemm_tma (above: cuBLASLt).
-inline constexpr int64_t kHeadTmaMaxRows = 128;
+inline constexpr int64_t kHeadTmaMaxRows = 64;
 
 LinearKernel linear_kernel(LinearSite site, int64_t tokens, KernelTier tier);
 
