@@ -216,33 +216,40 @@ void bench_exact(const DeviceContext& ctx, const char* name, int64_t out, int64_
          2.0 * double(T) * double(out) * double(in), bytes, kFp32PeakTflops);
 }
 
-// The fast tier's head above fast_gemv's range: cuBLASLt bf16 x bf16 -> fp32 [129280, 4096] x T.
+// The head's operands at T rows: a random bf16 weight [129280, 4096], random rows, fp32 logits; the
+// report line of one timing.
+struct HeadOperands {
+  static constexpr int64_t V = 129280, D = 4096;
+  int64_t T;
+  DeviceBuffer<__nv_bfloat16> w, x;
+  DeviceBuffer<float> y;
+  HeadOperands(const DeviceContext& ctx, int64_t rows) : T(rows), w(size_t(V * D)), x(size_t(rows * D)), y(size_t(rows * V)) {
+    fill_random_bf16(ctx, w.get(), w.size(), 21, 0.02f);
+    fill_random_bf16(ctx, x.get(), x.size(), 22, 1.0f);
+  }
+  void report_us(const std::string& what, double us) const {
+    report(what.c_str(), "[129280,4096] T=" + std::to_string(T), us, 2.0 * double(T) * V * D,
+           2.0 * double(V) * D + 2.0 * T * D + 4.0 * T * V, kBf16PeakTflops);
+  }
+};
+
+// The fast tier's head above gemm_tma's range: cuBLASLt bf16 x bf16 -> fp32, its first choice and autotuned.
 void bench_head_lt(const DeviceContext& ctx, int64_t T) {
-  const int64_t V = 129280, D = 4096;
-  DeviceBuffer<__nv_bfloat16> w(size_t(V * D)), x(size_t(T * D));
-  DeviceBuffer<float> y(size_t(T * V));
-  fill_random_bf16(ctx, w.get(), w.size(), 21, 0.02f);
-  fill_random_bf16(ctx, x.get(), x.size(), 22, 1.0f);
-  LtMatmul mm(ctx, GemmKind::Bf16F32Out, V, D, T);
+  HeadOperands h(ctx, T);
+  LtMatmul mm(ctx, GemmKind::Bf16F32Out, h.V, h.D, T);
   for (bool tuned : {false, true}) {
     int rank = 0;
-    if (tuned) rank = mm.autotune_bf16(ctx, x.get(), w.get(), y.get());
-    const double us = time_us(ctx, 3, [&](int) { mm.run_bf16_f32(ctx, x.get(), w.get(), y.get()); });
-    report(tuned ? ("head cublasLt f32 tuned #" + std::to_string(rank)).c_str() : "head cublasLt f32",
-           "[129280,4096] T=" + std::to_string(T), us, 2.0 * double(T) * V * D,
-           2.0 * double(V) * D + 2.0 * T * D + 4.0 * T * V, kBf16PeakTflops);
+    if (tuned) rank = mm.autotune_bf16(ctx, h.x.get(), h.w.get(), h.y.get());
+    const double us = time_us(ctx, 3, [&](int) { mm.run_bf16_f32(ctx, h.x.get(), h.w.get(), h.y.get()); });
+    h.report_us(tuned ? "head cublasLt f32 tuned #" + std::to_string(rank) : "head cublasLt f32", us);
   }
 }
 
 // The head's gemm_tma (the fast tier's head kernel up to 64 rows) in every configuration that fits, its
 // default first.
 void bench_head_tma(const DeviceContext& ctx, int64_t T) {
-  const int64_t V = 129280, D = 4096;
-  DeviceBuffer<__nv_bfloat16> w(size_t(V * D)), x(size_t(T * D));
-  DeviceBuffer<float> y(size_t(T * V));
-  fill_random_bf16(ctx, w.get(), w.size(), 21, 0.02f);
-  fill_random_bf16(ctx, x.get(), x.size(), 22, 1.0f);
-  const GemmTmaParams p{.x = x.get(), .w = w.get(), .y = y.get(), .tokens = T, .in = D, .out = V};
+  HeadOperands h(ctx, T);
+  const GemmTmaParams p{.x = h.x.get(), .w = h.w.get(), .y = h.y.get(), .tokens = T, .in = h.D, .out = h.V};
   const GemmTmaConfig def = gemm_tma_default(ctx, p);
   std::vector<GemmTmaConfig> configs{def};
   for (int rows : {128, 256})
@@ -255,10 +262,9 @@ void bench_head_tma(const DeviceContext& ctx, int64_t T) {
       continue;
     }
     const double us = time_us(ctx, 3, [&](int) { gemm_tma_config(ctx, p, c); });
-    const std::string what = std::string(&c == &configs[0] ? "head gemm_tma* " : "head gemm_tma ") +
-                             std::to_string(c.block_rows) + "x" + std::to_string(c.stages);
-    report(what.c_str(), "[129280,4096] T=" + std::to_string(T), us, 2.0 * double(T) * V * D,
-           2.0 * double(V) * D + 2.0 * T * D + 4.0 * T * V, kBf16PeakTflops);
+    h.report_us(std::string(&c == &configs[0] ? "head gemm_tma* " : "head gemm_tma ") + std::to_string(c.block_rows) +
+                    "x" + std::to_string(c.stages),
+                us);
   }
 }
 

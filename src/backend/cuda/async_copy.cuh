@@ -7,16 +7,13 @@ namespace dsv4::cuda {
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
 
-// 16 bytes global -> shared, asynchronously; valid = false zero-fills without reading.
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  const int n = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(n));
-}
-// The same at a shared-memory address (bypassing L1).
+// 16 bytes global -> shared (at a shared-memory address), asynchronously, bypassing L1; valid = false
+// zero-fills without reading.
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(valid ? 16u : 0u) : "memory");
 }
+// The same at a generic pointer into shared memory.
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) { cp_async16(smem_u32(smem), gmem, valid); }
 // The same at a shared-memory address (bypassing L1), and 8 / 4 bytes (through L1: cp.async's .cg
 // takes 16 bytes only).
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src) {
