@@ -211,7 +211,7 @@ int run_preset(const InspectArgs& a) {
   std::vector<std::string> problems;
   const ModelConfig cfg = preset_config(a.preset);
   print_config(cfg);
-  const WeightInventory w = published_weight_inventory(cfg);
+  const WeightInventory w = published_weight_inventory(cfg, true);  // the GPU's default (fast) tier
   std::printf("weights     %s as published (no checkpoint read)\n", human_bytes(double(w.stored)).c_str());
   print_memory_plan(cfg, w, a, problems);
   if (problems.empty()) return 0;
@@ -284,7 +284,7 @@ int run_inspect(const InspectArgs& a) {
       f32_bytes += 4.0 * double(e->view.numel()) * (e->view.dtype == DType::I8 || e->view.dtype == DType::U8 ? 2 : 1);
     std::printf("memory      weights as stored %s; CPU backend (float32) %s\n",
                 human_bytes(double(ckpt->total_bytes())).c_str(), human_bytes(f32_bytes).c_str());
-    print_memory_plan(cfg, weight_inventory(cfg, w), a, problems);
+    print_memory_plan(cfg, weight_inventory(cfg, w, true), a, problems);  // the GPU's default (fast) tier
     for (const auto& u : w.unused) problems.push_back("unexpected tensor '" + u + "' (not used by the model)");
   }
   if (problems.empty()) {

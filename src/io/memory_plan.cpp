@@ -54,11 +54,15 @@ struct Bytes {
 };
 
 // One block: the replicated part into `inv.replicated`, each routed expert into a new `inv.experts` row.
-void add_block(const ModelConfig& cfg, const BlockWeights& b, WeightInventory& inv) {
+void add_block(const ModelConfig& cfg, const BlockWeights& b, WeightInventory& inv, bool fast_tier) {
   Bytes r;
   r.hc(b.hc_attn), r.hc(b.hc_ffn), r.param(b.attn_norm), r.param(b.ffn_norm);
   const AttentionWeights& a = b.attn;
-  r.linear(a.wq_a), r.linear(a.wq_b), r.linear(a.wkv), r.linear(a.wo_b), r.linear(a.wo_a, true);
+  r.linear(a.wq_a), r.linear(a.wq_b), r.linear(a.wkv), r.linear(a.wo_b);
+  // wo_a: a bf16 matrix, or in the CUDA fast tier its FP8 codes and scales where they fit (wo_a_as_codes).
+  const bool codes = fast_tier && wo_a_as_codes(cfg, a.wo_a);
+  r.linear(a.wo_a, !codes);
+  inv.wo_a_codes = inv.wo_a_codes || codes;
   r.param(a.q_norm), r.param(a.kv_norm), r.param(a.attn_sink);
   r.device += uint64_t(cfg.rope_dim / 2) * kF32;  // the layer's RoPE inverse frequencies
   if (a.compressor) r.compressor(*a.compressor);
@@ -94,21 +98,21 @@ void check_options(const ModelConfig& cfg, const MemoryPlanOptions& o) {
 
 }  // namespace
 
-WeightInventory weight_inventory(const ModelConfig& cfg, const Weights& w) {
+WeightInventory weight_inventory(const ModelConfig& cfg, const Weights& w, bool fast_tier) {
   WeightInventory inv;
   Bytes root;
   root.param(w.embed, kBf16);
   root.linear(w.head, true);
   root.param(w.norm);
   root.hc(w.hc_head);
-  for (const BlockWeights& b : w.layers) add_block(cfg, b, inv);
+  for (const BlockWeights& b : w.layers) add_block(cfg, b, inv, fast_tier);
   for (const MtpWeights& m : w.mtp) {
-    add_block(cfg, m.block, inv);
+    add_block(cfg, m.block, inv, fast_tier);
     root.linear(m.e_proj), root.linear(m.h_proj);
     root.param(m.enorm), root.param(m.hnorm), root.param(m.norm), root.hc(m.hc_head);
   }
   for (const DSparkWeights& s : w.dspark) {
-    add_block(cfg, s.block, inv);
+    add_block(cfg, s.block, inv, fast_tier);
     root.linear(s.main_proj), root.param(s.main_norm), root.param(s.norm), root.hc(s.hc_head);
     root.linear(s.markov_w1), root.linear(s.markov_w2), root.param(s.confidence);
   }
@@ -118,7 +122,9 @@ WeightInventory weight_inventory(const ModelConfig& cfg, const Weights& w) {
   return inv;
 }
 
-WeightInventory published_weight_inventory(const ModelConfig& cfg) { return weight_inventory(cfg, published_weights(cfg)); }
+WeightInventory published_weight_inventory(const ModelConfig& cfg, bool fast_tier) {
+  return weight_inventory(cfg, published_weights(cfg), fast_tier);
+}
 
 const GpuPlan& MemoryPlan::largest() const {
   return *std::max_element(gpus.begin(), gpus.end(),
@@ -207,6 +213,25 @@ uint64_t workspace_bytes(const ModelConfig& cfg, int gpus, int64_t seqs, int64_t
   return s;
 }
 
+bool wo_a_as_codes(const ModelConfig& cfg, const LinearWeight& wo_a) {
+  const int64_t G = std::max<int64_t>(1, cfg.o_groups), gin = cfg.num_heads * cfg.head_dim / G;
+  return wo_a.format == WeightFormat::FP8 && cfg.o_lora_rank % 128 == 0 && gin % 128 == 0;
+}
+
+int64_t wo_a_scratch_groups(const ModelConfig& cfg) {
+  const int64_t G = std::max<int64_t>(1, cfg.o_groups);
+  const uint64_t group = uint64_t(cfg.o_lora_rank) * uint64_t(cfg.num_heads * cfg.head_dim / G) * kBf16;
+  int64_t best = 1;
+  for (int64_t g = 1; g <= G; ++g)
+    if (G % g == 0 && uint64_t(g) * group <= kWoaScratchMaxBytes) best = g;
+  return best;
+}
+
+uint64_t wo_a_scratch_bytes(const ModelConfig& cfg) {
+  const int64_t G = std::max<int64_t>(1, cfg.o_groups);
+  return uint64_t(wo_a_scratch_groups(cfg)) * uint64_t(cfg.o_lora_rank) * uint64_t(cfg.num_heads * cfg.head_dim / G) * kBf16;
+}
+
 MemoryPlan plan_memory(const ModelConfig& cfg, const WeightInventory& w, const MemoryPlanOptions& o) {
   check_options(cfg, o);
   MemoryPlan p;
@@ -214,7 +239,8 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const WeightInventory& w, const M
   const int64_t seqs = (o.sequences + o.gpus - 1) / o.gpus;  // data-parallel attention: the same slots on every GPU
   const int64_t T = std::max(o.max_tokens, seqs);  // a decode batch of every slot is one call
   const uint64_t kv = kv_bytes(cfg, seqs, o.context, T, w.mtp_blocks);
-  const uint64_t ws = workspace_bytes(cfg, o.gpus, seqs, o.context, T, w.mtp_blocks > 0);
+  uint64_t ws = workspace_bytes(cfg, o.gpus, seqs, o.context, T, w.mtp_blocks > 0);
+  if (w.wo_a_codes) ws += wo_a_scratch_bytes(cfg);  // the fast tier's bf16 rows of wo_a (calls above 32 tokens)
   for (int g = 0; g < o.gpus; ++g) {
     GpuPlan gp;
     gp.gpu = g;

@@ -9,9 +9,10 @@
 // always as stored: FP8 linears keep their codes plus fp32 128x128 scales (rows padded to 4 blocks),
 // packed FP4 experts stay as stored, dense linears and the ones the GPU runs as bf16 matmuls (wo_a,
 // the compressors' wkv / wgate, the indexer's weights_proj, the router, embed, head) take 2 bytes per
-// value, norms / mHC / sinks / ape / bias fp32, tid2eid int32, plus each layer's RoPE table. KV
-// follows AttentionLayerState (src/backend/cuda/attention_sublayer.h) exactly; the workspace is an
-// estimate of the per-call buffers (attention, MoE, residual streams, logits, cuBLASLt) plus, on
+// value (but wo_a in the fast tier: its FP8 codes, wo_a_as_codes), norms / mHC / sinks / ape / bias fp32,
+// tid2eid int32, plus each layer's RoPE table. KV follows AttentionLayerState
+// (src/backend/cuda/attention_sublayer.h) exactly; the workspace is an estimate of the per-call buffers
+// (attention, MoE, residual streams, logits, cuBLASLt, the fast tier's bf16 rows of wo_a) plus, on
 // several GPUs, the expert-parallel dispatch and combine buffers.
 #pragma once
 #include <cstdint>
@@ -30,17 +31,33 @@ struct WeightInventory {
   std::vector<std::vector<uint64_t>> experts;
   uint64_t stored = 0;      // the same tensors as stored in the checkpoint
   int64_t mtp_blocks = 0;   // MTP blocks present (the GPU holds their weights, state and input buffers)
+  bool wo_a_codes = false;  // wo_a counted as its FP8 codes (the CUDA fast tier): the plan adds the bf16 scratch
   uint64_t routed() const;  // sum of `experts`
   uint64_t total() const { return replicated + routed(); }
 };
 
 // From a bound checkpoint (bind_weights): every tensor it found, MTP blocks and DSpark stages included.
-WeightInventory weight_inventory(const ModelConfig& cfg, const Weights& w);
+// `fast_tier`: as the CUDA fast tier holds them (wo_a as its FP8 codes and scales instead of a bf16 matrix
+// where wo_a_as_codes: backend/cuda/attention_sublayer.h).
+WeightInventory weight_inventory(const ModelConfig& cfg, const Weights& w, bool fast_tier = false);
 // From the config alone, in the published formats (FORMATS.md §3: FP8 e4m3 + E8M0 128x128 for the dense
 // projections, shared experts and MTP projections, packed FP4 + E8M0 1x32 routed experts, bf16 embed /
 // head / norms / router / compressors / indexer weights_proj, fp32 mHC / sinks / ape / bias, I64
 // tid2eid), with the config's MTP blocks: what `--preset` describes. Throws for a DSpark config.
-WeightInventory published_weight_inventory(const ModelConfig& cfg);
+WeightInventory published_weight_inventory(const ModelConfig& cfg, bool fast_tier = false);
+
+// Whether the CUDA fast tier holds this wo_a as its FP8 codes and scales (half the bytes of the bf16 matrix
+// the exact tier holds): an FP8 checkpoint whose o_lora_rank and group inputs (num_heads * head_dim /
+// o_groups) are whole 128 x 128 scale blocks (fast_gemv reads a group's scales from its first row's block).
+bool wo_a_as_codes(const ModelConfig& cfg, const LinearWeight& wo_a);
+// The bf16 wo_a rows the fast tier widens the codes into for calls above fast_gemv's tokens, a few groups
+// at a time so that the rows written stay in L2 for the GEMM that reads them: the most groups dividing
+// o_groups whose bf16 rows [groups * o_lora_rank, num_heads * head_dim / o_groups] fit kWoaScratchMaxBytes
+// (at least one; Flash and Pro: 4 groups, 32 MiB), and their bytes: part of the workspace where the
+// inventory's wo_a_codes holds.
+inline constexpr uint64_t kWoaScratchMaxBytes = uint64_t(32) << 20;
+int64_t wo_a_scratch_groups(const ModelConfig& cfg);
+uint64_t wo_a_scratch_bytes(const ModelConfig& cfg);
 
 struct MemoryPlanOptions {
   int gpus = 1;

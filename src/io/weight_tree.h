@@ -109,6 +109,7 @@ struct ModelT {
 // to S's), and may hook in:
 //   c.expert(x, e)          a routed expert e (e.g. to skip another rank's)
 //   c.moe(m, layer)         the whole MoE node of layer `layer` (a backend with packed expert stacks)
+//   c.wo_a(x)               the attention's wo_a (else c.matrix): a backend that may hold it in another form
 //   c.finish(node, src, layer)  after an attention node, a block or an MTP block (layer: the forward
 //                           index; MTP block k is layers + k), to fill the backend's additions
 // The maps build the node types S names (S::Attention ...), so hooks see the backend's own nodes.
@@ -137,7 +138,8 @@ typename S::Attention map_attention(const typename Src::Attention& w, C& c, int6
   a.wq_a = c.linear(w.wq_a);
   a.wq_b = c.linear(w.wq_b);
   a.wkv = c.linear(w.wkv);
-  a.wo_a = c.matrix(w.wo_a);
+  if constexpr (requires { c.wo_a(w.wo_a); }) a.wo_a = c.wo_a(w.wo_a);
+  else a.wo_a = c.matrix(w.wo_a);
   a.wo_b = c.linear(w.wo_b);
   a.q_norm = c.vec(w.q_norm);
   a.kv_norm = c.vec(w.kv_norm);

@@ -72,8 +72,10 @@ TEST(Inspect, MemoryPlanOfFlashOnOneAndTwoGpus) {
   auto one = run_command(bin() + " inspect --preset flash --gpus 1 --prefill-chunk 256 --gpu-memory 139.7");
   EXPECT_EQ(one.exit_code, 1) << one.output;
   // Workspace 0.44 GiB: 0.32 before the lanes' two 64 MiB cuBLASLt workspaces and the indexer compressor's
-  // own scratch (~1 MiB at 256 tokens) were counted.
-  EXPECT_NE(one.output.find("  - needs 150.50 GiB per GPU on 1 GPU(s) (weights 150.02, KV 0.04, workspace 0.44), "
+  // own scratch (~1 MiB at 256 tokens) were counted; 0.47 in the GPU's default (fast) tier, with wo_a's bf16
+  // rows (32 MiB). Weights 148.64 GiB there: 150.02 with wo_a as bf16, its FP8 codes instead (44 blocks
+  // x 32 MiB less).
+  EXPECT_NE(one.output.find("  - needs 149.15 GiB per GPU on 1 GPU(s) (weights 148.64, KV 0.04, workspace 0.47), "
                             "the GPU has 139.70 GiB; use --gpus 2 (--gpu-memory)\n"),
             std::string::npos)
       << one.output;
@@ -82,10 +84,11 @@ TEST(Inspect, MemoryPlanOfFlashOnOneAndTwoGpus) {
   EXPECT_NE(two.output.find("128 of 256 routed experts per layer on each"), std::string::npos) << two.output;
   EXPECT_NE(two.output.find("  GPU 1     experts 128-255, "), std::string::npos) << two.output;
   // 80.32 GiB before the exchange's routed pass over arrived rows was counted (+0.08 GiB of workspace),
-  // 80.40 before the lanes' workspaces (+0.125 GiB).
-  EXPECT_NE(two.output.find("  fits      80.52 GiB of 139.70 GiB (--gpu-memory)"), std::string::npos) << two.output;
-  // The memory left, 139.70 - 80.52 = 59.18 GiB, holds ~18.08M tokens of 3,514.25 B (io/kv_size.h).
-  EXPECT_NE(two.output.find("  kv room   about 1808"), std::string::npos) << two.output;
+  // 80.40 before the lanes' workspaces (+0.125 GiB), 80.52 before the fast tier's wo_a codes (-1.38 GiB of
+  // weights, +0.03 of workspace).
+  EXPECT_NE(two.output.find("  fits      79.18 GiB of 139.70 GiB (--gpu-memory)"), std::string::npos) << two.output;
+  // The memory left, 139.70 - 79.18 = 60.52 GiB, holds ~18.49M tokens of 3,514.25 B (io/kv_size.h).
+  EXPECT_NE(two.output.find("  kv room   about 1849"), std::string::npos) << two.output;
   EXPECT_NE(two.output.find(" more tokens of context in the memory left (3514.25 B each, compact records)"),
             std::string::npos)
       << two.output;

@@ -32,6 +32,33 @@ TEST(MemoryPlan, FlashDeviceBytesMatchTheMeasuredUpload) {
   ModelConfig c = preset_config("flash");
   truncate_layers(c, 20);
   EXPECT_EQ(published_weight_inventory(c).total(), 74345458912u + 20u);
+  // The CUDA fast tier holds wo_a as its FP8 codes [8192, 4096] and fp32 scales [64, 32] instead of the
+  // bf16 matrix, per layer.
+  const WeightInventory fast = published_weight_inventory(c, true);
+  EXPECT_EQ(fast.total(), 74345458912u + 20u - 20u * (8192u * 4096u * 2u) + 20u * (8192u * 4096u + 64u * 32u * 4u));
+  EXPECT_EQ(fast.stored, published_weight_inventory(c).stored);  // the same checkpoint
+  EXPECT_TRUE(fast.wo_a_codes);
+  EXPECT_FALSE(published_weight_inventory(c).wo_a_codes);
+}
+
+TEST(MemoryPlan, FastTierWorkspaceHoldsBf16RowsOfWoA) {
+  // The codes are widened 4 groups at a time (32 MiB of bf16 rows [4 x 1024, 4096]) for calls above
+  // fast_gemv's tokens; Pro's 16 groups of 1024 x 4096 the same way; a group above 32 MiB goes alone.
+  const ModelConfig c = preset_config("flash");
+  EXPECT_EQ(wo_a_scratch_groups(c), 4);
+  EXPECT_EQ(wo_a_scratch_bytes(c), 4u * 1024u * 4096u * 2u);
+  EXPECT_EQ(wo_a_scratch_groups(preset_config("pro")), 4);
+  ModelConfig big = c;
+  big.o_lora_rank = 8192;  // 64 MiB per group
+  EXPECT_EQ(wo_a_scratch_groups(big), 1);
+  ModelConfig odd = c;
+  odd.o_groups = 6, odd.num_heads = 48;  // 8 MiB per group: 3 (24 MiB) divides 6, 4 does not
+  EXPECT_EQ(wo_a_scratch_groups(odd), 3);
+  const MemoryPlanOptions o{.gpus = 1, .context = 4096, .sequences = 1, .max_tokens = 256};
+  const GpuPlan exact = plan_memory(c, published_weight_inventory(c), o).largest();
+  const GpuPlan fast = plan_memory(c, published_weight_inventory(c, true), o).largest();
+  EXPECT_EQ(fast.workspace, exact.workspace + wo_a_scratch_bytes(c));
+  EXPECT_EQ(exact.weights - fast.weights, 44u * (8192u * 4096u - 64u * 32u * 4u));  // 43 layers + mtp.0
 }
 
 TEST(MemoryPlan, FlashRoutedExperts) {

@@ -180,7 +180,7 @@ TEST(CudaMtpFastTier, CloseToTheExactTier) {
 
 // The device holds what the memory plan counts (io/memory_plan.h), the MTP block included: its block,
 // e_proj / h_proj, norms and hc_head, the head weight once (upload_weights counts every buffer it
-// uploads, the main head's hc_base and hc_scale included since 2026-12-02).
+// uploads, the main head's hc_base and hc_scale included since 2026-12-02), in both tiers.
 TEST(CudaMtpMemory, DeviceBytesMatchTheMemoryPlan) {
   DSV4_REQUIRE_HOPPER();
   for (const char* name : {"bundled", "tiny-q"}) {
@@ -192,6 +192,13 @@ TEST(CudaMtpMemory, DeviceBytesMatchTheMemoryPlan) {
     ASSERT_EQ(inv.mtp_blocks, 1) << name;
     auto gpu = test::load_cuda(dir, KernelTier::Exact, 64, 16);
     EXPECT_EQ(gpu->backend().info().weight_bytes, inv.total()) << name;
+    // The fast tier holds wo_a as its FP8 codes instead (tiny-q: an FP8 checkpoint with whole 128 x 128
+    // groups; the bundled model is dense bf16).
+    const WeightInventory fast = weight_inventory(cfg, bind_weights(cfg, *ckpt), true);
+    if (std::string(name) == "tiny-q") EXPECT_LT(fast.total(), inv.total());
+    else EXPECT_EQ(fast.total(), inv.total()) << name;
+    auto gpu_fast = test::load_cuda(dir, KernelTier::Fast, 64, 16);
+    EXPECT_EQ(gpu_fast->backend().info().weight_bytes, fast.total()) << name << " (fast tier)";
   }
 }
 

@@ -7,10 +7,12 @@
 
 #include "backend/cuda/attn_ops.h"
 #include "backend/cuda/check.h"
+#include "backend/cuda/fp8_dequant.h"
 #include "backend/cuda/linear_choice.h"
 #include "backend/cuda/linear_exact.h"
 #include "backend/cuda/linear_fast.h"
 #include "backend/cuda/ops.h"
+#include "io/memory_plan.h"  // wo_a_scratch_groups
 #include "core/error.h"
 
 namespace dsv4::cuda {
@@ -94,7 +96,7 @@ std::vector<AttentionLayerState::Piece> AttentionLayerState::page_pieces(int32_t
   return out;
 }
 
-AttentionWorkspace::AttentionWorkspace(const ModelConfig& cfg, int64_t max_tokens, int64_t max_ctx)
+AttentionWorkspace::AttentionWorkspace(const ModelConfig& cfg, int64_t max_tokens, int64_t max_ctx, bool wo_a_codes)
     : max_tokens_(max_tokens), max_padded_(round16(max_tokens)) {
   if (max_tokens <= 0) fail("AttentionWorkspace: max_tokens must be positive");
   const int64_t D = cfg.hidden_size, H = cfg.num_heads, d = cfg.head_dim, qr = cfg.q_lora_rank;
@@ -140,6 +142,7 @@ AttentionWorkspace::AttentionWorkspace(const ModelConfig& cfg, int64_t max_token
   indices = DeviceBuffer<int32_t>(size_t(T * max_keys_));
   split_tickets = DeviceBuffer<int32_t>(size_t(std::min(T, kSplitAttentionMaxTokens) * H));
   zero(split_tickets);
+  if (wo_a_codes) wo_a16 = DeviceBuffer<bf16>(size_t(wo_a_scratch_bytes(cfg) / sizeof(bf16)));
 }
 
 LtMatmul& AttentionWorkspace::plan(const DeviceContext& ctx, GemmKind kind, int64_t out, int64_t in, int64_t tokens,
@@ -319,12 +322,14 @@ void check_call(const AttentionCall& a) {
   if (!a.b.positions || !a.b.slots) fail("attention: null pointer");
 }
 
-// The grouped wo_a's cuBLASLt plan: G products [T, gin] x [ro, gin]^T in one launch, reading the column
-// slices of o ([T, H*d]) and writing those of z ([P, G*ro]) in place.
-LtMatmul& wo_a_plan(const DeviceContext& ctx, AttentionWorkspace& ws, const ModelConfig& cfg, int64_t T) {
+// The grouped wo_a's cuBLASLt plan: `count` products [T, gin] x [ro, gin]^T in one launch (all G groups, or
+// the groups of one widening of the fast tier's codes), reading the column slices of o ([T, H*d]) and
+// writing those of z ([P, G*ro]) in place.
+LtMatmul& wo_a_plan(const DeviceContext& ctx, AttentionWorkspace& ws, const ModelConfig& cfg, int64_t T,
+                    int64_t count) {
   const int64_t G = cfg.o_groups, ro = cfg.o_lora_rank, gin = cfg.num_heads * cfg.head_dim / G;
   return ws.plan(ctx, GemmKind::Bf16, ro, gin, T,
-                 {.count = G, .x_ld = G * gin, .x_offset = gin, .w_offset = ro * gin, .y_ld = G * ro, .y_offset = ro});
+                 {.count = count, .x_ld = G * gin, .x_offset = gin, .w_offset = ro * gin, .y_ld = G * ro, .y_offset = ro});
 }
 }  // namespace
 
@@ -342,7 +347,7 @@ void AttentionWorkspace::prepare(const DeviceContext& ctx, const ModelConfig& cf
     lin(w.wo_b);
     if (w.indexer) lin(w.indexer->wq_b);
   }
-  if (lt(LinearSite::GroupedWoA)) wo_a_plan(ctx, *this, cfg, tokens);
+  if (lt(LinearSite::GroupedWoA)) wo_a_plan(ctx, *this, cfg, tokens, w.wo_a8.codes.get() ? wo_a_scratch_groups(cfg) : cfg.o_groups);
   if (lt(LinearSite::CompressorF32)) {
     if (w.compressor)
       plan(ctx, GemmKind::Bf16F32Out, (w.compressor->overlap ? 2 : 1) * w.compressor->dc, cfg.hidden_size, tokens);
@@ -476,7 +481,8 @@ void attn_attend(const DeviceContext& ctx, const AttentionCall& a) {
                      .window = int(W), .dim = int(d)});
 }
 
-// Grouped output projection: heads of group g through rows g*ro.. of wo_a (bf16 GEMM), then wo_b.
+// Grouped output projection: heads of group g through rows g*ro.. of wo_a (bf16 GEMM, or fast_gemv on the
+// FP8 codes the fast tier holds), then wo_b.
 void attn_out(const DeviceContext& ctx, const AttentionCall& a, bf16* out) {
   check_call(a);
   const ModelConfig& cfg = a.cfg;
@@ -485,15 +491,35 @@ void attn_out(const DeviceContext& ctx, const AttentionCall& a, bf16* out) {
   const int64_t T = a.b.tokens, D = cfg.hidden_size, H = cfg.num_heads, d = cfg.head_dim;
   const int64_t G = cfg.o_groups, ro = cfg.o_lora_rank, gin = H * d / G;
   if (!out) fail("attention: null pointer");
+  const bool codes = w.wo_a8.codes.get() != nullptr;
   const LinearKernel k = linear_kernel(LinearSite::GroupedWoA, T, ctx.kernels());
   if (k != LinearKernel::Lt) {
     // All G groups in one launch (exact_linear's group mode; fast_gemv's projections).
-    run_linear_kernel(ctx, k, {.x = ws.o.get(), .x_stride = H * d, .w16 = w.wo_a.get(), .w_expert_stride = ro * gin,
-                               .groups = int(G), .x_group_stride = gin, .y_group_stride = ro, .y = ws.z.get(),
-                               .y_stride = G * ro, .tokens = T, .out = int(ro), .in = int(gin)});
-  } else {
+    ExactLinearParams e{.x = ws.o.get(), .x_stride = H * d, .w16 = w.wo_a.get(), .w_expert_stride = ro * gin,
+                        .groups = int(G), .x_group_stride = gin, .y_group_stride = ro, .y = ws.z.get(),
+                        .y_stride = G * ro, .tokens = T, .out = int(ro), .in = int(gin)};
+    if (codes) {
+      if (k != LinearKernel::FastGemv) fail("attention: wo_a's FP8 codes outside the fast tier");
+      e.w16 = nullptr;
+      e.w8 = w.wo_a8.codes.get();
+      e.w_scales = w.wo_a8.scales.get();
+      e.w_scale_ld = w.wo_a8.scale_ld;
+      e.ws_expert_stride = ro / 128 * w.wo_a8.scale_ld;
+    }
+    run_linear_kernel(ctx, k, e);
+  } else if (!codes) {
     // The G groups as one strided-batch product: group g reads its column slice of o, writes its of z.
-    wo_a_plan(ctx, ws, cfg, T).run_bf16(ctx, ws.o.get(), w.wo_a.get(), ws.z.get());
+    wo_a_plan(ctx, ws, cfg, T, G).run_bf16(ctx, ws.o.get(), w.wo_a.get(), ws.z.get());
+  } else {
+    // The codes widened to bf16 a few groups at a time (rows that stay in L2), each widening's groups as
+    // one strided batch.
+    const int64_t n = wo_a_scratch_groups(cfg);
+    if (!ws.wo_a16.get()) fail("attention: wo_a's FP8 codes without the workspace's bf16 rows");
+    LtMatmul& plan = wo_a_plan(ctx, ws, cfg, T, n);
+    for (int64_t g = 0; g < G; g += n) {
+      dequantize_fp8_weight(ctx, w.wo_a8, ws.wo_a16.get(), g * ro, n * ro);
+      plan.run_bf16(ctx, ws.o.get() + g * gin, ws.wo_a16.get(), ws.z.get() + g * ro);
+    }
   }
   // wo_b straight into out where its kernel writes T rows; cuBLASLt writes its plan's padded rows into ws.y.
   if (linear_kernel(LinearSite::Projection, T, ctx.kernels()) != LinearKernel::Lt) {

@@ -76,6 +76,10 @@ using DevIndexerWeights = IndexerT<DevLeaves>;  // compressor: dc = dI, overlap
 
 struct DevAttentionWeights : AttentionT<DevLeaves> {
   LayerSpec spec;
+  // The fast tier's wo_a of an FP8 checkpoint as stored (codes + scales, half the bytes of a bf16 wo_a)
+  // where io/memory_plan.h wo_a_as_codes holds; the bf16 wo_a is then empty (attn_out widens the codes above
+  // fast_gemv's tokens: linear_choice.h). Empty in the exact tier and for dense checkpoints (bf16 wo_a).
+  Fp8Weight wo_a8;
   DeviceBuffer<float> inv_freq;  // [rope_dim / 2] of this layer's rope table
 };
 
@@ -143,7 +147,9 @@ struct AttentionLayerState {
 // model and its MTP blocks (sized from the config: cfg.layers and cfg.mtp_layers), plus the cuBLASLt plans, made once per (kind, out, in, tokens).
 class AttentionWorkspace {
  public:
-  AttentionWorkspace(const ModelConfig& cfg, int64_t max_tokens, int64_t max_ctx);
+  // `wo_a_codes`: the weights hold wo_a as FP8 codes (DevAttentionWeights::wo_a8): also the bf16 rows they
+  // are widened into (io/memory_plan.h wo_a_scratch_bytes).
+  AttentionWorkspace(const ModelConfig& cfg, int64_t max_tokens, int64_t max_ctx, bool wo_a_codes = false);
   int64_t max_tokens() const { return max_tokens_; }
   // The plan for a shape, made on first use (a host-side cuBLASLt query, no device work).
   LtMatmul& plan(const DeviceContext& ctx, GemmKind kind, int64_t out, int64_t in, int64_t tokens,
@@ -170,6 +176,7 @@ class AttentionWorkspace {
   DeviceBuffer<int32_t> selected;  // [T, topk]
   DeviceBuffer<int32_t> indices;   // [T, max_keys]
   DeviceBuffer<int32_t> split_tickets;  // [min(T, kSplitAttentionMaxTokens) * H] zeros: the split attention's combine
+  DeviceBuffer<bf16> wo_a16;     // [n*ro, gin]: n groups of wo_a's codes widened (wo_a_scratch_groups)
 
  private:
   std::map<std::tuple<int, int64_t, int64_t, int64_t, LtGroups>, std::unique_ptr<LtMatmul>> plans_;

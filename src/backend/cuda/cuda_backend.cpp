@@ -74,7 +74,9 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const Weights& w, uint64_t tota
     st.pages = {.pages = page_table_.get() + geo_.group_of(i) * cap_.max_seqs * max_pages_, .max_pages = max_pages_,
                 .per_page = int(st.per_page)};
   }
-  attn_ws_ = std::make_unique<AttentionWorkspace>(cfg_, T, cap_.max_ctx);
+  bool wo_a_codes = false;  // the fast tier holds some layer's wo_a as FP8 codes (attention_sublayer.h)
+  for (int64_t i = 0; i < cfg_.num_layers + num_mtp(); ++i) wo_a_codes |= block(i, "init").attn.wo_a8.codes.get() != nullptr;
+  attn_ws_ = std::make_unique<AttentionWorkspace>(cfg_, T, cap_.max_ctx, wo_a_codes);
   moe_ws_ = std::make_unique<MoeWorkspace>(*ctx_, cfg_, T);
   if (num_mtp() > 0) mtp_ws_ = std::make_unique<MtpWorkspace>(cfg_, T);
   moe_ws_->grouped_prefill = o.grouped_moe_prefill;
@@ -126,7 +128,7 @@ void CudaBackend::check_fits(const Weights& w) const {
                                .max_tokens = cap_.max_tokens};
   GpuPlan g;
   try {
-    g = check_memory(cfg_, weight_inventory(cfg_, w), plan, uint64_t(free_b)).largest();
+    g = check_memory(cfg_, weight_inventory(cfg_, w, opt_.kernels == KernelTier::Fast), plan, uint64_t(free_b)).largest();
   } catch (const Error& e) {
     fail("cuda backend (", ctx_->name(), ", ", cap_.max_seqs, " sequence(s) of ", cap_.max_ctx,
          " positions, calls of ", cap_.max_tokens, " tokens): ", e.what());

@@ -5,6 +5,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "io/dummy_weights.h"  // weights_bytes
+#include "io/memory_plan.h"    // wo_a_as_codes
 
 namespace dsv4::cuda {
 namespace {
@@ -45,6 +46,8 @@ class Uploader {
 
   DevLinear linear(const LinearWeight& w) { return counted(upload_linear(w)); }
   DeviceBuffer<bf16> matrix(const LinearWeight& w) { return counted(upload_dense_bf16(w)); }
+  // wo_a: none here where the fast tier holds its FP8 codes (finish() uploads them), else the bf16 matrix.
+  DeviceBuffer<bf16> wo_a(const LinearWeight& w) { return wo_a_codes(w) ? DeviceBuffer<bf16>() : matrix(w); }
   DeviceBuffer<float> vec(const TensorView& v) { return counted(upload_f32(v)); }
   DeviceBuffer<bf16> embed(const TensorView& v) {
     if (v.numel() != cfg_.vocab_size * cfg_.hidden_size)
@@ -65,6 +68,10 @@ class Uploader {
   void finish(DevAttentionWeights& a, const AttentionWeights& w, int64_t layer) {
     finish_attention_weights(a, w, cfg_, cfg_.layer_at(layer));
     device_bytes_ += a.inv_freq.bytes();
+    if (wo_a_codes(w.wo_a)) {
+      a.wo_a8 = upload_fp8_weight(w.wo_a.weight, w.wo_a.scale);
+      device_bytes_ += a.wo_a8.codes.bytes() + a.wo_a8.scales.bytes();
+    }
   }
   void finish(DevBlockWeights&, const BlockWeights& b, int64_t layer) {
     if (layer < cfg_.num_layers) advance(block_source_bytes(b), 1);  // an MTP block's with its other tensors
@@ -76,6 +83,9 @@ class Uploader {
   }
 
  private:
+  bool wo_a_codes(const LinearWeight& w) const {
+    return ctx_.kernels() == KernelTier::Fast && wo_a_as_codes(cfg_, w);
+  }
   template <typename T>
   T counted(T t) {
     device_bytes_ += bytes_of(t);

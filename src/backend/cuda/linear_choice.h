@@ -6,11 +6,16 @@
 //   site                      | exact tier                      | fast tier
 //   Projection (FP8 / bf16)   | <= 512: Exact; above: Lt        | <= 32: FastGemv; above: Lt
 //   SharedExpert (FP8)        | the same as Projection          | the same as Projection
-//   GroupedWoA (bf16, groups) | <= 512: Exact; above: Lt        | <= 32: FastGemv; above: Lt (one batch)
+//   GroupedWoA (bf16 / codes) | <= 512: Exact; above: Lt        | <= 32: FastGemv; above: Lt (strided batches)
 //   CompressorF32, WeightsProj| <= 512: Exact; above: Lt        | <= 512: FastGemv; above: Lt
 //   Dense (bf16 experts, shared) | Exact                        | FastGemv
 //   Head (bf16, fp32 logits)  | <= 512: Exact; above: Warp      | <= 64: GemmTma; above: Lt
 //
+// The fast tier holds an FP8 checkpoint's wo_a as its codes (DevAttentionWeights::wo_a8, half the bytes of
+// the bf16 matrix; io/memory_plan.h wo_a_as_codes): fast_gemv's FP8-weight x bf16 form up to 32 tokens,
+// above that the codes widened a few groups at a time into the workspace's bf16 rows (fp8_dequant.h; the
+// rows stay in L2 for the GEMM) for cuBLASLt's strided batch over those groups. Fast_gemv's token slices
+// of the codes measured slower at 128 tokens (H100 2026-12-07: +64 us per layer against the bf16 plan).
 // FastGemv means fast_gemv where it supports the call and exact_linear where it does not (more than 32
 // tokens, expert mode); a grouped call above 32 tokens would run fast_gemv in token slices of 32 (the table
 // gives wo_a cuBLASLt's strided batch there: one pass over the weight; H100 2026-12-06). Measured
@@ -41,7 +46,7 @@ namespace dsv4::cuda {
 enum class LinearSite : uint8_t {
   Projection,     // attention wq_a, wq_b, wkv, wo_b, the indexer's wq_b (FP8, or bf16 in dense checkpoints)
   SharedExpert,   // the shared expert's w1, w3, w2 (FP8)
-  GroupedWoA,     // wo_a: G groups of heads through their own rows (bf16)
+  GroupedWoA,     // wo_a: G groups of heads through their own rows (bf16, or the fast tier's FP8 codes)
   CompressorF32,  // the compressors' wkv / wgate (bf16 operands, fp32 out)
   WeightsProj,    // the indexer's weights_proj (bf16 operands, fp32 sums, bf16 out)
   Dense,          // dense (bf16) routed experts (expert mode) and a dense shared expert

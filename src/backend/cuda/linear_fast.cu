@@ -37,6 +37,21 @@ __device__ __forceinline__ uint32_t e4m3x2_f16x2(uint32_t two) {
   return uint32_t(h.x) | (uint32_t(h.y) << 16);
 }
 
+// Two e4m3 codes (low byte first) as bf16x2 times 2^-112, exact: e4m3 -> f16 (every e4m3 value is an f16
+// normal or zero), then the f16 fields moved into bf16's (exponent e kept as the bf16 exponent e: a factor
+// 2^-112; the low 3 mantissa bits, zero for e4m3 values, dropped). Every nonzero result is a bf16 normal
+// (exponent field >= 1), so a bf16 multiply by 2^112 gives the code's value exactly.
+__device__ __forceinline__ uint32_t e4m3x2_bf16x2_scaled(uint32_t two) {
+  const uint32_t h = e4m3x2_f16x2(two);
+  return ((h >> 3) & 0x0FFF0FFFu) | (h & 0x80008000u);
+}
+__device__ __forceinline__ uint32_t mul_bf16x2(uint32_t x, uint32_t y) {
+  uint32_t d;
+  asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(x), "r"(y));
+  return d;
+}
+constexpr uint32_t kBf16x2Pow112 = 0x77807780u;  // (2^112, 2^112): exponent field 127 + 112 = 239
+
 template <bool kBf16>
 __device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
                                          uint32_t b1) {
@@ -185,6 +200,82 @@ __global__ void __launch_bounds__(kThreads) fast_gemv_fp8_kernel(const __grid_co
   reduce_store<NT, kThreads / 32>(acc, p, pr, tile);
 }
 
+// FP8 weights x bf16 activations (wo_a of FP8 checkpoints, whose official product is a bf16 matmul on the
+// dequantized weight): the FP8 kernel's weight stream and k order (a thread's 16 bytes of rows g and g+8
+// per 64-K piece, 4 MMAs), each e4m3 pair widened exactly to bf16 (e4m3x2_bf16x2_scaled, times 2^112),
+// against the token's 16 bf16 values at the same k (two 16-byte loads); bf16 MMAs sum the 128-K block in
+// fp32, which the weight block's scale multiplies once. Every product is the CPU's exact product.
+template <int NT, int U, int kThreads>
+__global__ void __launch_bounds__(kThreads) fast_gemv_fp8w_kernel(const __grid_constant__ Args a) {
+  const FastGemvParams& p = a.p;
+  const Place at = place_of(a);
+  const FastProjection& pr = *at.pr;
+  const int tile = at.tile, warp = at.warp, W = at.W, g = at.g, t = at.t, last = at.last;
+  const uint8_t* wa = pr.w8 + at.row_a * p.in + t * 16;
+  const uint8_t* wb = pr.w8 + at.row_b * p.in + t * 16;
+  const float* ws = pr.w_scales + int64_t(tile / 8) * pr.w_scale_ld;
+  const bf16* xr[NT];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) xr[j] = p.x + pr.x_offset + int64_t(min(j * 8 + g, last)) * p.x_stride + t * 16;
+  const int nb = p.in / 128;
+  allow_dependents();  // as in the FP8 kernel: this warp's first weight lines into L2, then the wait
+  if (t == 0)
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (warp + u * W < nb) {
+        prefetch_l2(wa + int64_t(warp + u * W) * 128);
+        prefetch_l2(wb + int64_t(warp + u * W) * 128);
+      }
+  grid_dependency_wait();
+  float acc[NT][4] = {};
+  for (int b0 = warp; b0 < nb; b0 += U * W) {
+    uint4 wv[U][4], xv[U][NT][4];  // xv: pieces c = 0, 1 of 16 bf16 each (two loads per piece)
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int b = b0 + u * W;
+      if (b < nb) {
+        const int64_t k = int64_t(b) * 128;
+        wv[u][0] = load_stream(wa + k);
+        wv[u][1] = load_stream(wb + k);
+        wv[u][2] = load_stream(wa + k + 64);
+        wv[u][3] = load_stream(wb + k + 64);
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) xv[u][j][i] = load_shared_input(xr[j] + k + (i / 2) * 64 + (i % 2) * 8);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int b = b0 + u * W;
+      if (b >= nb) break;
+      float blk[NT][4] = {};
+#pragma unroll
+      for (int c = 0; c < 2; ++c)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          // Bytes 4q, 4q + 1 of rows g / g + 8 (k slots 2t, 2t + 1) and 4q + 2, 4q + 3 (2t + 8, 2t + 9).
+          const uint32_t ra = word(wv[u][c * 2], q), rb = word(wv[u][c * 2 + 1], q);
+          const uint32_t a0 = mul_bf16x2(e4m3x2_bf16x2_scaled(ra), kBf16x2Pow112);
+          const uint32_t a2 = mul_bf16x2(e4m3x2_bf16x2_scaled(ra >> 16), kBf16x2Pow112);
+          const uint32_t a1 = mul_bf16x2(e4m3x2_bf16x2_scaled(rb), kBf16x2Pow112);
+          const uint32_t a3 = mul_bf16x2(e4m3x2_bf16x2_scaled(rb >> 16), kBf16x2Pow112);
+#pragma unroll
+          for (int j = 0; j < NT; ++j) {  // the token's values 4q .. 4q + 3 of the thread's 16: words 2q, 2q + 1
+            const uint4& x = xv[u][j][c * 2 + q / 2];
+            mma16816<true>(blk[j], a0, a1, a2, a3, word(x, (2 * q) % 4), word(x, (2 * q + 1) % 4));
+          }
+        }
+      const float s = ws[b];
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[j][i] = fmaf(blk[j][i], s, acc[j][i]);
+    }
+  }
+  reduce_store<NT, kThreads / 32>(acc, p, pr, tile);
+}
+
 // bf16 x bf16: pieces of 32 K, a thread's 8 values of rows g, g+8 and token g per piece are 2 MMAs
 // (words 2q, 2q+1 of its 16 bytes).
 template <int NT, int U, int kThreads>
@@ -249,11 +340,17 @@ int warps_for(int ksteps, int U) {
 // block at 17-32 tokens (two held 184 registers, 2 CTAs per SM: 667.9 -> 660.2 us per layer at batch
 // 32, 2026-12-04); longer K (wq_a, wo_b, w1, the head): batches of 2 blocks (4 bf16 pieces of 32) over
 // 16 warps, or 8 warps when the grid has two CTAs per SM.
+enum class Format { Fp8, Bf16, Fp8Weights };  // weights x activations: FP8 x FP8, bf16 x bf16, FP8 x bf16
+
 template <int NT>
-void launch(const DeviceContext& ctx, const Args& a, bool fp8, int blocks) {
+void launch(const DeviceContext& ctx, const Args& a, Format f, int blocks) {
   const int threads = blocks >= 2 * ctx.sm_count() ? 256 : 32 * kMaxWarps;
+  const bool fp8 = f == Format::Fp8;
   // Programmatic dependent launches (kernel_util.cuh): the kernel waits for its predecessor itself.
-  if (fp8 && a.p.in / 128 <= 16) {
+  if (f == Format::Fp8Weights) {
+    constexpr int U = NT <= 2 ? 2 : 1;
+    launch_pdl(ctx, fast_gemv_fp8w_kernel<NT, U, 32 * kMaxWarps>, dim3(blocks), dim3(threads), 0, a);
+  } else if (fp8 && a.p.in / 128 <= 16) {
     constexpr int U = NT <= 2 ? 4 : 1;
     launch_pdl(ctx, fast_gemv_fp8_kernel<NT, U, 256>, dim3(blocks), dim3(32 * warps_for(a.p.in / 128, U)), 0, a);
   } else if (fp8) {
@@ -274,12 +371,16 @@ void fast_gemv(const DeviceContext& ctx, const FastGemvParams& p) {
 }
 
 void fast_gemv_registers(const DeviceContext& ctx, const FastGemvParams& p) {
-  const bool fp8 = p.x_codes != nullptr;
+  const bool fp8 = p.x_codes != nullptr;                     // FP8 activations
+  const bool w8 = fp8 || (p.nproj > 0 && p.proj[0].w8);      // FP8 weights (with bf16 activations: Fp8Weights)
+  const Format f = fp8 ? Format::Fp8 : w8 ? Format::Fp8Weights : Format::Bf16;
   if (p.tokens < 1 || p.tokens > kFastGemvMaxTokens)
     fail("fast_gemv: ", p.tokens, " tokens (1..", kFastGemvMaxTokens, ")");
   if (p.nproj < 1 || p.nproj > kFastMaxProjections) fail("fast_gemv: ", p.nproj, " projections (1..", kFastMaxProjections, ")");
-  if (fp8 ? (!p.x_scales || p.in % 128 != 0) : (!p.x || p.in % 32 != 0))
-    fail("fast_gemv: ", fp8 ? "FP8 input needs codes, scales and in % 128 == 0" : "bf16 input needs x and in % 32 == 0",
+  if (fp8 ? (!p.x_scales || p.in % 128 != 0) : (!p.x || p.in % (w8 ? 128 : 32) != 0))
+    fail("fast_gemv: ", fp8 ? "FP8 input needs codes, scales and in % 128 == 0"
+                            : w8 ? "bf16 input to FP8 weights needs x and in % 128 == 0"
+                                 : "bf16 input needs x and in % 32 == 0",
          " (in = ", p.in, ")");
   const size_t esize = fp8 ? 1 : 2;
   if (p.in <= 0 || (p.x_stride * esize) % 16 != 0 || !aligned16(fp8 ? static_cast<const void*>(p.x_codes) : p.x))
@@ -289,32 +390,33 @@ void fast_gemv_registers(const DeviceContext& ctx, const FastGemvParams& p) {
   int64_t tiles = 0;
   for (int i = 0; i < p.nproj; ++i) {
     const FastProjection& pr = p.proj[i];
-    if (pr.out <= 0 || (!pr.y && !pr.y_f32) || (fp8 ? (!pr.w8 || !pr.w_scales) : !pr.w16))
-      fail("fast_gemv: projection ", i, " lacks its weight, output or rows");
-    if (!aligned16(fp8 ? static_cast<const void*>(pr.w8) : pr.w16) || (pr.x_offset * esize) % 16 != 0)
+    if (pr.out <= 0 || (!pr.y && !pr.y_f32) || (w8 ? (!pr.w8 || !pr.w_scales || pr.w16) : (!pr.w16 || pr.w8)))
+      fail("fast_gemv: projection ", i, " lacks its weight, output or rows, or its weight format differs from the launch's");
+    if (!aligned16(w8 ? static_cast<const void*>(pr.w8) : pr.w16) || (pr.x_offset * esize) % 16 != 0)
       fail("fast_gemv: projection ", i, ": weight or input offset not 16-byte aligned");
     a.tile0[i] = int(tiles);
     tiles += (pr.out + 15) / 16;
   }
   if (tiles > (int64_t(1) << 30)) fail("fast_gemv: ", tiles, " row tiles");
   a.tile0[p.nproj] = int(tiles);
-  if (p.tokens <= 8) launch<1>(ctx, a, fp8, int(tiles));
-  else if (p.tokens <= 16) launch<2>(ctx, a, fp8, int(tiles));
-  else launch<4>(ctx, a, fp8, int(tiles));
+  if (p.tokens <= 8) launch<1>(ctx, a, f, int(tiles));
+  else if (p.tokens <= 16) launch<2>(ctx, a, f, int(tiles));
+  else launch<4>(ctx, a, f, int(tiles));
 }
 
 bool fast_gemv_supports(const ExactLinearParams& e) {
   if (e.expert_ids || e.x_row_div != 1 || e.tokens < 1 || e.tokens > kFastGemvMaxTokens) return false;
   if (e.groups < 1 || e.groups > kFastMaxProjections || e.kernel != ExactLinearKernel::Auto) return false;
-  // 16-byte loads of every input and weight row (else exact_linear takes the call).
-  const bool fp8 = e.x_codes && e.w8;
-  if (!fp8 && !(e.x && e.w16)) return false;
-  const int64_t es = fp8 ? 1 : 2;
+  // 16-byte loads of every input and weight row (else exact_linear takes the call). Formats: FP8 x FP8,
+  // bf16 x bf16, FP8 weights x bf16 activations (x with w8: no exact_linear form, so always taken here).
+  const bool fp8 = e.x_codes && e.w8, w8_x16 = !e.x_codes && e.x && e.w8;
+  if (!fp8 && !w8_x16 && !(e.x && e.w16)) return false;
+  const int64_t es = fp8 ? 1 : 2, ws = e.w8 ? 1 : 2;  // input and weight element bytes
   const void* x = fp8 ? static_cast<const void*>(e.x_codes) : e.x;
-  const void* w = fp8 ? static_cast<const void*>(e.w8) : e.w16;
-  if (!aligned16(x) || !aligned16(w) || (e.x_stride * es) % 16 != 0 || (int64_t(e.in) * es) % 16 != 0) return false;
-  if (e.groups > 1 && ((e.x_group_stride * es) % 16 != 0 || (e.w_expert_stride * es) % 16 != 0)) return false;
-  return fp8 ? e.in % 128 == 0 : e.in % 32 == 0;
+  const void* w = e.w8 ? static_cast<const void*>(e.w8) : e.w16;
+  if (!aligned16(x) || !aligned16(w) || (e.x_stride * es) % 16 != 0 || (int64_t(e.in) * ws) % 16 != 0) return false;
+  if (e.groups > 1 && ((e.x_group_stride * es) % 16 != 0 || (e.w_expert_stride * ws) % 16 != 0)) return false;
+  return e.w8 ? e.in % 128 == 0 : e.in % 32 == 0;
 }
 
 namespace {
@@ -322,11 +424,11 @@ namespace {
 // The input fields of a fast_gemv launch for an exact_linear call (fast_gemv_supports(e) must hold).
 FastGemvParams input_of(const ExactLinearParams& e) {
   FastGemvParams p;
-  p.x_codes = e.w8 ? e.x_codes : nullptr;
+  p.x_codes = e.w8 ? e.x_codes : nullptr;  // null with bf16 activations (also to FP8 weights)
   p.x_scales = e.x_scales;
   p.xs_row_stride = e.xs_row_stride;
   p.xs_block_stride = e.xs_block_stride;
-  p.x = e.w8 ? nullptr : e.x;
+  p.x = p.x_codes ? nullptr : e.x;
   p.x_stride = e.x_stride;
   p.tokens = e.tokens;
   p.in = e.in;

@@ -234,15 +234,26 @@ TEST(CudaLinearStream, Refusals) {
   EXPECT_TRUE(stream_gemv_supports(ctx, p));
 }
 
-// bf16 x bf16 (dense linears and the head): fp32 and bf16 outputs; the group mode through exact_linear's
-// params (wo_a: groups of the input through their own weight rows).
-void check_bf16(int64_t out, int64_t in, int64_t T, int groups, uint64_t seed) {
+// bf16 activations (dense linears, the head, wo_a): fp32 and bf16 outputs; the group mode through
+// exact_linear's params (wo_a: groups of the input through their own weight rows). Weights bf16, or with
+// fp8_weights FP8 codes with 128 x 128 scales (wo_a of FP8 checkpoints in the fast tier: every e4m3 code,
+// subnormals and zeros among them; each group's rows whole scale blocks), against the dequantized matrix.
+void check_bf16(int64_t out, int64_t in, int64_t T, int groups, uint64_t seed, bool fp8_weights = false) {
   DeviceContext ctx;
   ctx.set_kernels(KernelTier::Fast);
   Rng rng(seed);
   const int64_t gin = in / groups;
-  std::vector<float> x = rng.bf16_normal(size_t(T * in)), w = rng.bf16_normal(size_t(groups * out * gin), 0.05f);
-  auto dx = upload_bf16(x), dw = upload_bf16(w);
+  std::vector<float> x = rng.bf16_normal(size_t(T * in)), w;
+  HostFp8 hw{};
+  Fp8Weight w8;
+  if (fp8_weights) {
+    hw = make_fp8(rng, groups * out, gin);
+    w = hw.dequantized();
+    w8 = upload_fp8_weight(hw.wv(), hw.sv());
+  } else {
+    w = rng.bf16_normal(size_t(groups * out * gin), 0.05f);
+  }
+  auto dx = upload_bf16(x), dw = upload_bf16(fp8_weights ? std::vector<float>(1) : w);
   Guarded<uint16_t> y(size_t(T * groups * out));
   Guarded<float> yf(size_t(T * groups * out));
   ExactLinearParams e;
@@ -250,6 +261,13 @@ void check_bf16(int64_t out, int64_t in, int64_t T, int groups, uint64_t seed) {
   e.x_stride = in;
   e.x_group_stride = gin;
   e.w16 = reinterpret_cast<const bf16*>(dw.get());
+  if (fp8_weights) {
+    e.w16 = nullptr;
+    e.w8 = w8.codes.get();
+    e.w_scales = w8.scales.get();
+    e.w_scale_ld = w8.scale_ld;
+    e.ws_expert_stride = out / 128 * w8.scale_ld;
+  }
   e.w_expert_stride = out * gin;
   e.groups = groups;
   e.y = reinterpret_cast<bf16*>(y.get());
@@ -271,7 +289,8 @@ void check_bf16(int64_t out, int64_t in, int64_t T, int groups, uint64_t seed) {
     for (int64_t t = 0; t < T; ++t)
       std::memcpy(&ref[size_t(t * groups * out + g * out)], &rg[size_t(t * out)], size_t(out) * 4);
   }
-  const std::string what = "fast_gemv bf16 out=" + std::to_string(out) + " in=" + std::to_string(gin) +
+  const std::string what = std::string(fp8_weights ? "fast_gemv fp8 weights x bf16" : "fast_gemv bf16") +
+                           " out=" + std::to_string(out) + " in=" + std::to_string(gin) +
                            " groups=" + std::to_string(groups) + " T=" + std::to_string(T);
   EXPECT_TRUE(compare(what + " f32", yf.download(what), ref, Tol::GemmBf16).ok);
   EXPECT_TRUE(compare(what + " bf16", from_bf16(y.download(what)), ref, Tol::GemmBf16).ok);
@@ -284,6 +303,15 @@ TEST(CudaLinearFast, Bf16AndGroups) {
   check_bf16(1024, 4096, 5, 8, 4);   // wo_a-like: 8 groups of 512 inputs
   check_bf16(136, 2048, 33, 8, 5);   // groups above fast_gemv's range: slices of 32 + 1 tokens
   check_bf16(264, 4096, 100, 8, 6);  // 3 full slices and one of 4
+}
+
+// FP8 weights x bf16 activations (wo_a of FP8 checkpoints in the fast tier).
+TEST(CudaLinearFast, Fp8WeightsBf16Input) {
+  DSV4_REQUIRE_HOPPER();
+  for (int64_t T : {1, 5, 8, 9, 16, 17, 32}) check_bf16(256, 1024, T, 2, 300 + uint64_t(T), true);
+  check_bf16(1024, 8 * 512, 3, 8, 7, true);   // Flash's shape, scaled: 8 groups of 1024 rows x 512 inputs
+  check_bf16(128, 4 * 4096, 2, 4, 8, true);   // long K: 32 blocks per row, 16 warps
+  check_bf16(256, 2 * 256, 70, 2, 9, true);   // above fast_gemv's range: token slices
 }
 
 // linear_shared_input: FP8 (wq_a + wkv-like, block-major scales too) and bf16 (the compressor's wkv +
@@ -362,6 +390,41 @@ TEST(CudaLinearFast, SharedInput) {
   check_shared_input(true, {1024, 512}, 4096, 1, false, 11);  // wq_a + wkv at one token
   check_shared_input(true, {256, 256}, 1024, 9, true, 12);    // shared w1 + w3, block-major scales
   check_shared_input(false, {64, 64}, 512, 3, false, 13);     // compressor wkv + wgate, fp32 out
+}
+
+// Which calls fast_gemv takes (host-side, no GPU): the FP8-weight x bf16 form needs in % 128 == 0 and 16-byte
+// aligned rows as the others; exact_linear has no such form, so wo_a's FP8 codes only go where this holds.
+TEST(CudaLinearFast, SupportsFp8WeightsWithBf16Input) {
+  alignas(16) static uint8_t w8[16];
+  alignas(16) static uint16_t x[16];
+  alignas(16) static float ws[4];
+  ExactLinearParams e;
+  e.x = reinterpret_cast<const bf16*>(x);
+  e.x_stride = 4096;
+  e.w8 = w8;
+  e.w_scales = ws;
+  e.tokens = 8;
+  e.out = 1024;
+  e.in = 512;
+  e.groups = 8;
+  e.x_group_stride = 512;
+  e.w_expert_stride = 1024 * 512;
+  EXPECT_TRUE(fast_gemv_supports(e));
+  e.in = 448;  // not whole 128-k scale blocks
+  EXPECT_FALSE(fast_gemv_supports(e));
+  e.in = 512;
+  e.x_group_stride = 4;  // a group's input not 16-byte aligned (4 bf16)
+  EXPECT_FALSE(fast_gemv_supports(e));
+  e.x_group_stride = 512;
+  e.tokens = kFastGemvMaxTokens + 1;
+  EXPECT_FALSE(fast_gemv_supports(e));
+  e.tokens = 8;
+  const FastGemvParams p = fast_gemv_params(e);
+  EXPECT_EQ(p.x_codes, nullptr);  // bf16 activations: no codes, x kept
+  EXPECT_EQ(p.x, e.x);
+  EXPECT_EQ(p.nproj, 8);
+  EXPECT_EQ(p.proj[3].w8, w8 + 3 * 1024 * 512);
+  EXPECT_EQ(p.proj[3].w16, nullptr);
 }
 
 // The tier's choice: the exact tier, and the calls fast_gemv does not take, give exact_linear's bits.
