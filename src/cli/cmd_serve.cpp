@@ -98,7 +98,7 @@ void serve(ServeArgs& a) {
   const RunnerRequest r{.cuda = cuda, .numerics = a.numerics, .kernels = a.kernels, .max_seqs = a.engine.max_num_seqs,
                         .max_ctx = a.engine.max_context,
                         .chunk = std::min(a.engine.prefill_chunk, a.engine.max_step_tokens), .ranks = a.ranks,
-                        .data_parallel = a.engine.speculative == 0};
+                        .data_parallel = true};
   const std::unique_ptr<Runner> runner = load_runner(a.model, r, terminal_load_progress(a.model));
   if (!runner) return;  // another rank of a TCP group (WORLD_SIZE): it followed rank 0 to the end
   if (a.engine.speculative != 0 && runner->model().num_mtp() < 1)

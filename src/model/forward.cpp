@@ -143,6 +143,11 @@ void Model::step_mtp(const Batch& b, const Tensor& S, int64_t k) {
   });
 }
 
+void Model::idle(const ModelCall& c) {
+  if (!c.mtp) return step(Batch{}, StepPlan{});
+  step_mtp(Batch{}, Tensor({0, cfg_.hc_mult, cfg_.hidden_size}), c.block);
+}
+
 Tensor Model::forward_mtp(int slot, int64_t pos, const Tensor& S, const std::vector<int32_t>& next_ids, int64_t k) {
   const int64_t T = int64_t(next_ids.size());
   if (T == 0) fail("forward_mtp: empty chunk");

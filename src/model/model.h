@@ -77,8 +77,12 @@ class Model {
   // Called before every call that runs the layers (step, replay, each chunk of forward, step_mtp), with
   // its kind: rank 0 of an expert-parallel group tells the other ranks, which make the same kind of call
   // with 0 tokens (their MoE layers take part in the collectives), whoever drives this model (a runner,
-  // a speculative decoder, `dsv4 logits --mtp`). Set once, before the calls start.
+  // a speculative decoder, `dsv4 logits --mtp`). Set (or cleared with {}) between calls, on the thread
+  // that makes them.
   void on_call(std::function<void(const ModelCall&)> fn) { on_call_ = std::move(fn); }
+  // A call of kind `c` with 0 tokens: a rank of an expert-parallel group with no rows of its own takes
+  // part in the MoE layers' collectives of another rank's call of that kind.
+  void idle(const ModelCall& c = {});
 
  private:
   void announce(const ModelCall& c) {

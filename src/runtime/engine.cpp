@@ -34,7 +34,9 @@ struct Engine::Sequence {
         pages(p.pages),
         arrived(p.arrived) {
     if (drafts > 0) {
-      lane.emplace(slot, SpeculativeOptions{.drafts = drafts, .sampling = req.sampling, .stop_ids = req.stop.stop_ids});
+      // The lane drives its rank's model (over data-parallel ranks): that rank's slot.
+      lane.emplace(runner.local_slot(slot),
+                   SpeculativeOptions{.drafts = drafts, .sampling = req.sampling, .stop_ids = req.stop.stop_ids});
       speculative = speculative_sampling_ok(req.sampling) && req.top_logprobs < 0;
     }
   }
@@ -127,12 +129,7 @@ Engine::Engine(std::unique_ptr<Runner> owned, Runner* runner, const Tokenizer& t
   if (runner_.max_sequences() < opt_.max_num_seqs)
     fail("max_num_seqs is ", opt_.max_num_seqs, " but the model holds ", runner_.max_sequences(), " sequences");
   opt_.prefill_chunk = std::clamp<int64_t>(opt_.prefill_chunk, 1, opt_.max_step_tokens);
-  if (opt_.speculative != 0) {
-    check_speculative(runner_.model(), {.drafts = opt_.speculative});
-    if (runner_.ranks() > 1)
-      fail("speculative decoding: not yet over data-parallel ranks (", runner_.ranks(),
-           "); a rank group that holds the sequences on rank 0 can take it");
-  }
+  if (opt_.speculative != 0) check_speculative(runner_.model(), {.drafts = opt_.speculative});
   stats_.max_num_seqs = opt_.max_num_seqs;
   stats_.speculative = opt_.speculative;
   update_gauges(0);
@@ -472,54 +469,74 @@ void Engine::snapshot_prefix(Sequence& s) {
 
 // The chunk through the runner (its pieces); after each piece the lane keeps its streams and feeds the
 // MTP block. The prompt's last chunk of a speculative request: its last token alone, whose logits give
-// the first token by the lane's draw (as SpeculativeDecoder::start).
+// the first token by the lane's draw (as SpeculativeDecoder::start). Over data-parallel ranks all of it
+// runs on the sequence's rank (its own slot), the other ranks mirroring each call (Runner::mirrored).
 void Engine::prefill_lane(Sequence& s, const std::vector<int32_t>& chunk, bool last, Draw& d) {
-  Model& m = runner_.model();
   SpeculativeLane& lane = *s.lane;
   if (lane.pos != s.pos) fail("speculative: the lane is at ", lane.pos, ", the sequence at ", s.pos);
-  const int64_t T = int64_t(chunk.size()), lead = last ? T - 1 : T;
-  int64_t kept = 0;
-  auto keep = [&](int64_t upto) {
-    lane.fed(m, m.backend().streams(), std::vector<int32_t>(chunk.begin() + kept, chunk.begin() + upto));
-    kept = upto;
-  };
-  if (lead > 0) {
-    runner_.feed(s.slot, s.pos, std::vector<int32_t>(chunk.begin(), chunk.begin() + lead), [&](int64_t done, int64_t) {
-      keep(done);
-      return true;
-    });
-    keep(lead);
-  }
-  if (!last) return;
-  const Tensor logits = runner_.prefill(s.slot, s.pos + lead, {chunk.back()});
-  keep(T);
-  d.error.clear();
-  d.id = lane.first(logits.ptr(), runner_.config().vocab_size);
+  const int slot = runner_.local_slot(s.slot);
+  runner_.mirrored(runner_.rank_of(s.slot), [&](Runner& x) {
+    Model& m = x.model();
+    const int64_t T = int64_t(chunk.size()), lead = last ? T - 1 : T;
+    int64_t kept = 0;
+    auto keep = [&](int64_t upto) {
+      lane.fed(m, m.backend().streams(), std::vector<int32_t>(chunk.begin() + kept, chunk.begin() + upto));
+      kept = upto;
+    };
+    if (lead > 0) {
+      x.feed(slot, s.pos, std::vector<int32_t>(chunk.begin(), chunk.begin() + lead), [&](int64_t done, int64_t) {
+        keep(done);
+        return true;
+      });
+      keep(lead);
+    }
+    if (!last) return;
+    const Tensor logits = x.prefill(slot, s.pos + lead, {chunk.back()});
+    keep(T);
+    d.error.clear();
+    d.id = lane.first(logits.ptr(), runner_.config().vocab_size);
+  });
 }
 
 // One round of every speculative sequence's lane (runtime/speculative.h), each allowed the tokens it
 // may still generate; the emitted tokens go to the requests one by one (a stop or the limit ends one).
+// Over data-parallel ranks, one round per rank holding such sequences, one rank after the other: the
+// rank's lanes on its own model, the other ranks mirroring its calls (a round's sequence of main and MTP
+// calls depends on its lanes, so two ranks' rounds cannot pair their collectives call by call).
 void Engine::speculative_step(const std::vector<Sequence*>& seqs) {
-  std::vector<SpeculativeLane*> lanes;
-  std::vector<int64_t> limits;
   std::vector<SpeculativeStats> before;
-  for (Sequence* s : seqs) {
-    lanes.push_back(&*s->lane);
-    limits.push_back(s->max_new - s->generated);
-    before.push_back(s->lane->stats);
-  }
-  std::vector<std::vector<int32_t>> out;
-  try {
-    out = speculative_round(runner_.model(), lanes, limits);
-  } catch (const std::exception& e) {
-    for (Sequence* s : seqs) conclude(*s, failed(e.what()));
-    return;
+  for (Sequence* s : seqs) before.push_back(s->lane->stats);
+  std::vector<std::vector<int32_t>> out(seqs.size());
+  std::vector<char> ok(seqs.size(), 1);
+  for (int r = 0; r < runner_.ranks(); ++r) {
+    std::vector<size_t> mine;
+    for (size_t i = 0; i < seqs.size(); ++i)
+      if (runner_.rank_of(seqs[i]->slot) == r) mine.push_back(i);
+    if (mine.empty()) continue;
+    std::vector<SpeculativeLane*> lanes;
+    std::vector<int64_t> limits;
+    for (size_t i : mine) {
+      lanes.push_back(&*seqs[i]->lane);
+      limits.push_back(seqs[i]->max_new - seqs[i]->generated);
+    }
+    try {
+      runner_.mirrored(r, [&](Runner& x) {
+        std::vector<std::vector<int32_t>> got = speculative_round(x.model(), lanes, limits);
+        for (size_t j = 0; j < mine.size(); ++j) out[mine[j]] = std::move(got[j]);
+      });
+    } catch (const std::exception& e) {
+      for (size_t i : mine) {
+        conclude(*seqs[i], failed(e.what()));
+        ok[i] = 0;
+      }
+    }
   }
   {
     std::lock_guard<std::mutex> ls(stats_mu_);
     for (size_t i = 0; i < seqs.size(); ++i) {
+      if (!ok[i]) continue;
       const SpeculativeStats& a = before[i];
-      const SpeculativeStats& b = lanes[i]->stats;
+      const SpeculativeStats& b = seqs[i]->lane->stats;
       stats_.spec_verify_steps += uint64_t(b.rounds - a.rounds);
       stats_.spec_draft_tokens += uint64_t(b.proposed - a.proposed);
       stats_.spec_accepted_tokens += uint64_t(b.accepted - a.accepted);
@@ -528,6 +545,7 @@ void Engine::speculative_step(const std::vector<Sequence*>& seqs) {
     }
   }
   for (size_t i = 0; i < seqs.size(); ++i) {
+    if (!ok[i]) continue;
     Sequence& s = *seqs[i];
     try {
       s.pos = s.lane->pos;

@@ -30,6 +30,8 @@
 // lane drafts up to k tokens (fewer near its max_tokens or the context end) and one verify checks them;
 // the step's speculative lanes run ONE round together (runtime/speculative.h speculative_round: a call
 // per draft depth over the lanes, a verify call per draft length), the other requests decode as above.
+// Over data-parallel ranks each rank's lanes run their round on that rank, one rank after the other, the
+// other ranks mirroring its calls with 0 tokens (Runner::mirrored); prefill chunks with the MTP feed too.
 // Greedy output is plain greedy output token for token; sampled output follows the same distribution
 // (other draws: the decoder's Philox counters, 4 g + purpose).
 //

@@ -15,17 +15,9 @@
 namespace dsv4 {
 namespace {
 
-// The call a rank without sequences makes for each of rank 0's, of the same kind (the main stack or an
-// MTP block): 0 tokens, no head. Its MoE layers still take part in the collectives (they serve rank 0's
-// tokens routed to this rank's experts).
-void idle_call(Model& m, const ModelCall& c = {}) {
-  if (!c.mtp) return m.step(Batch{}, StepPlan{});
-  m.step_mtp(Batch{}, Tensor({0, m.config().hc_mult, m.config().hidden_size}), c.block);
-}
-
 // Ranks 1..N-1 as threads of this process. Rank 0 posts each call's kind (a queue, trimmed below the
-// slowest thread); each thread makes an idle call of each kind posted, in order, and returns once
-// stopped with none left.
+// slowest thread); each thread makes an idle call (Model::idle: 0 tokens, its MoE layers serving rank 0's
+// tokens routed to its experts) of each kind posted, in order, and returns once stopped with none left.
 class ThreadPeers final : public RankPeers {
  public:
   ThreadPeers(const std::string& dir, const BackendOptions& o, int ranks, bool gpu_per_rank)
@@ -104,7 +96,7 @@ class ThreadPeers final : public RankPeers {
         c = calls_[size_t(done - first_)];
       }
       try {
-        idle_call(*m, c);
+        m->idle(c);
       } catch (const std::exception&) {
         const std::lock_guard<std::mutex> lock(mu_);
         done_[size_t(r)] = INT64_MAX;
@@ -300,7 +292,7 @@ std::unique_ptr<Runner> load_tcp(const std::string& dir, BackendOptions o, const
   if (!failed.empty()) fail("rank(s) ", failed, " of WORLD_SIZE=", c->size(), " could not load the model (each says why)");
   if (rank == 0) return std::make_unique<Runner>(std::move(m), std::make_unique<TcpPeers>(std::move(c)));
   for (uint8_t next; (next = gather_byte(*c, kStop)[0]) != kStop;)
-    idle_call(*m, next == kCall ? ModelCall{} : ModelCall{.mtp = true, .block = next - kMtp});
+    m->idle(next == kCall ? ModelCall{} : ModelCall{.mtp = true, .block = next - kMtp});
   return nullptr;
 }
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 
 #include "backend/make_backend.h"
 #include "core/error.h"
@@ -35,6 +37,14 @@ int Runner::rank_of(int slot) const {
     return 0;
   }
   return placed(slot).rank;
+}
+
+int Runner::local_slot(int slot) const {
+  if (!ranks_) {
+    pos(slot);  // taken
+    return slot;
+  }
+  return placed(slot).local;
 }
 
 std::unique_ptr<Runner> Runner::load(const std::string& dir, const BackendOptions& o, const LoadProgress& progress) {
@@ -248,7 +258,55 @@ void Runner::round(int owner, const std::function<void(Runner&)>& mine) {
     if (r == owner)
       mine(x);
     else
-      x.model().step(Batch{}, StepPlan{});  // no rows: its MoE layers serve the owner's tokens
+      x.model().idle();  // no rows: its MoE layers serve the owner's tokens
+  });
+}
+
+void Runner::mirrored(int owner, const std::function<void(Runner&)>& fn) {
+  if (!ranks_) return fn(*this);
+  if (owner < 0 || owner >= ranks_->size()) fail("mirrored: rank ", owner, " of ", ranks_->size());
+  // The owner posts each call's kind before making it; every other rank makes them in order, each as
+  // soon as it is posted (the collectives pair), and returns once the owner is done and none is left.
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<ModelCall> calls;
+  bool done = false;
+  ranks_->each([&](int r) {
+    Runner& x = ranks_->rank(r);
+    if (r != owner) {
+      for (size_t next = 0;; ++next) {
+        ModelCall c;
+        {
+          std::unique_lock<std::mutex> lock(mu);
+          cv.wait(lock, [&] { return next < calls.size() || done; });
+          if (next == calls.size()) return;
+          c = calls[next];
+        }
+        x.model().idle(c);
+      }
+    }
+    auto finish = [&] {
+      x.model().on_call({});
+      {
+        const std::lock_guard<std::mutex> lock(mu);
+        done = true;
+      }
+      cv.notify_all();
+    };
+    x.model().on_call([&](const ModelCall& c) {
+      {
+        const std::lock_guard<std::mutex> lock(mu);
+        calls.push_back(c);
+      }
+      cv.notify_all();
+    });
+    try {
+      fn(x);
+    } catch (...) {
+      finish();
+      throw;
+    }
+    finish();
   });
 }
 

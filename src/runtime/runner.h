@@ -107,6 +107,7 @@ class Runner {
   int ranks() const;  // data-parallel ranks (1 without a RankSet)
   Runner& rank(int r);            // rank r's runner (this one without a RankSet)
   int rank_of(int slot) const;    // the rank holding the taken slot (0 without a RankSet)
+  int local_slot(int slot) const; // that rank's slot for it (the slot itself without a RankSet)
   const ModelConfig& config() const { return model_.config(); }
   std::string backend_name() const { return model_.backend().name(); }
   int64_t max_context() const;  // positions one sequence may reach (the backend's, within the model's)
@@ -153,6 +154,12 @@ class Runner {
   Tensor decode(const std::vector<DecodeItem>& items);
   // The same call with the next token of each row drawn into draws[b] (draws.size() == B).
   void decode(const std::vector<DecodeItem>& items, std::vector<Draw>& draws);
+
+  // Data-parallel: fn(x) with `rank`'s runner x, on that rank's thread, while every other rank makes each
+  // Model call x's model makes, in order, with 0 tokens (Model::on_call, Model::idle): fn may make any
+  // sequence of main-stack and MTP calls (a speculative round, a lane's prefill with its MTP feed) on the
+  // rank's own slots (local_slot). Without a RankSet: fn(*this). Rethrows fn's failure.
+  void mirrored(int rank, const std::function<void(Runner& x)>& fn);
 
   // Every Model call the runner makes goes through `fn` first (tests count them). Not thread-safe:
   // set it before the calls start.

@@ -154,50 +154,60 @@ TEST(EngineRanks, PrefixCacheOverRanksGivesOneRanksIds) {
 }
 
 // Speculative decoding in the engine over a rank group that holds every sequence on rank 0 (the others
-// mirror each call, MTP block's included, with 0 tokens): greedy requests give plain greedy ids of one
-// rank. Over data-parallel ranks the engine refuses it with one line.
-TEST(EngineRanks, SpeculativeOverARankGroupGivesPlainGreedy) {
+// mirror each call, MTP block's included, with 0 tokens), and over 2 and 4 data-parallel ranks (each
+// rank's lanes run their round on it while the others mirror its calls; prefill chunks feed the MTP
+// block on the sequence's rank): greedy requests give plain greedy ids of one rank, and every rank ran
+// some of them; sampled requests (temperature 0.9, no penalties) the ids of one rank's speculative run.
+TEST(EngineRanks, SpeculativeOverRanksGivesOneRanksIds) {
   const std::string dir = test::bundled_model_dir();
   const Tokenizer tok = Tokenizer::load(dir);
   std::vector<GenerationRequest> reqs = requests(std::min<int64_t>(tok.vocab_size(), 1000));
-  for (GenerationRequest& r : reqs) {
-    r.sampling.temperature = 0;
-    r.sampling.repetition_penalty = 1;
-  }
-  const BackendOptions o{.numerics = Numerics::Official, .capacity = {.max_seqs = kSeqs, .max_ctx = 512, .max_tokens = 16}};
-  auto run = [&](int ranks, int64_t drafts, EngineStats* st) {
-    const auto runner = load_ranked(dir, o, {.ranks = ranks});
+  for (GenerationRequest& r : reqs) r.sampling.repetition_penalty = 1;
+  std::vector<GenerationRequest> greedy = reqs;
+  for (GenerationRequest& r : greedy) r.sampling.temperature = 0;
+  struct Got {
+    std::vector<std::vector<int32_t>> ids;
+    EngineStats st;
+    std::vector<int64_t> rows;  // per data-parallel rank: rows of its own sequences
+  };
+  auto run = [&](int ranks, bool dp, int64_t drafts, const std::vector<GenerationRequest>& rs) {
+    const int64_t seqs = dp ? (kSeqs + ranks - 1) / ranks : kSeqs;
+    const auto runner = load_ranked(dir, {.numerics = Numerics::Official, .capacity = {.max_seqs = int(seqs), .max_ctx = 512, .max_tokens = 16}},
+                                    {.ranks = ranks, .data_parallel = dp});
+    std::vector<std::atomic<int64_t>> rows(static_cast<size_t>(runner->ranks()));
+    for (int r = 0; r < runner->ranks(); ++r)
+      runner->rank(r).on_call([&rows, r](const Batch& b, const StepPlan&) { rows[size_t(r)] += b.size(); });
     EngineOptions opt;
     opt.max_num_seqs = kSeqs;
     opt.max_step_tokens = 16;
     opt.prefill_chunk = 6;
     opt.max_context = 512;
     opt.speculative = drafts;
-    std::vector<std::vector<int32_t>> ids;
-    Engine engine(*runner, tok, opt);
-    std::vector<std::shared_ptr<RequestChannel>> chans;
-    for (const GenerationRequest& r : reqs) chans.push_back(engine.submit(r));
-    for (auto& ch : chans) ids.push_back(test::collect_ids(*ch));
-    if (st) *st = engine.stats();
-    return ids;
+    Got g;
+    {
+      Engine engine(*runner, tok, opt);
+      std::vector<std::shared_ptr<RequestChannel>> chans;
+      for (const GenerationRequest& r : rs) chans.push_back(engine.submit(r));
+      for (auto& ch : chans) g.ids.push_back(test::collect_ids(*ch));
+      g.st = engine.stats();
+    }
+    for (auto& n : rows) g.rows.push_back(n.load());
+    return g;
   };
-  const auto plain = run(1, 0, nullptr);
-  EngineStats st;
-  EXPECT_EQ(run(2, 2, &st), plain);
-  EXPECT_GT(st.spec_verify_steps, 0u);
-  EXPECT_GT(st.spec_draft_tokens, 0u);
-
-  const auto dp = load_ranked(dir, {.capacity = {.max_seqs = 1, .max_ctx = 512, .max_tokens = 16}},
-                              {.ranks = 2, .data_parallel = true});
-  EngineOptions opt;
-  opt.max_num_seqs = 2;
-  opt.speculative = 2;
-  try {
-    Engine e(*dp, tok, opt);
-    ADD_FAILURE() << "speculative decoding over data-parallel ranks";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("not yet over data-parallel ranks"), std::string::npos) << e.what();
+  const auto plain = run(1, false, 0, greedy).ids;
+  for (size_t i = 0; i < plain.size(); ++i) ASSERT_EQ(plain[i].size(), size_t(5 + 2 * i)) << "request " << i;
+  const Got group = run(2, false, 2, greedy);
+  EXPECT_EQ(group.ids, plain);
+  EXPECT_GT(group.st.spec_verify_steps, 0u);
+  EXPECT_GT(group.st.spec_draft_tokens, 0u);
+  for (int n : {2, 4}) {
+    const Got dp = run(n, true, 2, greedy);
+    EXPECT_EQ(dp.ids, plain) << n << " data-parallel ranks";
+    EXPECT_GT(dp.st.spec_verify_steps, 0u) << n << " data-parallel ranks";
+    for (int r = 0; r < n; ++r) EXPECT_GT(dp.rows[size_t(r)], 0) << n << " ranks: rank " << r << " ran no sequence";
   }
+  const auto sampled = run(1, false, 2, reqs).ids;
+  EXPECT_EQ(run(2, true, 2, reqs).ids, sampled) << "sampled requests over 2 data-parallel ranks";
 }
 
 }  // namespace

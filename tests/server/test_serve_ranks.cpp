@@ -53,8 +53,8 @@ TEST(ServeRanks, TwoRanksGiveOneRanksText) {
   EXPECT_EQ(s.stop(), 0) << s.log();
 }
 
-// --speculative over ranks: a rank group with every sequence on rank 0 (the other ranks mirror each
-// call, the MTP block's included); greedy speculative text is greedy text.
+// --speculative over 2 data-parallel ranks (each rank's speculative rounds on its own sequences, the other
+// rank mirroring their calls, the MTP block's included); greedy speculative text is greedy text.
 TEST(ServeRanks, SpeculativeOverTwoRanksGivesOneRanksText) {
   std::vector<std::string> one;
   {
@@ -63,7 +63,7 @@ TEST(ServeRanks, SpeculativeOverTwoRanksGivesOneRanksText) {
     EXPECT_EQ(s.stop(), 0) << s.log();
   }
   ServeProcess s({"--device", "cpu", "--ranks", "2", "--max-num-seqs", "6", "--speculative", "2"});
-  EXPECT_NE(s.ready_text().find("speculative k 2, expert-parallel ranks with every sequence on rank 0"), std::string::npos)
+  EXPECT_NE(s.ready_text().find("speculative k 2, 2 data-parallel ranks"), std::string::npos)
       << s.ready_text();
   EXPECT_EQ(texts(s), one);
   EXPECT_EQ(s.stop(), 0) << s.log();
