@@ -267,6 +267,7 @@ void Runner::mirrored(int owner, const std::function<void(Runner&)>& fn) {
   if (owner < 0 || owner >= ranks_->size()) fail("mirrored: rank ", owner, " of ", ranks_->size());
   // The owner posts each call's kind before making it; every other rank makes them in order, each as
   // soon as it is posted (the collectives pair), and returns once the owner is done and none is left.
+  // (A data-parallel rank's model has no on_call of its own: the hook is the owner's for fn's length.)
   std::mutex mu;
   std::condition_variable cv;
   std::vector<ModelCall> calls;
