@@ -12,8 +12,8 @@
 #include "backend/cuda/linear_exact.h"
 #include "backend/cuda/linear_fast.h"
 #include "backend/cuda/ops.h"
-#include "io/memory_plan.h"  // wo_a_scratch_groups
 #include "core/error.h"
+#include "io/memory_plan.h"  // wo_a_scratch_groups
 
 namespace dsv4::cuda {
 namespace {
