@@ -213,24 +213,25 @@ uint64_t workspace_bytes(const ModelConfig& cfg, int gpus, int64_t seqs, int64_t
   return s;
 }
 
+namespace {
+// wo_a's inputs per group (num_heads * head_dim / o_groups) and the bf16 bytes of one group's rows.
+int64_t wo_a_group_inputs(const ModelConfig& cfg) { return cfg.num_heads * cfg.head_dim / std::max<int64_t>(1, cfg.o_groups); }
+uint64_t wo_a_group_bytes(const ModelConfig& cfg) { return uint64_t(cfg.o_lora_rank) * uint64_t(wo_a_group_inputs(cfg)) * kBf16; }
+}  // namespace
+
 bool wo_a_as_codes(const ModelConfig& cfg, const LinearWeight& wo_a) {
-  const int64_t G = std::max<int64_t>(1, cfg.o_groups), gin = cfg.num_heads * cfg.head_dim / G;
-  return wo_a.format == WeightFormat::FP8 && cfg.o_lora_rank % 128 == 0 && gin % 128 == 0;
+  return wo_a.format == WeightFormat::FP8 && cfg.o_lora_rank % 128 == 0 && wo_a_group_inputs(cfg) % 128 == 0;
 }
 
 int64_t wo_a_scratch_groups(const ModelConfig& cfg) {
   const int64_t G = std::max<int64_t>(1, cfg.o_groups);
-  const uint64_t group = uint64_t(cfg.o_lora_rank) * uint64_t(cfg.num_heads * cfg.head_dim / G) * kBf16;
   int64_t best = 1;
   for (int64_t g = 1; g <= G; ++g)
-    if (G % g == 0 && uint64_t(g) * group <= kWoaScratchMaxBytes) best = g;
+    if (G % g == 0 && uint64_t(g) * wo_a_group_bytes(cfg) <= kWoaScratchMaxBytes) best = g;
   return best;
 }
 
-uint64_t wo_a_scratch_bytes(const ModelConfig& cfg) {
-  const int64_t G = std::max<int64_t>(1, cfg.o_groups);
-  return uint64_t(wo_a_scratch_groups(cfg)) * uint64_t(cfg.o_lora_rank) * uint64_t(cfg.num_heads * cfg.head_dim / G) * kBf16;
-}
+uint64_t wo_a_scratch_bytes(const ModelConfig& cfg) { return uint64_t(wo_a_scratch_groups(cfg)) * wo_a_group_bytes(cfg); }
 
 MemoryPlan plan_memory(const ModelConfig& cfg, const WeightInventory& w, const MemoryPlanOptions& o) {
   check_options(cfg, o);
