@@ -43,8 +43,9 @@ void Model::body(const StepPlan& plan, const ForwardOptions* capture) {
 
 void Model::step(const Batch& b, const StepPlan& plan) {
   check_plan(b, plan);
+  announce({});  // before begin: a peer's hook may make calls of its own first (Runner::together)
   be_->begin(b);
-  replay(b, plan);
+  run(b, plan);
 }
 
 void Model::check_plan(const Batch& b, const StepPlan& plan) const {
@@ -59,6 +60,10 @@ void Model::check_plan(const Batch& b, const StepPlan& plan) const {
 void Model::replay(const Batch& b, const StepPlan& plan) {
   check_plan(b, plan);
   announce({});
+  run(b, plan);
+}
+
+void Model::run(const Batch& b, const StepPlan& plan) {
   const StepShape shape{.tokens = b.size(), .run_len = b.run_len, .layers = plan.layers, .head = 0,
                         .head_first = plan.head_first, .head_rows = plan.head_rows, .sample = plan.sample,
                         .graph = plan.graph};

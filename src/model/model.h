@@ -37,6 +37,7 @@ struct ForwardOptions {
 struct ModelCall {
   bool mtp = false;
   int64_t block = 0;  // mtp: which MTP block
+  bool operator==(const ModelCall& o) const { return mtp == o.mtp && (!mtp || block == o.block); }
 };
 
 class Model {
@@ -78,7 +79,8 @@ class Model {
   // its kind: rank 0 of an expert-parallel group tells the other ranks, which make the same kind of call
   // with 0 tokens (their MoE layers take part in the collectives), whoever drives this model (a runner,
   // a speculative decoder, `dsv4 logits --mtp`). Set (or cleared with {}) between calls, on the thread
-  // that makes them.
+  // that makes them. It runs before the call touches the backend, so it may itself make calls of this
+  // model first (Runner::together's idle steps).
   void on_call(std::function<void(const ModelCall&)> fn) { on_call_ = std::move(fn); }
   // A call of kind `c` with 0 tokens: a rank of an expert-parallel group with no rows of its own takes
   // part in the MoE layers' collectives of another rank's call of that kind.
@@ -89,6 +91,7 @@ class Model {
     if (on_call_) on_call_(c);
   }
   void body(const StepPlan& plan, const ForwardOptions* capture);  // the batch is the backend's (begin)
+  void run(const Batch& b, const StepPlan& plan);  // the begun batch b through the layers (step, replay)
   void check_plan(const Batch& b, const StepPlan& plan) const;
   void block(int64_t layer, const LayerSpec& spec, bool last);
   Tensor logits_of(const Batch& b, int64_t head, bool all);  // head over the call's rows, in pieces

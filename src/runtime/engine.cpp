@@ -500,19 +500,20 @@ void Engine::prefill_lane(Sequence& s, const std::vector<int32_t>& chunk, bool l
 
 // One round of every speculative sequence's lane (runtime/speculative.h), each allowed the tokens it
 // may still generate; the emitted tokens go to the requests one by one (a stop or the limit ends one).
-// Over data-parallel ranks, one round per rank holding such sequences, one rank after the other: the
-// rank's lanes on its own model, the other ranks mirroring its calls (a round's sequence of main and MTP
-// calls depends on its lanes, so two ranks' rounds cannot pair their collectives call by call).
+// Over data-parallel ranks, every rank's round at once (Runner::together): each rank's lanes on its own
+// model, the ranks' sequences of main and MTP calls (which depend on their lanes) paired into one
+// schedule, a rank idling in the steps whose kind it does not need.
 void Engine::speculative_step(const std::vector<Sequence*>& seqs) {
   std::vector<SpeculativeStats> before;
   for (Sequence* s : seqs) before.push_back(s->lane->stats);
   std::vector<std::vector<int32_t>> out(seqs.size());
+  std::vector<std::string> errors(size_t(runner_.ranks()));  // per rank: its round's failure
   std::vector<char> ok(seqs.size(), 1);
-  for (int r = 0; r < runner_.ranks(); ++r) {
+  auto round = [&](int r, Runner& x) {
     std::vector<size_t> mine;
     for (size_t i = 0; i < seqs.size(); ++i)
       if (runner_.rank_of(seqs[i]->slot) == r) mine.push_back(i);
-    if (mine.empty()) continue;
+    if (mine.empty()) return;
     std::vector<SpeculativeLane*> lanes;
     std::vector<int64_t> limits;
     for (size_t i : mine) {
@@ -520,16 +521,24 @@ void Engine::speculative_step(const std::vector<Sequence*>& seqs) {
       limits.push_back(seqs[i]->max_new - seqs[i]->generated);
     }
     try {
-      runner_.mirrored(r, [&](Runner& x) {
-        std::vector<std::vector<int32_t>> got = speculative_round(x.model(), lanes, limits);
-        for (size_t j = 0; j < mine.size(); ++j) out[mine[j]] = std::move(got[j]);
-      });
+      std::vector<std::vector<int32_t>> got = speculative_round(x.model(), lanes, limits);
+      for (size_t j = 0; j < mine.size(); ++j) out[mine[j]] = std::move(got[j]);
     } catch (const std::exception& e) {
-      for (size_t i : mine) {
-        conclude(*seqs[i], failed(e.what()));
-        ok[i] = 0;
-      }
+      errors[size_t(r)] = e.what();
+      if (errors[size_t(r)].empty()) errors[size_t(r)] = "speculative round failed";
     }
+  };
+  try {
+    runner_.together(round);
+  } catch (const std::exception& e) {  // an idle rank's call failed (the collectives): every round with it
+    for (std::string& err : errors)
+      if (err.empty()) err = e.what();
+  }
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const std::string& e = errors[size_t(runner_.rank_of(seqs[i]->slot))];
+    if (e.empty()) continue;
+    conclude(*seqs[i], failed(e));
+    ok[i] = 0;
   }
   {
     std::lock_guard<std::mutex> ls(stats_mu_);

@@ -30,8 +30,10 @@
 // lane drafts up to k tokens (fewer near its max_tokens or the context end) and one verify checks them;
 // the step's speculative lanes run ONE round together (runtime/speculative.h speculative_round: a call
 // per draft depth over the lanes, a verify call per draft length), the other requests decode as above.
-// Over data-parallel ranks each rank's lanes run their round on that rank, one rank after the other, the
-// other ranks mirroring its calls with 0 tokens (Runner::mirrored); prefill chunks with the MTP feed too.
+// Over data-parallel ranks every rank's lanes run their round on that rank, all ranks at once, their
+// calls paired into one schedule (Runner::together: a rank idles with 0 tokens in a step whose kind it does
+// not need); a lane's prefill chunks with the MTP feed run on its rank, the others mirroring its calls
+// (Runner::mirrored).
 // Greedy output is plain greedy output token for token; sampled output follows the same distribution
 // (other draws: the decoder's Philox counters, 4 g + purpose).
 //

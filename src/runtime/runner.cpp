@@ -311,6 +311,89 @@ void Runner::mirrored(int owner, const std::function<void(Runner&)>& fn) {
   });
 }
 
+int64_t Runner::together(const std::function<void(int rank, Runner& x)>& fn) {
+  if (!ranks_) {
+    fn(0, *this);
+    return 0;
+  }
+  const int n = ranks_->size();
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<ModelCall> steps;                 // the schedule: step s's kind
+  std::vector<ModelCall> want(static_cast<size_t>(n));  // a rank's pending call
+  std::vector<int64_t> posted(static_cast<size_t>(n), -1);  // the step a rank's pending call is posted for
+  std::vector<char> finished(static_cast<size_t>(n), 0);
+  int running = n;
+  // Under mu: the next step's kind once every running rank has posted for it.
+  auto decide = [&] {
+    const int64_t s = int64_t(steps.size());
+    int first = -1;
+    for (int r = 0; r < n; ++r) {
+      if (finished[size_t(r)]) continue;
+      if (posted[size_t(r)] != s) return;
+      if (first < 0) first = r;
+    }
+    if (first < 0) return;
+    steps.push_back(want[size_t(first)]);
+    cv.notify_all();
+  };
+  ranks_->each([&](int r) {
+    Runner& x = ranks_->rank(r);
+    Model& m = x.model();
+    int64_t next = 0;  // the step this rank acts in next
+    bool idling = false;
+    auto idle = [&](const ModelCall& c) {
+      idling = true;
+      try {
+        m.idle(c);
+      } catch (...) {
+        idling = false;
+        throw;
+      }
+      idling = false;
+    };
+    m.on_call([&](const ModelCall& c) {
+      if (idling) return;  // this rank's own idle call of a step
+      std::unique_lock<std::mutex> lock(mu);
+      want[size_t(r)] = c;
+      for (;;) {
+        posted[size_t(r)] = next;
+        decide();
+        cv.wait(lock, [&] { return int64_t(steps.size()) > next; });
+        const ModelCall step = steps[size_t(next++)];
+        if (step == c) return;  // the step is this call
+        lock.unlock();
+        idle(step);
+        lock.lock();
+      }
+    });
+    auto finish = [&] {
+      m.on_call({});
+      std::unique_lock<std::mutex> lock(mu);
+      finished[size_t(r)] = 1;
+      --running;
+      decide();
+      cv.notify_all();
+      for (;;) {  // idle in every step still to come
+        cv.wait(lock, [&] { return int64_t(steps.size()) > next || running == 0; });
+        if (int64_t(steps.size()) == next) return;
+        const ModelCall step = steps[size_t(next++)];
+        lock.unlock();
+        idle(step);
+        lock.lock();
+      }
+    };
+    try {
+      fn(r, x);
+    } catch (...) {
+      finish();
+      throw;
+    }
+    finish();
+  });
+  return int64_t(steps.size());
+}
+
 void Runner::on_rank(int owner, const std::function<void(Runner&)>& fn) {
   ranks_->each([&](int r) {
     if (r == owner) fn(ranks_->rank(r));

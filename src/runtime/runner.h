@@ -160,6 +160,15 @@ class Runner {
   // sequence of main-stack and MTP calls (a speculative round, a lane's prefill with its MTP feed) on the
   // rank's own slots (local_slot). Without a RankSet: fn(*this). Rethrows fn's failure.
   void mirrored(int rank, const std::function<void(Runner& x)>& fn);
+  // Data-parallel: fn(r, x) on every rank r at once, each with its own runner x and its own sequence of
+  // Model calls (different kinds and lengths, or none), paired into one schedule of steps: before each
+  // call a rank posts its kind (Model::on_call); once every rank still running has posted, the step's
+  // kind is the lowest such rank's; the ranks that posted that kind make their calls, every other rank an
+  // idle call of it (Model::idle), and a rank whose call did not get the step posts it again. A rank whose
+  // fn returned idles until all have. Returns the number of steps (at most the sum of the ranks' calls;
+  // the longest rank's when their sequences agree). Without a RankSet: fn(0, *this), returns 0. fn must
+  // not throw (a rank that stops making calls must return); a failure of the calls themselves rethrows.
+  int64_t together(const std::function<void(int rank, Runner& x)>& fn);
 
   // Every Model call the runner makes goes through `fn` first (tests count them). Not thread-safe:
   // set it before the calls start.

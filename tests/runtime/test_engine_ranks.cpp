@@ -154,9 +154,9 @@ TEST(EngineRanks, PrefixCacheOverRanksGivesOneRanksIds) {
 }
 
 // Speculative decoding in the engine over a rank group that holds every sequence on rank 0 (the others
-// mirror each call, MTP block's included, with 0 tokens), and over 2 and 4 data-parallel ranks (each
-// rank's lanes run their round on it while the others mirror its calls; prefill chunks feed the MTP
-// block on the sequence's rank): greedy requests give plain greedy ids of one rank, and every rank ran
+// mirror each call, MTP block's included, with 0 tokens), and over 2 and 4 data-parallel ranks (every
+// rank's lanes run their round on it, all ranks at once in one schedule of calls, Runner::together;
+// prefill chunks feed the MTP block on the sequence's rank): greedy requests give plain greedy ids of one rank, and every rank ran
 // some of them; sampled requests (temperature 0.9, no penalties) the ids of one rank's speculative run.
 TEST(EngineRanks, SpeculativeOverRanksGivesOneRanksIds) {
   const std::string dir = test::bundled_model_dir();

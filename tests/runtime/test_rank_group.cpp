@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "runtime/rank_group.h"
@@ -48,6 +49,58 @@ TEST(RankGroup, DataParallelRanksGiveOneRanksLogitsAndTokens) {
     group->release(1);
     EXPECT_EQ(group->rank_of(group->new_sequence()), 1) << "the freed rank is the least loaded";
   }
+}
+
+// Runner::together over 2 data-parallel ranks whose call sequences differ (rank 0: main, MTP, main; rank
+// 1: MTP, MTP): one schedule of 4 steps (main: rank 1 idles; MTP: both; main: rank 1 idles; MTP: rank 0,
+// done, idles), and every call's logits are those of the same calls on one rank, bit for bit.
+TEST(RankGroup, TogetherPairsTheRanksCallsIntoOneSchedule) {
+  const BackendOptions o{.capacity = {.max_seqs = 2, .max_ctx = 4096, .max_tokens = 8}};
+  const auto one = load_ranked(test::bundled_model_dir(), o, {.ranks = 1});
+  const auto group = load_ranked(test::bundled_model_dir(), o, {.ranks = 2, .data_parallel = true});
+  ASSERT_GE(one->model().num_mtp(), 1);
+  const ModelConfig& cfg = one->config();
+  struct Call {
+    bool mtp;
+    std::vector<int32_t> ids;
+  };
+  const std::vector<std::vector<Call>> script = {{{false, {5, 9, 14}}, {true, {3, 8}}, {false, {21}}},
+                                                 {{true, {7, 2, 11}}, {true, {4}}}};
+  // Rank r's calls on `m` in slot `slot`, from position 0 (main and MTP positions counted apart).
+  auto play = [&](Model& m, int slot, const std::vector<Call>& calls) {
+    std::vector<std::vector<float>> out;
+    int64_t pos = 0, mtp_pos = 0;
+    for (const Call& c : calls) {
+      const int64_t T = int64_t(c.ids.size());
+      if (c.mtp) {
+        Tensor S({T, cfg.hc_mult, cfg.hidden_size});
+        for (size_t i = 0; i < S.data.size(); ++i) S.data[i] = float(int(i % 7) - 3) * 0.25f;
+        out.push_back(m.forward_mtp(slot, mtp_pos, S, c.ids, 0).data);
+        mtp_pos += T;
+      } else {
+        out.push_back(m.forward(slot, pos, c.ids).data);
+        pos += T;
+      }
+    }
+    return out;
+  };
+  std::vector<std::vector<std::vector<float>>> want;
+  for (const auto& calls : script) {
+    const int slot = one->new_sequence();
+    want.push_back(play(one->model(), slot, calls));
+  }
+  const int s0 = group->new_sequence(0), s1 = group->new_sequence(1);
+  const int local[2] = {group->local_slot(s0), group->local_slot(s1)};
+  std::vector<std::vector<std::vector<float>>> got(2);
+  const int64_t steps = group->together([&](int r, Runner& x) { got[size_t(r)] = play(x.model(), local[r], script[size_t(r)]); });
+  EXPECT_EQ(steps, 4);
+  EXPECT_EQ(got, want);
+  // Ranks with no calls at all, and one rank alone: no step, or its own calls only.
+  EXPECT_EQ(group->together([](int, Runner&) {}), 0);
+  EXPECT_EQ(group->together([&](int r, Runner& x) {
+              if (r == 1) x.model().forward(local[1], 0, {6});
+            }),
+            1);
 }
 
 TEST(RankGroup, ExpertsThatDoNotSplitFailToLoad) {
