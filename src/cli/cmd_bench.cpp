@@ -12,6 +12,10 @@
 // cache's snapshot (restore + the tokens after the last 128-token boundary).
 // --device cuda (default; a build without CUDA, or no Hopper GPU, is refused with one line) or cpu (the
 // bundled model or a small checkpoint; the floors are the H200's ceilings, the verify rows leave them out).
+// `--ranks N` / `--gpus N` (and a TCP group of WORLD_SIZE processes, docs/multi-gpu.md): the model over N
+// expert-parallel ranks (runtime/rank_group.h), the routed experts split, rank 0's calls timed while the
+// other ranks make each of them with 0 tokens; expert-parallel calls run without CUDA graphs (the
+// launches column is then "-"). The floors stay one GPU's (the step's bytes on one device).
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -30,6 +34,7 @@
 #include "io/config.h"
 #include "io/presets.h"
 #include "runtime/prefix_cache.h"
+#include "runtime/rank_group.h"
 #include "runtime/runner.h"
 
 namespace dsv4::cli {
@@ -45,6 +50,7 @@ struct BenchArgs {
   int64_t layers = 0, context = 0, chunk = 2048, iters = 30, warmup = 3;
   std::vector<int64_t> batches{1, 8, 32}, prefills{1024, 8192}, speculative{}, prefix_reuse{};
   uint64_t seed = 1234;
+  RankFlags ranks;     // --ranks / --gpus: expert-parallel ranks
   BenchPlotArgs plot;  // --plot, --from-json (cli/bench_plot.h)
 };
 
@@ -155,8 +161,10 @@ void verify_rows(const BenchArgs& a, Model& m, int64_t layers, const std::vector
 }
 
 void run_bench(const BenchArgs& a) {
+  // A null result: this process is another rank of a TCP group (rank 0 prints and writes).
   if (a.kernels != "both") {
     const auto j = run_tier(a, parse_kernel_tier(a.kernels));
+    if (j.is_null()) return;
     if (!a.json.empty()) write_json(a.json, j);
     plot_bench_results(a.plot, j);
     return;
@@ -164,6 +172,7 @@ void run_bench(const BenchArgs& a) {
   nlohmann::ordered_json j;
   j["fast"] = run_tier(a, KernelTier::Fast);
   j["exact"] = run_tier(a, KernelTier::Exact);
+  if (j["fast"].is_null()) return;
   std::printf("\nfast vs exact (exact time / fast time)\n%6s %10s %10s\n", "batch", "step", "layer");
   const nlohmann::ordered_json f = j["fast"]["decode"], e = j["exact"]["decode"];  // copies: j grows below
   for (size_t i = 0; i < f.size() && i < e.size(); ++i) {
@@ -201,12 +210,18 @@ nlohmann::ordered_json run_tier(const BenchArgs& a, KernelTier tier) {
       .grouped_moe_prefill = a.moe_prefill == "grouped"};
   const int64_t chunk = o.capacity.max_tokens;
   const std::string what = a.preset.empty() ? a.model : "preset " + a.preset;
-  std::fprintf(stderr, "bench: %s, %lld layers, %s weights\n", what.c_str(), (long long)cfg.num_layers,
-               a.dummy ? "dummy" : "checkpoint");
-  // A checkpoint loads whole; --layers then runs its first layers (StepPlan.layers).
-  const std::unique_ptr<Model> mp = a.dummy ? Model::dummy(cfg, o, a.seed, terminal_load_progress(what))
-                                            : Model::load(a.model, o, terminal_load_progress(what));
-  Model& m = *mp;
+  const RankSpec spec = rank_spec(a.ranks, cuda, false);
+  const int ranks = spec.tcp ? spec.tcp->world_size : spec.ranks;
+  std::fprintf(stderr, "bench: %s, %lld layers, %s weights%s\n", what.c_str(), (long long)cfg.num_layers,
+               a.dummy ? "dummy" : "checkpoint", ranks > 1 ? cat(", ", ranks, " expert-parallel ranks").c_str() : "");
+  // A checkpoint loads whole; --layers then runs its first layers (StepPlan.layers). Every rank makes the
+  // same dummy weights (the seed) and keeps its experts.
+  const ModelFactory make = [&](const BackendOptions& ro, const LoadProgress& p) {
+    return a.dummy ? Model::dummy(cfg, ro, a.seed, p) : Model::load(a.model, ro, p);
+  };
+  const std::unique_ptr<Runner> runner = load_ranked(make, o, spec, terminal_load_progress(what));
+  if (!runner) return {};  // another rank of a TCP group: it made rank 0's calls
+  Model& m = runner->model();
   Backend& be = m.backend();
   const int64_t layers = cfg.num_layers;
   const BackendInfo info = be.info();
@@ -217,14 +232,16 @@ nlohmann::ordered_json run_tier(const BenchArgs& a, KernelTier tier) {
   j["layers"] = cfg.num_layers;
   j["moe_prefill"] = a.moe_prefill;
   j["kernels"] = tier_name;
+  j["ranks"] = ranks;
   j["weights_device_bytes"] = info.weight_bytes;
   j["free_bytes"] = info.free_bytes;
   j["ceilings"] = {{"hbm_GBs", kHbmGBs}, {"fp8_TFLOPs", kFp8TFlops}, {"bf16_TFLOPs", kBf16TFlops}};
   const double L = double(cfg.num_layers);
 
-  std::printf("dsv4 bench: %s, %lld layers, %s kernels, %s, weights %.2f GiB on device, %.1f GiB free\n",
+  std::printf("dsv4 bench: %s, %lld layers, %s kernels, %s, weights %.2f GiB on device%s, %.1f GiB free\n",
               what.c_str(), (long long)cfg.num_layers, tier_name, info.device.c_str(),
-              double(info.weight_bytes) / (1 << 30), double(info.free_bytes) / (1 << 30));
+              double(info.weight_bytes) / (1 << 30), ranks > 1 ? cat(" (rank 0 of ", ranks, ")").c_str() : "",
+              double(info.free_bytes) / (1 << 30));
   const KvPageInfo kv = be.kv_pages();
   if (kv.page_bytes > 0) {
     std::printf("kv cache: %.6g B per token of context over the %lld layers (%s), a pool of %lld pages of %lld tokens\n",
@@ -356,6 +373,7 @@ void register_bench(CLI::App& app) {
       ->check(CLI::IsMember({"cuda", "cpu"}))
       ->capture_default_str();
   c->add_option("--json", a->json, "Also write the results as JSON to FILE");
+  add_ranks_option(*c, a->ranks);
   add_bench_plot_options(*c, a->plot);
   c->callback([a] {
     if (replot_bench_json(a->plot)) return;  // --from-json: no run, no GPU

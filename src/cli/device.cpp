@@ -51,16 +51,12 @@ void require_cuda(const char* command) {
   if (!cuda_available()) fail("dsv4 ", command, ": no Hopper (sm_90) GPU found");
 }
 
-namespace {
-
-// The group --ranks and the environment ask for: a TCP group when WORLD_SIZE is set to more than 1.
-RankSpec rank_spec(const RunnerRequest& r) {
+RankSpec rank_spec(const RankFlags& f, bool cuda, bool data_parallel) {
   const char* world = std::getenv("WORLD_SIZE");
   const bool tcp = world && *world && std::string(world) != "1";
-  const RankFlags& f = r.ranks;
   if (f.ranks < 1) fail("--ranks: expected a positive number of ranks, got ", f.ranks);
   if (f.gpus < 1) fail("--gpus: expected a positive number of GPUs, got ", f.gpus);
-  if (f.gpus > 1 && !r.cuda) fail("--gpus ", f.gpus, ": needs --device cuda (on the CPU, --ranks N runs the same split)");
+  if (f.gpus > 1 && !cuda) fail("--gpus ", f.gpus, ": needs --device cuda (on the CPU, --ranks N runs the same split)");
   if (f.gpus > 1 && f.ranks > 1) fail("--gpus ", f.gpus, " with --ranks ", f.ranks, ": one or the other");
   if (f.gpus > 1 && f.gpus > Runner::cuda_devices())
     fail("--gpus ", f.gpus, ": this machine has ", Runner::cuda_devices(), " GPU(s)");
@@ -68,17 +64,15 @@ RankSpec rank_spec(const RunnerRequest& r) {
     fail(f.gpus > 1 ? "--gpus " : "--ranks ", f.count(), " with WORLD_SIZE=", world,
          ": one or the other (a TCP group is one rank per process)");
   if (tcp) return {.tcp = comm::rendezvous_from_env()};
-  return {.ranks = f.count(), .data_parallel = r.data_parallel, .gpu_per_rank = f.gpus > 1};
+  return {.ranks = f.count(), .data_parallel = data_parallel, .gpu_per_rank = f.gpus > 1};
 }
-
-}  // namespace
 
 int64_t default_call_tokens(bool cuda, const std::string& kernels) {
   return cuda && parse_kernel_tier(kernels) == KernelTier::Exact ? kExactTierCallTokens : kDefaultCallTokens;
 }
 
 std::unique_ptr<Runner> load_runner(const std::string& dir, const RunnerRequest& r, const LoadProgress& progress) {
-  const RankSpec ranks = rank_spec(r);
+  const RankSpec ranks = rank_spec(r.ranks, r.cuda, r.data_parallel);
   BackendOptions o;
   o.numerics = parse_numerics(r.numerics);
   const int per_rank = ranks.data_parallel ? (std::max(1, r.max_seqs) + ranks.ranks - 1) / ranks.ranks : r.max_seqs;

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "runtime/engine.h"
+#include "runtime/rank_group.h"
 #include "runtime/runner.h"
 
 namespace CLI {
@@ -26,6 +27,9 @@ struct RankFlags {
   int count() const { return ranks > gpus ? ranks : gpus; }
 };
 void add_ranks_option(CLI::App& c, RankFlags& ranks);
+// The group the flags and the environment ask for (runtime/rank_group.h): a TCP group when WORLD_SIZE is
+// set to more than 1 (then neither flag may ask for ranks). One-line errors for flags that cannot be.
+RankSpec rank_spec(const RankFlags& f, bool cuda, bool data_parallel);
 // True when `command` runs on the GPU. `supported`: whether that command has a CUDA path.
 bool use_cuda(const std::string& device, const char* command, bool supported = true);
 bool cuda_available();  // CUDA build and a Hopper device (Runner::cuda_available)

@@ -43,7 +43,7 @@ void Model::body(const StepPlan& plan, const ForwardOptions* capture) {
 
 void Model::step(const Batch& b, const StepPlan& plan) {
   check_plan(b, plan);
-  announce({});  // before begin: a peer's hook may make calls of its own first (Runner::together)
+  announce(call_of(plan));  // before begin: a peer's hook may make calls of its own first (Runner::together)
   be_->begin(b);
   run(b, plan);
 }
@@ -59,8 +59,12 @@ void Model::check_plan(const Batch& b, const StepPlan& plan) const {
 
 void Model::replay(const Batch& b, const StepPlan& plan) {
   check_plan(b, plan);
-  announce({});
+  announce(call_of(plan));
   run(b, plan);
+}
+
+ModelCall Model::call_of(const StepPlan& plan) const {
+  return {.layers = plan.layers < 0 || plan.layers >= cfg_.num_layers ? -1 : plan.layers};
 }
 
 void Model::run(const Batch& b, const StepPlan& plan) {
@@ -149,7 +153,7 @@ void Model::step_mtp(const Batch& b, const Tensor& S, int64_t k) {
 }
 
 void Model::idle(const ModelCall& c) {
-  if (!c.mtp) return step(Batch{}, StepPlan{});
+  if (!c.mtp) return step(Batch{}, StepPlan{.layers = c.layers});
   step_mtp(Batch{}, Tensor({0, cfg_.hc_mult, cfg_.hidden_size}), c.block);
 }
 

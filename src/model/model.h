@@ -36,8 +36,11 @@ struct ForwardOptions {
 // the main stack, or MTP block `block`.
 struct ModelCall {
   bool mtp = false;
-  int64_t block = 0;  // mtp: which MTP block
-  bool operator==(const ModelCall& o) const { return mtp == o.mtp && (!mtp || block == o.block); }
+  int64_t block = 0;    // mtp: which MTP block
+  int64_t layers = -1;  // main stack: its first `layers` layers (StepPlan::layers; -1: all)
+  bool operator==(const ModelCall& o) const {
+    return mtp == o.mtp && (mtp ? block == o.block : layers == o.layers);
+  }
 };
 
 class Model {
@@ -92,6 +95,7 @@ class Model {
   }
   void body(const StepPlan& plan, const ForwardOptions* capture);  // the batch is the backend's (begin)
   void run(const Batch& b, const StepPlan& plan);  // the begun batch b through the layers (step, replay)
+  ModelCall call_of(const StepPlan& plan) const;   // the main-stack call a plan makes (its layers)
   void check_plan(const Batch& b, const StepPlan& plan) const;
   void block(int64_t layer, const LayerSpec& spec, bool last);
   Tensor logits_of(const Batch& b, int64_t head, bool all);  // head over the call's rows, in pieces

@@ -20,12 +20,12 @@ namespace {
 // tokens routed to its experts) of each kind posted, in order, and returns once stopped with none left.
 class ThreadPeers final : public RankPeers {
  public:
-  ThreadPeers(const std::string& dir, const BackendOptions& o, int ranks, bool gpu_per_rank)
+  ThreadPeers(const ModelFactory& make, const BackendOptions& o, int ranks, bool gpu_per_rank)
       : group_({.ranks = ranks}), gpu_per_rank_(gpu_per_rank) {
     errors_.resize(size_t(ranks));
     done_.assign(size_t(ranks), 0);
     done_[0] = INT64_MAX;
-    for (int r = 1; r < ranks; ++r) threads_.emplace_back([this, dir, o, r] { follow(dir, o, r); });
+    for (int r = 1; r < ranks; ++r) threads_.emplace_back([this, make, o, r] { follow(make, o, r); });
   }
   ~ThreadPeers() override {
     {
@@ -66,13 +66,13 @@ class ThreadPeers final : public RankPeers {
   }
 
  private:
-  void follow(const std::string& dir, BackendOptions o, int r) {
+  void follow(const ModelFactory& make, BackendOptions o, int r) {
     std::unique_ptr<Model> m;
     std::string error;
     try {
       o.comm = &group_.rank(r);
       if (gpu_per_rank_) o.gpu += r;
-      m = Model::load(dir, o);
+      m = make(o, {});
     } catch (const std::exception& e) {
       error = e.what();
     }
@@ -123,12 +123,12 @@ class ThreadPeers final : public RankPeers {
 // thread r (rank 0: the caller's); each() hands every thread the same job and waits for all of them.
 class ThreadRanks final : public RankSet {
  public:
-  ThreadRanks(const std::string& dir, const BackendOptions& o, int ranks, bool gpu_per_rank, const LoadProgress& progress)
+  ThreadRanks(const ModelFactory& make, const BackendOptions& o, int ranks, bool gpu_per_rank, const LoadProgress& progress)
       : group_({.ranks = ranks}), gpu_per_rank_(gpu_per_rank), runners_(size_t(ranks)), errors_(size_t(ranks)), load_errors_(size_t(ranks)) {
-    for (int r = 1; r < ranks; ++r) threads_.emplace_back([this, dir, o, r] { follow(dir, o, r); });
+    for (int r = 1; r < ranks; ++r) threads_.emplace_back([this, make, o, r] { follow(make, o, r); });
     std::string mine;
     try {
-      runners_[0] = load(dir, o, 0, progress);
+      runners_[0] = load(make, o, 0, progress);
     } catch (const std::exception& e) {
       mine = e.what();
     }
@@ -178,16 +178,16 @@ class ThreadRanks final : public RankSet {
   }
 
  private:
-  std::unique_ptr<Runner> load(const std::string& dir, BackendOptions o, int r, const LoadProgress& progress) {
+  std::unique_ptr<Runner> load(const ModelFactory& make, BackendOptions o, int r, const LoadProgress& progress) {
     o.comm = &group_.rank(r);
     if (gpu_per_rank_) o.gpu += r;
-    return std::make_unique<Runner>(Model::load(dir, o, progress));
+    return std::make_unique<Runner>(make(o, progress));
   }
 
-  void follow(const std::string& dir, const BackendOptions& o, int r) {
+  void follow(const ModelFactory& make, const BackendOptions& o, int r) {
     std::string error;
     try {
-      runners_[size_t(r)] = load(dir, o, r, {});
+      runners_[size_t(r)] = load(make, o, r, {});
     } catch (const std::exception& e) {
       error = e.what();
     }
@@ -243,13 +243,20 @@ class ThreadRanks final : public RankSet {
   std::vector<std::thread> threads_;
 };
 
-// One byte from every rank; rank 0's says what the group does next: kStop, kCall (the main stack), or
-// kMtp + k (MTP block k).
-constexpr uint8_t kStop = 0, kCall = 1, kMtp = 2;
+// One byte from every rank; rank 0's says what the group does next: kStop, kCall (the main stack), kMtp + k
+// (MTP block k), or kLayers (the main stack's first L layers: L follows as a second all_gather of an int64).
+constexpr uint8_t kStop = 0, kCall = 1, kMtp = 2, kLayers = 255;
 std::vector<uint8_t> gather_byte(comm::Communicator& c, uint8_t mine) {
   std::vector<uint8_t> all(size_t(c.size()));
   comm::all_gather<uint8_t>(c, std::span<const uint8_t>(&mine, 1), all);
   return all;
+}
+
+// Every rank's int64 (rank 0's is the layer count of a kLayers call; the others send -1).
+int64_t gather_layers(comm::Communicator& c, int64_t mine) {
+  std::vector<int64_t> all(size_t(c.size()));
+  comm::all_gather<int64_t>(c, std::span<const int64_t>(&mine, 1), all);
+  return all[0];
 }
 
 // Rank 0 of a TCP group: a "call" byte before each call, "stop" when the runner goes.
@@ -263,7 +270,12 @@ class TcpPeers final : public RankPeers {
     }
   }
   void call(const ModelCall& c) override {
-    if (c.mtp && (c.block < 0 || c.block > 255 - kMtp)) fail("rank group: MTP block ", c.block, " cannot be announced");
+    if (c.mtp && (c.block < 0 || c.block >= kLayers - kMtp)) fail("rank group: MTP block ", c.block, " cannot be announced");
+    if (!c.mtp && c.layers >= 0) {
+      gather_byte(*c_, kLayers);
+      gather_layers(*c_, c.layers);
+      return;
+    }
     gather_byte(*c_, c.mtp ? uint8_t(kMtp + c.block) : kCall);
   }
 
@@ -271,7 +283,7 @@ class TcpPeers final : public RankPeers {
   std::unique_ptr<comm::Communicator> c_;
 };
 
-std::unique_ptr<Runner> load_tcp(const std::string& dir, BackendOptions o, const comm::Rendezvous& rv,
+std::unique_ptr<Runner> load_tcp(const ModelFactory& make, BackendOptions o, const comm::Rendezvous& rv,
                                  const LoadProgress& progress) {
   std::unique_ptr<comm::Communicator> c = comm::connect_tcp(rv);
   const int rank = c->rank();
@@ -279,7 +291,7 @@ std::unique_ptr<Runner> load_tcp(const std::string& dir, BackendOptions o, const
   std::unique_ptr<Model> m;
   std::string error;
   try {
-    m = Model::load(dir, o, rank == 0 ? progress : LoadProgress{});
+    m = make(o, rank == 0 ? progress : LoadProgress{});
   } catch (const std::exception& e) {
     error = e.what();
   }
@@ -291,31 +303,39 @@ std::unique_ptr<Runner> load_tcp(const std::string& dir, BackendOptions o, const
     if (!ok[p]) failed += (failed.empty() ? "" : ", ") + std::to_string(p);
   if (!failed.empty()) fail("rank(s) ", failed, " of WORLD_SIZE=", c->size(), " could not load the model (each says why)");
   if (rank == 0) return std::make_unique<Runner>(std::move(m), std::make_unique<TcpPeers>(std::move(c)));
-  for (uint8_t next; (next = gather_byte(*c, kStop)[0]) != kStop;)
-    m->idle(next == kCall ? ModelCall{} : ModelCall{.mtp = true, .block = next - kMtp});
+  for (uint8_t next; (next = gather_byte(*c, kStop)[0]) != kStop;) {
+    if (next == kLayers) m->idle({.layers = gather_layers(*c, -1)});
+    else m->idle(next == kCall ? ModelCall{} : ModelCall{.mtp = true, .block = next - kMtp});
+  }
   return nullptr;
 }
 
 }  // namespace
 
-std::unique_ptr<Runner> load_ranked(const std::string& dir, const BackendOptions& o, const RankSpec& spec,
+std::unique_ptr<Runner> load_ranked(const ModelFactory& make, const BackendOptions& o, const RankSpec& spec,
                                     const LoadProgress& progress) {
-  if (spec.tcp) return load_tcp(dir, o, *spec.tcp, progress);
+  if (spec.tcp) return load_tcp(make, o, *spec.tcp, progress);
   if (spec.ranks < 1) fail("ranks: expected at least 1, got ", spec.ranks);
-  if (spec.ranks == 1) return Runner::load(dir, o, progress);
-  if (spec.data_parallel) return std::make_unique<Runner>(std::make_unique<ThreadRanks>(dir, o, spec.ranks, spec.gpu_per_rank, progress));
-  auto peers = std::make_unique<ThreadPeers>(dir, o, spec.ranks, spec.gpu_per_rank);
+  if (spec.ranks == 1) return std::make_unique<Runner>(make(o, progress));
+  if (spec.data_parallel) return std::make_unique<Runner>(std::make_unique<ThreadRanks>(make, o, spec.ranks, spec.gpu_per_rank, progress));
+  auto peers = std::make_unique<ThreadPeers>(make, o, spec.ranks, spec.gpu_per_rank);
   std::unique_ptr<Model> m;
   std::string error;
   try {
     BackendOptions mine = o;
     mine.comm = &peers->leader();
-    m = Model::load(dir, mine, progress);
+    m = make(mine, progress);
   } catch (const std::exception& e) {
     error = e.what();
   }
   peers->wait_loaded(error);
   return std::make_unique<Runner>(std::move(m), std::move(peers));
+}
+
+std::unique_ptr<Runner> load_ranked(const std::string& dir, const BackendOptions& o, const RankSpec& spec,
+                                    const LoadProgress& progress) {
+  return load_ranked([dir](const BackendOptions& b, const LoadProgress& p) { return Model::load(dir, b, p); }, o, spec,
+                     progress);
 }
 
 }  // namespace dsv4

@@ -18,6 +18,7 @@
 //     a "stop". A rank other than 0 gets no Runner: load_ranked follows rank 0 to the end and returns null.
 //     Between two calls the others wait at most the rendezvous' timeout (DSV4_COMM_TIMEOUT, 60 s).
 #pragma once
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -40,6 +41,11 @@ struct RankSpec {
 // Throws dsv4::Error with one line when the group cannot form or a rank cannot load its model (the
 // experts do not split evenly over the ranks, ...).
 std::unique_ptr<Runner> load_ranked(const std::string& dir, const BackendOptions& o, const RankSpec& spec,
+                                    const LoadProgress& progress = {});
+// The same with each rank's model made by `make` (given the rank's options, o.comm set): a checkpoint's
+// load, or Model::dummy of a preset (`dsv4 bench --ranks N`; every rank must make the same weights).
+using ModelFactory = std::function<std::unique_ptr<Model>(const BackendOptions& o, const LoadProgress& progress)>;
+std::unique_ptr<Runner> load_ranked(const ModelFactory& make, const BackendOptions& o, const RankSpec& spec,
                                     const LoadProgress& progress = {});
 
 }  // namespace dsv4

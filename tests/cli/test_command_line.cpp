@@ -120,6 +120,35 @@ TEST(CommandLine, BenchPrefixReuseRestoresTheLastBlockBoundary) {
   EXPECT_NE(small.first_line.find("--prefix-reuse"), std::string::npos) << small.first_line;
 }
 
+// bench over expert-parallel ranks on the CPU (the bundled model): rank 0's calls timed while the other
+// rank serves its experts; the JSON says how many ranks; a split the experts cannot take, and --gpus on
+// the CPU, are one line each.
+TEST(CommandLine, BenchOverRanksTimesTheExpertParallelGroup) {
+  const std::string out = (std::filesystem::temp_directory_path() /
+                           ("dsv4-bench-ranks-" + std::to_string(std::random_device{}()) + ".json")).string();
+  const auto r = run_command(bin() + " bench --device cpu --ranks 2 --batch 1,2 --prefill 16 --iters 1 --warmup 0 "
+                                     "--json " + out + " 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("2 expert-parallel ranks"), std::string::npos) << r.output;
+  std::ifstream f(out);
+  const nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
+  std::filesystem::remove(out);
+  ASSERT_TRUE(j.is_object()) << r.output;
+  EXPECT_EQ(j["ranks"], 2);
+  ASSERT_EQ(j["decode"].size(), 2u);
+  EXPECT_EQ(j["decode"][1]["batch"], 2);
+  EXPECT_GT(j["decode"][1]["step_ms"].get<double>(), 0);
+  ASSERT_EQ(j["prefill"].size(), 1u);
+  EXPECT_EQ(j["prefill"][0]["tokens"], 16);
+  const auto three = run_command(bin() + " bench --device cpu --ranks 3 --batch 1 --prefill '' 2>&1");
+  EXPECT_EQ(three.exit_code, 1);
+  EXPECT_NE(three.output.find("dsv4: error: expert parallelism: 8 routed experts do not split evenly over 3 ranks"),
+            std::string::npos)
+      << three.output;
+  const ErrorLine gpus = error_of("bench --device cpu --gpus 2 --batch 1");
+  EXPECT_EQ(gpus.first_line, "dsv4: error: --gpus 2: needs --device cuda (on the CPU, --ranks N runs the same split)");
+}
+
 // Item 4: nonsense is refused where it is parsed.
 TEST(CommandLine, FlagsThatDoNotApplyAreRefused) {
   expect_errors({

@@ -103,6 +103,39 @@ TEST(RankGroup, TogetherPairsTheRanksCallsIntoOneSchedule) {
             1);
 }
 
+// Calls through a prefix of the layers (StepPlan::layers: `dsv4 bench`'s embedding + head step, a
+// checkpoint timed on its first layers) are announced with their layer count: the other ranks run the
+// same layers, so the collectives keep pairing -- the logits of each call, and of a full call after them,
+// are one rank's bit for bit.
+TEST(RankGroup, PrefixCallsKeepTheRanksPaired) {
+  const BackendOptions o{.capacity = {.max_seqs = 1, .max_ctx = 4096, .max_tokens = 8}};
+  auto calls = [](Runner& r) {
+    Model& m = r.model();
+    const int slot = r.new_sequence();
+    std::vector<float> out;
+    auto step = [&](int64_t pos, std::vector<int32_t> ids, int64_t layers) {
+      Batch b;
+      b.ids = ids;
+      for (size_t t = 0; t < ids.size(); ++t) {
+        b.positions.push_back(int32_t(pos + int64_t(t)));
+        b.slots.push_back(slot);
+      }
+      b.run_len = b.size();
+      m.step(b, {.layers = layers, .head_first = 0, .head_rows = b.size()});
+      const Tensor l = m.backend().logits(b.size());
+      out.insert(out.end(), l.data.begin(), l.data.end());
+    };
+    step(0, {3, 17, 29}, 0);   // embedding + head
+    step(0, {3, 17, 29}, 2);   // the first two layers
+    step(0, {3, 17, 29, 41}, -1);  // every layer
+    return out;
+  };
+  const auto one = load_ranked(test::bundled_model_dir(), o, {.ranks = 1});
+  const std::vector<float> want = calls(*one);
+  const auto group = load_ranked(test::bundled_model_dir(), o, {.ranks = 2});
+  EXPECT_EQ(calls(*group), want);
+}
+
 TEST(RankGroup, ExpertsThatDoNotSplitFailToLoad) {
   try {
     load_ranked(test::bundled_model_dir(), options(), {.ranks = 3});
