@@ -263,51 +263,10 @@ void Runner::round(int owner, const std::function<void(Runner&)>& mine) {
 }
 
 void Runner::mirrored(int owner, const std::function<void(Runner&)>& fn) {
-  if (!ranks_) return fn(*this);
-  if (owner < 0 || owner >= ranks_->size()) fail("mirrored: rank ", owner, " of ", ranks_->size());
-  // The owner posts each call's kind before making it; every other rank makes them in order, each as
-  // soon as it is posted (the collectives pair), and returns once the owner is done and none is left.
-  // (A data-parallel rank's model has no on_call of its own: the hook is the owner's for fn's length.)
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<ModelCall> calls;
-  bool done = false;
-  ranks_->each([&](int r) {
-    Runner& x = ranks_->rank(r);
-    if (r != owner) {
-      for (size_t next = 0;; ++next) {
-        ModelCall c;
-        {
-          std::unique_lock<std::mutex> lock(mu);
-          cv.wait(lock, [&] { return next < calls.size() || done; });
-          if (next == calls.size()) return;
-          c = calls[next];
-        }
-        x.model().idle(c);
-      }
-    }
-    auto finish = [&] {
-      x.model().on_call({});
-      {
-        const std::lock_guard<std::mutex> lock(mu);
-        done = true;
-      }
-      cv.notify_all();
-    };
-    x.model().on_call([&](const ModelCall& c) {
-      {
-        const std::lock_guard<std::mutex> lock(mu);
-        calls.push_back(c);
-      }
-      cv.notify_all();
-    });
-    try {
-      fn(x);
-    } catch (...) {
-      finish();
-      throw;
-    }
-    finish();
+  if (owner < 0 || owner >= ranks()) fail("mirrored: rank ", owner, " of ", ranks());
+  // The owner's calls alone: every other rank is done at once and idles in each step (together).
+  together([&](int r, Runner& x) {
+    if (r == owner) fn(x);
   });
 }
 

@@ -158,7 +158,8 @@ class Runner {
   // Data-parallel: fn(x) with `rank`'s runner x, on that rank's thread, while every other rank makes each
   // Model call x's model makes, in order, with 0 tokens (Model::on_call, Model::idle): fn may make any
   // sequence of main-stack and MTP calls (a speculative round, a lane's prefill with its MTP feed) on the
-  // rank's own slots (local_slot). Without a RankSet: fn(*this). Rethrows fn's failure.
+  // rank's own slots (local_slot). Without a RankSet: fn(*this). Rethrows fn's failure. (together with
+  // only `rank` making calls.)
   void mirrored(int rank, const std::function<void(Runner& x)>& fn);
   // Data-parallel: fn(r, x) on every rank r at once, each with its own runner x and its own sequence of
   // Model calls (different kinds and lengths, or none), paired into one schedule of steps: before each
@@ -166,8 +167,9 @@ class Runner {
   // kind is the lowest such rank's; the ranks that posted that kind make their calls, every other rank an
   // idle call of it (Model::idle), and a rank whose call did not get the step posts it again. A rank whose
   // fn returned idles until all have. Returns the number of steps (at most the sum of the ranks' calls;
-  // the longest rank's when their sequences agree). Without a RankSet: fn(0, *this), returns 0. fn must
-  // not throw (a rank that stops making calls must return); a failure of the calls themselves rethrows.
+  // the longest rank's when their sequences agree). Without a RankSet: fn(0, *this), returns 0. A rank
+  // whose fn throws idles through the remaining steps like a finished one; once all are done the first
+  // failure in rank order is rethrown.
   int64_t together(const std::function<void(int rank, Runner& x)>& fn);
 
   // Every Model call the runner makes goes through `fn` first (tests count them). Not thread-safe:

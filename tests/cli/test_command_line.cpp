@@ -99,15 +99,24 @@ TEST(CommandLine, BenchWithoutGpuGivesTheCommonError) {
 // bench --prefix-reuse on the CPU (the bundled model): a repeated prompt of 300 tokens restores the
 // snapshot at its last 128-token boundary (256) and prefills the 44 after it; a prompt of at most 128
 // tokens has nothing to cache and is refused by the flag.
-TEST(CommandLine, BenchPrefixReuseRestoresTheLastBlockBoundary) {
+// `dsv4 bench ARGS --json FILE` (stdout and stderr in output) and the JSON it wrote (discarded: null).
+struct BenchRun {
+  test::CommandResult r;
+  nlohmann::json j;
+};
+BenchRun bench_json(const std::string& args) {
   const std::string out = (std::filesystem::temp_directory_path() /
                            ("dsv4-bench-" + std::to_string(std::random_device{}()) + ".json")).string();
-  const auto r = run_command(bin() + " bench --device cpu --batch 1 --prefill '' --iters 1 --warmup 0 "
-                                     "--prefix-reuse 300 --json " + out + " 2>&1");
-  ASSERT_EQ(r.exit_code, 0) << r.output;
+  BenchRun b{run_command(bin() + " bench " + args + " --json " + out + " 2>&1"), {}};
   std::ifstream f(out);
-  const nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
+  b.j = nlohmann::json::parse(f, nullptr, false);
   std::filesystem::remove(out);
+  return b;
+}
+
+TEST(CommandLine, BenchPrefixReuseRestoresTheLastBlockBoundary) {
+  const auto [r, j] = bench_json("--device cpu --batch 1 --prefill '' --iters 1 --warmup 0 --prefix-reuse 300");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
   ASSERT_TRUE(j.contains("prefix_reuse")) << r.output;
   ASSERT_EQ(j["prefix_reuse"].size(), 1u);
   const auto& row = j["prefix_reuse"][0];
@@ -124,15 +133,9 @@ TEST(CommandLine, BenchPrefixReuseRestoresTheLastBlockBoundary) {
 // rank serves its experts; the JSON says how many ranks; a split the experts cannot take, and --gpus on
 // the CPU, are one line each.
 TEST(CommandLine, BenchOverRanksTimesTheExpertParallelGroup) {
-  const std::string out = (std::filesystem::temp_directory_path() /
-                           ("dsv4-bench-ranks-" + std::to_string(std::random_device{}()) + ".json")).string();
-  const auto r = run_command(bin() + " bench --device cpu --ranks 2 --batch 1,2 --prefill 16 --iters 1 --warmup 0 "
-                                     "--json " + out + " 2>&1");
+  const auto [r, j] = bench_json("--device cpu --ranks 2 --batch 1,2 --prefill 16 --iters 1 --warmup 0");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("2 expert-parallel ranks"), std::string::npos) << r.output;
-  std::ifstream f(out);
-  const nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
-  std::filesystem::remove(out);
   ASSERT_TRUE(j.is_object()) << r.output;
   EXPECT_EQ(j["ranks"], 2);
   ASSERT_EQ(j["decode"].size(), 2u);
