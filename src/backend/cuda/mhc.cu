@@ -441,13 +441,7 @@ __global__ void __launch_bounds__(kThreads) mhc_finish_collapse_norm_kernel(MhcP
   __shared__ double warp_part[kThreads / 32];
   __shared__ float r_shared;
   const bf16* X = p.X + token * kN * p.D;
-  // Warp 0 finds pre (no Sinkhorn: lanes < kN return before it); warp 1 computes and stores every
-  // coefficient after the norm, off the block's critical path.
-  const double* partial = reinterpret_cast<const double*>(p.partial) + token * slices * (kRows + 1);
-  if (threadIdx.x < 32) {
-    const float v = mhc_coefficients_warp(p, partial, slices, int(threadIdx.x), false);
-    if (threadIdx.x < kN) pre_s[threadIdx.x] = v;
-  }
+  if (threadIdx.x < 32) finish_coefficients(p, token, slices, true, pre_s);
   __syncthreads();
   float u[kNormChunks][8];
   double ss = 0.0;
@@ -490,13 +484,6 @@ __global__ void __launch_bounds__(kThreads) mhc_finish_collapse_norm_kernel(MhcP
       o[i] = __floats2bfloat162_rn(a, b);
     }
     *reinterpret_cast<uint4*>(p.u + token * p.D + c0) = out;
-  }
-  if (threadIdx.x >= 32 && threadIdx.x < 64) {
-    const int lane = int(threadIdx.x) - 32;
-    const float v = mhc_coefficients_warp(p, partial, slices, lane);
-    if (lane < kN) p.pre[token * kN + lane] = v;
-    else if (lane < 2 * kN) p.post[token * kN + lane - kN] = v;
-    else if (lane < kRows) p.comb[token * kN * kN + lane - 2 * kN] = v;
   }
 }
 
