@@ -45,6 +45,11 @@ __device__ __forceinline__ void mbar_arrive_expect(uint64_t* bar, uint32_t bytes
 __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
 }
+// One arrival on `bar` once every cp.async this thread issued before has landed (.noinc: the barrier's
+// arrival count must include it).
+__device__ __forceinline__ void cp_async_mbar_arrive(uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_u32(bar)) : "memory");
+}
 // Waits until the phase of parity `parity` has completed (a fresh barrier's "previous" phase, parity 1,
 // counts as completed).
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {

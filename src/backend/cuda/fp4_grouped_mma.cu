@@ -1,6 +1,7 @@
 // The grouped FP4 x FP8 routed-expert GEMM on wgmma (contract and design in fp4_grouped_mma.h).
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -8,6 +9,7 @@
 #include "backend/cuda/check.h"
 #include "backend/cuda/fp4_grouped_mma.h"
 #include "backend/cuda/kernel_util.cuh"
+#include "backend/cuda/tensor_map.h"
 #include "backend/cuda/wgmma.cuh"
 #include "core/error.h"
 
@@ -17,28 +19,30 @@ namespace {
 constexpr int kBN = kFp4GroupedTileRows;  // tokens per tile (wgmma N)
 constexpr int kChunk = 128;               // k per pipeline stage
 
-// Shared memory: a ring of stages, one 128-k chunk each, filled by cp.async kStages - 2 chunks ahead:
-//   [ activations: kBN x 128 bf16 (16 KiB, K-major core matrices) | a slot per warp ]
-// A warp slot: its 16 weight rows' tiled 1 KiB piece of the chunk (fp4_tiled.h) + the 16 rows' E8M0 words
-// of the chunk's 4 scale blocks (64 bytes). At the end the output tile is staged over the ring.
-// Two shapes (WG warpgroups of 64 output features each): WG = 2, 128 features, 4 stages (98 KiB, two CTAs
-// per SM); WG = 4, 256 features, 6 stages (198 KiB, one CTA per SM) -- the activation tile, read from L2
-// by every CTA of a tile, then serves twice the features.
+// A persistent grid of one CTA per SM: warpgroups 0 .. WG - 1 are the consumers (64 output features each),
+// the first warp of warpgroup WG the producer. Work item i = (tile i / OB, output block i % OB) with OB = out / (64 WG),
+// so the CTAs running at one time share a tile's activations (L2). Shared memory, 1,024-byte aligned:
+//   kStages stages, one 128-k chunk each: [ the tile's activations: two TMA boxes of 64 k x kBN rows, bf16 in
+//   the 128-byte swizzle (16 KiB) | per consumer warp its 16 rows' tiled 1 KiB weight piece (fp4_tiled.h) |
+//   per output feature the chunk's 4 E8M0 words (4 bytes) ]
+//   per consumer warpgroup an output staging tile [kBN tokens][kOutPitch] bf16
+//   the barriers: full[kStages] (the producer's expect-tx arrival + its 32 lanes' cp.async arrivals + the
+//   bulk bytes), empty[kStages] (one arrival per consumer warp once the MMAs that read the stage retired).
 constexpr int kActBytes = kBN * kChunk * 2;
-constexpr int kSlotBytes = 1024 + 64;
+constexpr int kBoxBytes = kActBytes / 2;  // one 64-k TMA box
 template <int WG>
 struct Shape {
-  static constexpr int kThreads = 128 * WG;
-  static constexpr int kWarps = 4 * WG;
-  static constexpr int kOut = 64 * WG;                 // output features per CTA
-  static constexpr int kStages = WG == 2 ? 4 : 6;
-  static constexpr int kMinBlocks = WG == 2 ? 2 : 1;  // CTAs per SM
-  static constexpr int kStageBytes = kActBytes + kWarps * kSlotBytes;
-  static constexpr int kSmemBytes = kStages * kStageBytes;
-  static constexpr int kOutPitch = kOut + 8;           // bf16 per staged output row (16-byte multiple, fewer conflicts)
-  static constexpr int kActCopies = 1024 / kThreads;   // 16-byte activation copies per thread and chunk
-  static_assert(kStageBytes % 128 == 0, "stage layout");
-  static_assert(kBN * kOutPitch * int(sizeof(bf16)) <= kSmemBytes, "the output tile fits the ring");
+  static constexpr int kThreads = 128 * (WG + 1);
+  static constexpr int kWarps = 4 * WG;  // consumer warps
+  static constexpr int kOut = 64 * WG;   // output features per work item
+  static constexpr int kStages = 5;
+  static constexpr int kWeightBytes = kWarps * 1024;
+  static constexpr int kScaleBytes = kOut * 4;
+  static constexpr int kStageBytes = (kActBytes + kWeightBytes + kScaleBytes + 1023) / 1024 * 1024;
+  static constexpr int kOutPitch = 64 + 8;  // bf16 per staged output row (16-byte multiple, fewer conflicts)
+  static constexpr int kStagingBytes = kBN * kOutPitch * 2;
+  static constexpr int kSmemBytes = kStages * kStageBytes + WG * kStagingBytes + 2 * kStages * 8 + 1024;
+  static_assert(kStagingBytes % 16 == 0, "staging layout");
 };
 
 // Logical k (inside its 32-k block) of physical position p of the permuted bf16 activations: the order in
@@ -107,12 +111,14 @@ __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t x, uint32_t y) {
 // taken as 2^-126 (weights of that scale are below 6 * 2^-126).
 __device__ __forceinline__ uint32_t e8m0_bf16x2(uint32_t b) { return (max(b, 1u) << 7) * 0x00010001u; }
 
-// ---- the activations as exact bf16 in the MMA's k order: one thread per (row, 32-k block).
+// ---- the activations as exact bf16 in the MMA's k order, one row per plan row (the TMA boxes read whole
+// rows): one thread per (plan row, 32-k block).
 __global__ void act_bf16_kernel(Fp4GroupedMmaParams p) {
   const int64_t KB = p.K / 32;
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (idx >= p.src_rows * KB) return;
-  const int64_t s = idx / KB, b = idx % KB;
+  if (idx >= p.n * KB) return;
+  const int64_t r = idx / KB, b = idx % KB;
+  const int64_t s = p.rows ? int64_t(p.rows[r] / p.picks) : r;
   const uint8_t* src = p.xq + s * p.K + b * 32;
   uint8_t q[32];
   *reinterpret_cast<uint4*>(q) = *reinterpret_cast<const uint4*>(src);
@@ -123,150 +129,180 @@ __global__ void act_bf16_kernel(Fp4GroupedMmaParams p) {
   for (int ph = 0; ph < 32; ++ph) {
     v[ph] = __float2bfloat16_rn(e4m3_value(q[logical_k_of_phys(ph)]) * sa);  // exact: e4m3 times a power of two
   }
-  uint4* dst = reinterpret_cast<uint4*>(p.xb + s * p.K + b * 32);
+  uint4* dst = reinterpret_cast<uint4*>(p.xb + r * p.K + b * 32);
 #pragma unroll
   for (int i = 0; i < 4; ++i) dst[i] = reinterpret_cast<const uint4*>(v)[i];
 }
 
-// One CTA: 64 WG output features (warp w: rows out0 + 16 w ..) x one tile of kBN plan rows of expert e.
-// Every thread issues one cp.async group per chunk (its warp's weight slot, its share of the activation
-// rows), kStages - 2 chunks ahead; chunk c waits for its group, then one barrier makes the stage visible to
-// all warps (and the tensor cores) and, since every warp has waited for the MMAs of chunk c - 2, frees its
-// stage for chunk c + kStages - 2. Each 32-k step's weights are decoded into bf16 registers (scale applied)
-// while the previous step's two MMAs run, then its own two MMAs go into the one accumulator, one step in
-// flight.
+__device__ __forceinline__ void warpgroup_barrier(int id) { asm volatile("bar.sync %0, 128;" ::"r"(id) : "memory"); }
+
+struct MmaArgs {
+  CUtensorMap xmap;  // xb: {K, n} bf16, box {64, kBN}, 128-byte swizzle
+  Fp4GroupedMmaParams p;
+};
+
+// The producer warp fills stage after stage: for each work item and 128-k chunk it waits until the
+// stage is free (empty), announces the bulk bytes, and issues the weight pieces (one 1 KiB bulk copy per
+// consumer warp), the two activation boxes (TMA; rows past n zero-filled) and the scales (4-byte cp.async,
+// each lane's arrival once they landed). A consumer warpgroup waits for a stage (full), decodes each 32-k
+// step's weights into bf16 registers (scale applied) while the step before runs its two MMAs, one step in
+// flight, and releases the stage of chunk c - 1 once the first step of chunk c retired it. No block
+// barrier: the warpgroups and the producer meet only at the stages' barriers.
 template <int WG>
-__global__ void __launch_bounds__(Shape<WG>::kThreads, Shape<WG>::kMinBlocks) grouped_mma_kernel(Fp4GroupedMmaParams p) {
+__global__ void __launch_bounds__(Shape<WG>::kThreads, 1) grouped_mma_kernel(const __grid_constant__ MmaArgs a) {
   using S = Shape<WG>;
-  constexpr int kThreads = S::kThreads, kStages = S::kStages, kStageBytes = S::kStageBytes, kSmemBytes = S::kSmemBytes;
-  const int tile = int(blockIdx.y);
-  if (tile >= p.tiles[0]) return;
-  const int e = p.tiles[1 + 2 * tile];
-  const int row0 = p.tiles[2 + 2 * tile];
-  const int row_end = p.offsets[e] + p.counts[e];
-  const int out0 = int(blockIdx.x) * S::kOut;
+  constexpr int kStages = S::kStages, kStageBytes = S::kStageBytes;
+  const Fp4GroupedMmaParams& p = a.p;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
+  uint8_t* staging = smem + kStages * kStageBytes;
+  uint64_t* full = reinterpret_cast<uint64_t*>(staging + WG * S::kStagingBytes);
+  uint64_t* empty = full + kStages;
   const int K = int(p.K), nC = K / kChunk;
+  const int blocks = int(p.out / S::kOut);
+  const int items = p.tiles[0] * blocks;
+  const int lane = int(threadIdx.x) % 32;
 
-  extern __shared__ __align__(128) uint8_t smem[];
-  const int tid = int(threadIdx.x);
-  const int w8 = tid / 32, lane = tid % 32;  // w8 = 4 warpgroup + warp
-  const int g = lane / 4;
-  const uint32_t smem0 = smem_u32(smem);
-
-  // Weights of this warp: 16-row tile out0 / 16 + w8 (pieces of 1 KiB per chunk), scale row w8 * 16 + lane % 16.
-  const uint8_t* wsrc = p.w + int64_t(e) * p.out * K / 2 + (int64_t(out0 / 16 + w8) * nC) * 1024 + lane * 16;
-  const uint8_t* ssrc = p.w_scales + (int64_t(e) * p.out + out0 + w8 * 16 + (lane & 15)) * (K / 32);
-  const uint32_t w_dst = smem0 + kActBytes + w8 * kSlotBytes;
-
-  // Activations: core matrix (8 rows x 16 bytes) (row / 8, k / 8) of the chunk at ((row / 8) * 16 + k / 8) * 128.
-  // Warp w8 copies rows 8 (w8 % 8) .. + 7 (lane % 8), 16-byte pieces lane / 8 + 4 ((w8 / 8) kActCopies + j):
-  // each copy instruction reads 64 contiguous bytes of 8 rows and writes 8 consecutive 16-byte slots.
-  const int arow = row0 + 8 * (w8 & 7) + (lane & 7);
-  const bool avalid = arow < row_end;  // rows past the tile's end: zeros
-  const int64_t asrc_row = avalid ? (p.rows ? int64_t(p.rows[arow] / p.picks) : int64_t(arow)) : 0;
-  const int apiece = (lane >> 3) + 4 * (w8 / 8) * S::kActCopies;
-  const bf16* asrc = p.xb + asrc_row * K + apiece * 8;
-  const uint32_t a_dst = smem0 + ((w8 & 7) * 16 + apiece) * 128 + (lane & 7) * 16;
-
-  int issue_c = 0;
-  uint32_t issue_off = 0;
-  auto issue = [&]() {
-    if (issue_c < nC) {
-      cp_async16(w_dst + issue_off + lane * 16, wsrc);
-      cp_async16(w_dst + issue_off + 512 + lane * 16, wsrc + 512);
-      if (lane < 16) cp_async4(w_dst + issue_off + 1024 + lane * 4, ssrc);
-#pragma unroll
-      for (int j = 0; j < S::kActCopies; ++j) cp_async16(a_dst + issue_off + j * 512, asrc + 32 * j, avalid);
-      wsrc += 1024;
-      ssrc += 4;
-      asrc += kChunk;
-      ++issue_c;
-      issue_off = issue_off + kStageBytes == uint32_t(kSmemBytes) ? 0u : issue_off + kStageBytes;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(&full[s], 1 + 32);
+      mbar_init(&empty[s], S::kWarps);
     }
-    cp_async_commit();  // an empty group past the end keeps the wait counts uniform
-  };
-#pragma unroll
-  for (int i = 0; i < kStages - 2; ++i) issue();
-
-  float acc[32];
-#pragma unroll
-  for (int j = 0; j < 32; ++j) acc[j] = 0.0f;
-  // The A fragments of the even and the odd 32-k steps: frag[set][h] feeds the MMA of k 16 h .. 16 h + 15 of
-  // the step's physical order; register r of it is row g + 8 (r % 2), k 2t + 8 (r / 2) (wgmma_rs_bf16_n64).
-  uint32_t frag[2][2][4];
-
-  // A chunk: its barrier (this thread's copies have landed; the activations are made visible to the tensor
-  // cores, then everyone's by __syncthreads; every warp has retired the MMAs of chunk c - 2 by then, so
-  // its stage takes chunk c + kStages - 2), then 4 steps of 32 k: decode the weights into the fragment set
-  // of the step two back (retired by the last wait), two MMAs into the one accumulator, and wait until one
-  // step is in flight. `last` (the last chunk) ends with a wait for everything: see the note below.
-  uint32_t cons_off = 0;
-  auto run_chunk = [&](auto last) {
-    cp_async_wait<kStages - 3>();
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-    __syncthreads();
-    issue();
-    const uint8_t* stage = smem + cons_off;
-    const uint8_t* slot = stage + kActBytes + w8 * kSlotBytes;
-    const uint4 wq0 = *reinterpret_cast<const uint4*>(slot + lane * 16);        // row g, 4 blocks
-    const uint4 wq1 = *reinterpret_cast<const uint4*>(slot + 512 + lane * 16);  // row g + 8
-    const uint32_t ws0 = *reinterpret_cast<const uint32_t*>(slot + 1024 + g * 4);
-    const uint32_t ws1 = *reinterpret_cast<const uint32_t*>(slot + 1024 + (g + 8) * 4);
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      uint32_t(&f0)[4] = frag[kk & 1][0];
-      uint32_t(&f1)[4] = frag[kk & 1][1];
-      // Pairs (nibbles 0 1, 2 3, 4 5, 6 7) of row g -> f0[0], f0[2], f1[0], f1[2]; of row g + 8 -> f0[1], f0[3], f1[1], f1[3].
-      e2m1x8_to_bf16x8(word_of(wq0, kk), f0[0], f0[2], f1[0], f1[2]);
-      e2m1x8_to_bf16x8(word_of(wq1, kk), f0[1], f0[3], f1[1], f1[3]);
-      const uint32_t m0 = e8m0_bf16x2((ws0 >> (8 * kk)) & 0xFFu), m1 = e8m0_bf16x2((ws1 >> (8 * kk)) & 0xFFu);
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        f0[r] = bf16x2_mul(f0[r], r % 2 ? m1 : m0);
-        f1[r] = bf16x2_mul(f1[r], r % 2 ? m1 : m0);
-      }
-      wgmma_fence();
-      wgmma_rs_bf16_n64(acc, f0, smem_desc(stage + (2 * kk) * 256, 128, 2048), true);
-      wgmma_rs_bf16_n64(acc, f1, smem_desc(stage + (2 * kk + 1) * 256, 128, 2048), true);
-      wgmma_commit();
-      if (decltype(last)::value && kk == 3)
-        wgmma_wait<0>();
-      else
-        wgmma_wait<1>();  // the step before is retired: its fragment set may be rewritten
-#pragma unroll
-      for (int j = 0; j < 32; ++j) fence_f32(acc[j]);
-    }
-    cons_off = cons_off + kStageBytes == uint32_t(kSmemBytes) ? 0u : cons_off + kStageBytes;
-  };
-  // The last chunk runs outside the loop, its last step waited for to zero in the same straight-line code
-  // as the epilogue's accumulator reads. Every group here chains into one accumulator; with the loop
-  // ending on `wait_group 1` and a `wait_group 0` after it, ptxas (CUDA 13.0) scheduled the epilogue's
-  // accumulator conversions above that final wait, reading the accumulator while the last step's MMAs
-  // still wrote it (SASS, 2026-12-06: F2FP of R24-R55 above `WARPGROUP.DEPBAR.LE gsb0, 0x0`; the outputs
-  // missed the last 32-k step in a non-repeatable mix). tools/sass-check looks for that pattern.
-  for (int c = 0; c + 1 < nC; ++c) run_chunk(std::false_type{});
-  run_chunk(std::true_type{});
-
-  // Stage the [64 tokens x kOut features] tile as bf16 over the (drained) ring and write whole rows.
-  cp_async_wait<0>();
-  __syncthreads();  // no warp still reads a stage
-  const int t = lane % 4;
-  bf16 (*sOut)[S::kOutPitch] = reinterpret_cast<bf16 (*)[S::kOutPitch]>(smem);
-#pragma unroll
-  for (int j = 0; j < 32; ++j) {
-    const int o = w8 * 16 + g + 8 * ((j >> 1) & 1);
-    const int col = 8 * (j >> 2) + 2 * t + (j & 1);
-    sOut[col][o] = __float2bfloat16_rn(acc[j]);
+    mbar_fence_init();
   }
   __syncthreads();
+
+  if (int(threadIdx.x) >= 128 * WG) {  // the producer warpgroup: its first warp
+    if constexpr (WG == 4) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");  // for the consumers' 112
+    if (int(threadIdx.x) >= 128 * WG + 32) return;
+    int s = 0;
+    uint32_t ph = 0;
+    for (int item = int(blockIdx.x); item < items; item += int(gridDim.x)) {
+      const int tile = item / blocks, out0 = (item % blocks) * S::kOut;
+      const int e = p.tiles[1 + 2 * tile], row0 = p.tiles[2 + 2 * tile];
+      const uint8_t* wsrc = p.w + int64_t(e) * p.out * K / 2 + int64_t(out0 / 16 + lane) * nC * 1024;
+      const uint8_t* ssrc = p.w_scales + (int64_t(e) * p.out + out0) * (K / 32);
+      for (int c = 0; c < nC; ++c) {
+        mbar_wait(&empty[s], ph ^ 1u);
+        uint8_t* st = smem + s * kStageBytes;
+        if (lane == 0) mbar_arrive_expect(&full[s], kActBytes + S::kWeightBytes);
+        __syncwarp();
+        if (lane < S::kWarps) bulk_load(st + kActBytes + lane * 1024, wsrc + int64_t(c) * 1024, 1024, &full[s]);
+        if (lane == 31) {
+          tma_load_2d(smem_u32(st), &a.xmap, c * kChunk, row0, &full[s]);
+          tma_load_2d(smem_u32(st + kBoxBytes), &a.xmap, c * kChunk + 64, row0, &full[s]);
+        }
+#pragma unroll 1
+        for (int r = lane; r < S::kOut; r += 32)
+          cp_async4(smem_u32(st + kActBytes + S::kWeightBytes + r * 4), ssrc + int64_t(r) * (K / 32) + c * 4);
+        cp_async_mbar_arrive(&full[s]);
+        if (++s == kStages) {
+          s = 0;
+          ph ^= 1u;
+        }
+      }
+    }
+    return;
+  }
+
+  // Four consumer warpgroups and the producer's: 96 registers per thread at launch (a scheduler's 16K
+  // registers over 5 warps); the producer gives back to 40, the consumers take 112 (no spills).
+  if constexpr (WG == 4) asm volatile("setmaxnreg.inc.sync.aligned.u32 112;");
+  const int cw = int(threadIdx.x) / 32;  // consumer warp: output rows 16 cw .. of the work item
+  const int cg = cw / 4, ctid = int(threadIdx.x) % 128;
+  const int g = lane / 4, t = lane % 4;
+  bf16 (*sOut)[S::kOutPitch] = reinterpret_cast<bf16 (*)[S::kOutPitch]>(staging + cg * S::kStagingBytes);
+  int s = 0;
+  uint32_t ph = 0;
+  for (int item = int(blockIdx.x); item < items; item += int(gridDim.x)) {
+    float acc[32];
 #pragma unroll
-  for (int i = 0; i < (kBN * S::kOut / 8) / kThreads; ++i) {
-    const int q = tid + kThreads * i;
-    const int col = q / (S::kOut / 8), pc = q % (S::kOut / 8);
-    const int r = row0 + col;
-    if (r < row_end)
-      *reinterpret_cast<uint4*>(p.y + int64_t(r) * p.out + out0 + pc * 8) =
-          *reinterpret_cast<const uint4*>(&sOut[col][pc * 8]);
+    for (int j = 0; j < 32; ++j) acc[j] = 0.0f;
+    // The A fragments of the even and the odd 32-k steps: frag[set][h] feeds the MMA of k 16 h .. 16 h + 15 of
+    // the step's physical order; register r of it is row g + 8 (r % 2), k 2t + 8 (r / 2) (wgmma_rs_bf16_n64).
+    uint32_t frag[2][2][4];
+    int prev = -1;
+    auto release = [&](int stage) {
+      if (lane == 0) mbar_arrive(&empty[stage]);
+    };
+    // A chunk: wait for its stage, then 4 steps of 32 k: decode the weights into the fragment set of the
+    // step two back (retired by the last wait), two MMAs into the one accumulator, wait until one step is
+    // in flight (after the first step that retires the chunk before: its stage is released). `last` ends
+    // with a wait for everything: see the note below.
+    auto run_chunk = [&](auto last) {
+      mbar_wait(&full[s], ph);
+      const uint8_t* st = smem + s * kStageBytes;
+      const uint8_t* piece = st + kActBytes + cw * 1024;
+      const uint4 wq0 = *reinterpret_cast<const uint4*>(piece + lane * 16);        // row g, 4 blocks
+      const uint4 wq1 = *reinterpret_cast<const uint4*>(piece + 512 + lane * 16);  // row g + 8
+      const uint8_t* scales = st + kActBytes + S::kWeightBytes + (cw * 16) * 4;
+      const uint32_t ws0 = *reinterpret_cast<const uint32_t*>(scales + g * 4);
+      const uint32_t ws1 = *reinterpret_cast<const uint32_t*>(scales + (g + 8) * 4);
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        uint32_t(&f0)[4] = frag[kk & 1][0];
+        uint32_t(&f1)[4] = frag[kk & 1][1];
+        // Pairs (nibbles 0 1, 2 3, 4 5, 6 7) of row g -> f0[0], f0[2], f1[0], f1[2]; of row g + 8 -> f0[1], f0[3], f1[1], f1[3].
+        e2m1x8_to_bf16x8(word_of(wq0, kk), f0[0], f0[2], f1[0], f1[2]);
+        e2m1x8_to_bf16x8(word_of(wq1, kk), f0[1], f0[3], f1[1], f1[3]);
+        const uint32_t m0 = e8m0_bf16x2((ws0 >> (8 * kk)) & 0xFFu), m1 = e8m0_bf16x2((ws1 >> (8 * kk)) & 0xFFu);
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          f0[r] = bf16x2_mul(f0[r], r % 2 ? m1 : m0);
+          f1[r] = bf16x2_mul(f1[r], r % 2 ? m1 : m0);
+        }
+        // Physical 16-k steps 2 kk and 2 kk + 1 of the chunk: box (2 kk) / 4, 32 bytes per step in its rows.
+        const uint8_t* box = st + (kk / 2) * kBoxBytes + (kk % 2) * 64;
+        wgmma_fence();
+        wgmma_rs_bf16_n64(acc, f0, smem_desc_sw128(box), true);
+        wgmma_rs_bf16_n64(acc, f1, smem_desc_sw128(box + 32), true);
+        wgmma_commit();
+        if (decltype(last)::value && kk == 3)
+          wgmma_wait<0>();
+        else
+          wgmma_wait<1>();  // the step before is retired: its fragment set may be rewritten
+#pragma unroll
+        for (int j = 0; j < 32; ++j) fence_f32(acc[j]);
+        if (kk == 0 && prev >= 0) release(prev);  // the chunk before's last step is retired
+      }
+      prev = s;
+      if (++s == kStages) {
+        s = 0;
+        ph ^= 1u;
+      }
+    };
+    // The last chunk runs outside the loop, its last step waited for to zero in the same straight-line code
+    // as the epilogue's accumulator reads. Every group here chains into one accumulator; with the loop
+    // ending on `wait_group 1` and a `wait_group 0` after it, ptxas (CUDA 13.0) scheduled the epilogue's
+    // accumulator conversions above that final wait, reading the accumulator while the last step's MMAs
+    // still wrote it (SASS, 2026-12-06: F2FP of R24-R55 above `WARPGROUP.DEPBAR.LE gsb0, 0x0`; the outputs
+    // missed the last 32-k step in a non-repeatable mix). tools/sass-check looks for that pattern.
+    for (int c = 0; c + 1 < nC; ++c) run_chunk(std::false_type{});
+    run_chunk(std::true_type{});
+    release(prev);
+
+    // Stage this warpgroup's [kBN tokens x 64 features] as bf16 and write whole row pieces (the item's
+    // coordinates read here, not held in registers across the K loop).
+    const int tile = item / blocks, out0 = (item % blocks) * S::kOut;
+    const int e = p.tiles[1 + 2 * tile], row0 = p.tiles[2 + 2 * tile];
+    const int row_end = p.offsets[e] + p.counts[e];
+    warpgroup_barrier(1 + cg);  // its previous item's stores have read the staging tile
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+      const int o = (cw % 4) * 16 + g + 8 * ((j >> 1) & 1);
+      const int col = 8 * (j >> 2) + 2 * t + (j & 1);
+      sOut[col][o] = __float2bfloat16_rn(acc[j]);
+    }
+    warpgroup_barrier(1 + cg);
+#pragma unroll
+    for (int i = 0; i < (kBN * 64 / 8) / 128; ++i) {
+      const int q = ctid + 128 * i;
+      const int col = q / 8, pc = q % 8;
+      const int r = row0 + col;
+      if (r < row_end)
+        *reinterpret_cast<uint4*>(p.y + int64_t(r) * p.out + out0 + cg * 64 + pc * 8) =
+            *reinterpret_cast<const uint4*>(&sOut[col][pc * 8]);
+    }
   }
 }
 
@@ -293,24 +329,28 @@ void fp4_grouped_mma(const DeviceContext& ctx, const Fp4GroupedMmaParams& p) {
   narrow_int(p.K, "fp4_grouped_mma K");
   narrow_int(p.n + kBN, "fp4_grouped_mma n");
   const int64_t max_tiles = fp4_grouped_max_tiles(p.n, p.E);
-  if (max_tiles > 65535) fail("fp4_grouped_mma: ", max_tiles, " tiles exceed the grid");
+  narrow_int(max_tiles * (p.out / 64), "fp4_grouped_mma work items");
   if (!p.xq || !p.xs || !p.xb || !p.w || !p.w_scales || !p.y) fail("fp4_grouped_mma: a null operand or scratch");
   if (p.src_rows <= 0) fail("fp4_grouped_mma: src_rows = ", p.src_rows);
+  if (p.warpgroups != 0 && p.warpgroups != 2 && p.warpgroups != 4)
+    fail("fp4_grouped_mma: warpgroups = ", p.warpgroups, " (0: choose, 2 or 4)");
+  const bool wide = p.warpgroups == 4 || (p.warpgroups == 0 && p.out % Shape<4>::kOut == 0);
+  if (wide && p.out % Shape<4>::kOut) fail("fp4_grouped_mma: 4 warpgroups need out % 256 == 0, out = ", p.out);
   if (p.n == 0) return;
-  act_bf16_kernel<<<unsigned(ceil_div(p.src_rows * (p.K / 32), 256)), 256, 0, ctx.stream()>>>(p);
+  MmaArgs a{};
+  a.xmap = bf16_tensor_map_sw128(ctx, p.xb, p.K, p.n, p.K, 64, kBN, "fp4_grouped_mma", "the bf16 activations");
+  a.p = p;
+  act_bf16_kernel<<<unsigned(ceil_div(p.n * (p.K / 32), 256)), 256, 0, ctx.stream()>>>(p);
   DSV4_CUDA_CHECK_LAUNCH();
   auto launch = [&](auto kernel, int out_per_cta, int threads, int smem_bytes) {
     if (size_t(smem_bytes) > ctx.max_smem_per_block())
       fail("fp4_grouped_mma: needs ", smem_bytes, " bytes of shared memory per block, the device allows ",
            ctx.max_smem_per_block());
     allow_max_dynamic_smem(ctx, kernel);
-    const dim3 grid(unsigned(p.out / out_per_cta), unsigned(max_tiles));
-    kernel<<<grid, threads, smem_bytes, ctx.stream()>>>(p);
+    const int64_t items = max_tiles * (p.out / out_per_cta);
+    const unsigned grid = unsigned(std::min<int64_t>(items, ctx.sm_count()));
+    kernel<<<grid, threads, smem_bytes, ctx.stream()>>>(a);
   };
-  if (p.warpgroups != 0 && p.warpgroups != 2 && p.warpgroups != 4)
-    fail("fp4_grouped_mma: warpgroups = ", p.warpgroups, " (0: choose, 2 or 4)");
-  const bool wide = p.warpgroups == 4 || (p.warpgroups == 0 && p.out % Shape<4>::kOut == 0);
-  if (wide && p.out % Shape<4>::kOut) fail("fp4_grouped_mma: 4 warpgroups need out % 256 == 0, out = ", p.out);
   if (wide)
     launch(grouped_mma_kernel<4>, Shape<4>::kOut, Shape<4>::kThreads, Shape<4>::kSmemBytes);
   else

@@ -7,18 +7,19 @@
 // (plain mode: w2 reading hq, already in plan order). The tile list comes from fp4_grouped_schedule
 // (device only: the pass has no host sync and is graph-capturable).
 //
-// Kernel (fp4_grouped_mma.cu): first a pass writes the activations as exact bf16 (e4m3 times its power-of-two
-// scale) into the scratch xb, each 32-k block in the MMA's k order; then "swap AB": the weights are the
-// wgmma M side (64 output features per warpgroup, two warpgroups = 128 per CTA), the tokens the N side
-// (kTileRows = 64 plan rows of one expert per tile). The FP4 weights stream through a cp.async ring in
-// shared memory (with the bf16 activation tiles, 2-4 128-k chunks ahead) into registers (the tiled layout
-// of fp4_tiled.h is the wgmma A fragment), are decoded there into bf16 with their E8M0 scale applied
-// (exact: e2m1 times a power of two), and feed wgmma.m64n64k16.bf16 as register A; the activations are
-// read by the MMA from shared memory (K-major core matrices, no swizzle). Every product is exact in fp32
-// and the whole K sum runs in the tensor core's fp32 accumulator (no promotion on the CUDA cores), one
-// 32-k step in flight while the next is decoded (the kernel's note on the last chunk: tools/sass-check). A CTA
-// has 2 warpgroups (128 features, two CTAs per SM) or, where out % 256 == 0, 4 (256 features, one per
-// SM: each activation tile read from L2 serves twice the features).
+// Kernel (fp4_grouped_mma.cu): first a pass writes the activations of every plan row as exact bf16 (e4m3
+// times its power-of-two scale) into the scratch xb, each 32-k block in the MMA's k order; then "swap AB":
+// the weights are the wgmma M side (64 output features per consumer warpgroup, 4 warpgroups = 256 per work
+// item where out % 256 == 0, else 2), the tokens the N side (kTileRows = 64 plan rows of one expert per
+// tile). A persistent grid (one CTA per SM) walks the (tile, output block) items; in each CTA a producer
+// warp streams 128-k chunks into a ring of shared-memory stages (mbarriers, no block barrier): the FP4
+// weight pieces by bulk copy (the tiled layout of fp4_tiled.h is the wgmma A fragment), the tile's bf16
+// activation rows by TMA (128-byte swizzle; rows past n zero-filled), the E8M0 scales by cp.async. The
+// consumer warpgroups decode the weights in registers into bf16 with their scale applied (exact: e2m1
+// times a power of two) and feed wgmma.m64n64k16.bf16 as register A, the activations from shared memory
+// as B. Every product is exact in fp32 and the whole K sum runs in the tensor core's fp32 accumulator (no
+// promotion on the CUDA cores), one 32-k step in flight while the next is decoded (the kernel's note on
+// the last chunk: tools/sass-check).
 // Numerics: the CPU's exact products, summed in fp32 in another order (not bit-identical); inputs whose
 // partial sums are exact at any order (small integers, unit scales) give the twin's result bit for bit.
 // CPU twin: tests/backend/cuda/test_fp4_grouped_mma.cpp (dequantize with core/dtype.h helpers, fp32 matmul).
@@ -69,7 +70,7 @@ struct Fp4GroupedMmaParams {
   const float* xs = nullptr;        // power-of-two scales
   int64_t xs_row_stride = 0, xs_block_stride = 0;
   int64_t src_rows = 0;             // rows of xq: the tokens (indirect mode) or n (plain mode)
-  bf16* xb = nullptr;               // scratch [src_rows, K] bf16, written by the pass (must not alias y)
+  bf16* xb = nullptr;               // scratch [n, K] bf16 (plan order), written by the pass (must not alias y)
   const int32_t* rows = nullptr;    // [n] entry per plan row (indirect mode: source row = rows[r] / picks); null: plain
   int picks = 1;                    // experts per token (indirect mode)
   // B: per expert e, FP4 weights [out, K] tiled (fp4_tiled.h) at w + e * out * K / 2, E8M0 scales [out, K/32]

@@ -10,15 +10,13 @@
 //   Consumer c (0, 1) owns rows c * BM / 2 .. of the block: MSUB = BM / 128 m64 tiles of N columns.
 #include "backend/cuda/gemm_tma.h"
 
-#include <cuda.h>
-#include <cudaTypedefs.h>
-
 #include <algorithm>
 #include <cstdint>
 
 #include "backend/cuda/async_copy.cuh"
 #include "backend/cuda/check.h"
 #include "backend/cuda/kernel_util.cuh"
+#include "backend/cuda/tensor_map.h"
 #include "backend/cuda/wgmma.cuh"
 #include "core/error.h"
 
@@ -169,23 +167,6 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_tma_kernel(const __grid_cons
 
 int columns(int64_t tokens) { return tokens <= 16 ? 16 : tokens <= 32 ? 32 : tokens <= 64 ? 64 : 128; }
 
-CUtensorMap tensor_map(const DeviceContext& ctx, const void* base, int64_t inner, int64_t outer, int64_t row_elems,
-                       int box_outer, const char* what) {
-  const auto encode = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(ctx.tensor_map_encoder());
-  CUtensorMap m{};
-  const cuuint64_t dims[2] = {cuuint64_t(inner), cuuint64_t(outer)};
-  const cuuint64_t strides[1] = {cuuint64_t(row_elems) * 2};
-  const cuuint32_t box[2] = {cuuint32_t(kK), cuuint32_t(box_outer)};
-  const cuuint32_t steps[2] = {1, 1};
-  const CUresult r = encode(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims, strides, box, steps,
-                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS)
-    fail("gemm_tma: cuTensorMapEncodeTiled failed (", int(r), ") for ", what, " [", outer, ", ", inner, "], row stride ",
-         row_elems);
-  return m;
-}
-
 template <int MSUB, int N>
 void launch(const DeviceContext& ctx, const Args& a) {
   const auto kernel = gemm_tma_kernel<MSUB, N>;
@@ -239,8 +220,8 @@ void gemm_tma_config(const DeviceContext& ctx, const GemmTmaParams& p, const Gem
     fail("gemm_tma: stages = ", cfg.stages, " (2 .. ", most, " at ", cfg.block_rows, " rows x ", N, " columns)");
   const int64_t xs = p.x_stride ? p.x_stride : p.in, ys = p.y_stride ? p.y_stride : p.out;
   Args a{};
-  a.tw = tensor_map(ctx, p.w, p.in, p.out, p.in, cfg.block_rows, "the weight");
-  a.tx = tensor_map(ctx, p.x, p.in, p.tokens, xs, N, "the input");
+  a.tw = bf16_tensor_map_sw128(ctx, p.w, p.in, p.out, p.in, kK, cfg.block_rows, "gemm_tma", "the weight");
+  a.tx = bf16_tensor_map_sw128(ctx, p.x, p.in, p.tokens, xs, kK, N, "gemm_tma", "the input");
   a.y = p.y;
   a.y_stride = ys;
   a.tokens = int(p.tokens);

@@ -104,7 +104,7 @@ void run_case(const Case& cs) {
   DeviceBuffer<int32_t> drows(rows.empty() ? std::vector<int32_t>{0} : rows);
   DeviceBuffer<int32_t> dtiles(size_t(fp4_grouped_tile_ints(n, E)));
   Guarded<uint16_t> y(size_t(std::max<int64_t>(n * out, 1)));
-  Guarded<uint16_t> xb(size_t(src_rows * K));  // the pass's bf16 activations
+  Guarded<uint16_t> xb(size_t(std::max<int64_t>(n, 1) * K));  // the pass's bf16 activations, plan order
 
   Fp4GroupedScheduleParams sp;
   sp.counts = dcounts.get();
@@ -220,6 +220,15 @@ TEST(CudaFp4GroupedMma, FlashKPlain) { run_case({{1, 66, 0, 31}, 128, 2048, fals
 TEST(CudaFp4GroupedMma, ExactIndirectTwoWarpgroups) { run_case({{3, 0, 70, 1}, 256, 512, true, 2, true, 11, 2}); }
 TEST(CudaFp4GroupedMma, SmallIndirectTwoWarpgroups) { run_case({{0, 1, 64, 129, 5, 0, 33, 64}, 512, 256, true, 2, false, 13, 2}); }
 TEST(CudaFp4GroupedMma, FlashKPlainFourWarpgroups) { run_case({{1, 66, 0, 31, 130}, 256, 2048, false, 1, false, 17, 4}); }
+
+// More work items than SMs (the persistent CTAs take several each, the stage ring wrapping across items
+// with 3 chunks per item), tiles of one row and of 64, both CTA shapes, exact sums: every output bit for bit.
+TEST(CudaFp4GroupedMma, ManyItemsPerCta) {
+  std::vector<int32_t> counts;
+  for (int e = 0; e < 40; ++e) counts.push_back(e % 5 == 0 ? 0 : e % 5 == 1 ? 65 : e % 5 == 2 ? 1 : e % 5 == 3 ? 64 : 130);
+  run_case({counts, 768, 384, true, 6, true, 18});     // 80 tiles x 3 blocks of 256
+  run_case({counts, 640, 384, false, 1, true, 19, 2});  // 80 tiles x 5 blocks of 128
+}
 
 // One expert, 64 rows, one 128-k chunk, unit activations: row r is e_{k0 + r}, so y[r, o] must be the weight
 // W[o, k0 + r] itself. A failure names, per wrong row, the k whose weight column the row picked up instead

@@ -1,0 +1,19 @@
+// TMA tensor maps of row-major bf16 matrices (the 128-byte swizzle that smem_desc_sw128 describes to
+// wgmma), encoded on the host through the driver's cuTensorMapEncodeTiled (DeviceContext::tensor_map_encoder)
+// and passed to kernels by value (a __grid_constant__ parameter: graph-capturable).
+#pragma once
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "backend/cuda/context.h"
+
+namespace dsv4::cuda {
+
+// A 2-D map over [outer, inner] bf16 elements whose rows are row_elems apart, box {box_inner, box_outer}
+// (box_inner * 2 bytes <= 128: one swizzled row), loads past the matrix zero-filled. Throws naming `who` and
+// `what` when the driver refuses (misaligned base or stride, sizes past its limits).
+CUtensorMap bf16_tensor_map_sw128(const DeviceContext& ctx, const void* base, int64_t inner, int64_t outer,
+                                  int64_t row_elems, int box_inner, int box_outer, const char* who, const char* what);
+
+}  // namespace dsv4::cuda
