@@ -173,7 +173,7 @@ __global__ void __launch_bounds__(Shape<WG>::kThreads, 1) grouped_mma_kernel(con
   __syncthreads();
 
   if (int(threadIdx.x) >= 128 * WG) {  // the producer warpgroup: its first warp
-    if constexpr (WG == 4) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");  // for the consumers' 112
+    if constexpr (WG == 4) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");  // for the consumers' 104
     if (int(threadIdx.x) >= 128 * WG + 32) return;
     int s = 0;
     uint32_t ph = 0;
@@ -206,8 +206,10 @@ __global__ void __launch_bounds__(Shape<WG>::kThreads, 1) grouped_mma_kernel(con
   }
 
   // Four consumer warpgroups and the producer's: 96 registers per thread at launch (a scheduler's 16K
-  // registers over 5 warps); the producer gives back to 40, the consumers take 112 (no spills).
-  if constexpr (WG == 4) asm volatile("setmaxnreg.inc.sync.aligned.u32 112;");
+  // registers over 5 warps); the producer gives back to 40, the consumers take 104 (no spills). An
+  // increase waits until the CTA's released registers cover it: (96 - 40) x 128 = 7,168 >= (104 - 96) x
+  // 512 = 4,096. (112 asked for 8,192 and hung every launch: the H100 run of 2026-12-07, session 19.)
+  if constexpr (WG == 4) asm volatile("setmaxnreg.inc.sync.aligned.u32 104;");
   const int cw = int(threadIdx.x) / 32;  // consumer warp: output rows 16 cw .. of the work item
   const int cg = cw / 4, ctid = int(threadIdx.x) % 128;
   const int g = lane / 4, t = lane % 4;
