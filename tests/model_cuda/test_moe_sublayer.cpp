@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <random>
 #include <vector>
@@ -197,18 +198,19 @@ TEST(MoeSublayer, FlashMoeTiming) {
 // The fast tier's small steps (1-15 tokens: the routed experts in fp4_grouped_decode's selection mode, K
 // split over clusters; the shared expert through stream_gemv) against the exact tier's per-selection
 // path of the same call (bf16 level: the moe-grouped row), a graph replay equal to the eager call bit for
-// bit, and the time per layer.
+// bit, and the time per layer. From kRouterLtMinTokens the fast tier's router takes its logits from cuBLASLt
+// (LinearSite::Router): its picks and weights against the exact tier's.
 TEST(MoeSublayer, FlashMoeFastSmallSteps) {
   DSV4_REQUIRE_HOPPER();
   DeviceContext ctx;
   const ModelConfig cfg = flash_moe_config();
   const int64_t D = 4096;
   const DevMoeWeights w = flash_moe_weights(ctx);
-  MoeWorkspace ws(ctx, cfg, 32);
-  DeviceBuffer<bf16> x(size_t(32 * D)), y(size_t(32 * D)), y_graph(size_t(32 * D));
+  MoeWorkspace ws(ctx, cfg, 128);
+  DeviceBuffer<bf16> x(size_t(128 * D)), y(size_t(128 * D)), y_graph(size_t(128 * D));
   fill_random_bf16(ctx, x.get(), x.size(), 23, 1.0f);
-  std::vector<int32_t> toks(32);
-  for (int i = 0; i < 32; ++i) toks[size_t(i)] = 3 * i + 7;
+  std::vector<int32_t> toks(128);
+  for (int i = 0; i < 128; ++i) toks[size_t(i)] = 3 * i + 7;
   DeviceBuffer<int32_t> tok(toks);
   for (const int64_t T : {1, 2, 3, 4, 8, 15, 16, 32}) {
     const size_t n = size_t(T * D);
@@ -229,6 +231,35 @@ TEST(MoeSublayer, FlashMoeFastSmallSteps) {
     std::printf("[moe flash fast T=%lld] %.1f us per layer (graph), rel-L2 vs exact %.3g\n", (long long)T, us,
                 r.rel_l2);
     EXPECT_EQ(from_device_bf16(y_graph.get(), n), fast) << "graph replay, T " << T;
+  }
+  for (const int64_t T : {kRouterLtMinTokens}) {
+    ctx.set_kernels(KernelTier::Exact);
+    moe_route(ctx, w, ws, x.get(), tok.get(), T);
+    ctx.synchronize();
+    const std::vector<int32_t> exact_ids = ws.ids.download();
+    const std::vector<float> exact_w = ws.weights.download(), exact_s = ws.scores.download();
+    ctx.set_kernels(KernelTier::Fast);
+    ws.prepare(ctx, T);
+    moe_route(ctx, w, ws, x.get(), tok.get(), T);
+    ctx.synchronize();
+    const int64_t k = w.k, E = w.E;
+    const std::vector<int32_t> fast_ids = ws.ids.download();
+    const std::vector<float> fast_w = ws.weights.download();
+    int64_t moved = 0;  // tokens whose picks differ: only at a near-tie of the k-th and (k+1)-th scores (bias 0)
+    for (int64_t t = 0; t < T; ++t) {
+      if (std::equal(fast_ids.begin() + t * k, fast_ids.begin() + (t + 1) * k, exact_ids.begin() + t * k)) continue;
+      std::vector<float> s(exact_s.begin() + t * E, exact_s.begin() + (t + 1) * E);
+      std::sort(s.begin(), s.end(), std::greater<float>());
+      EXPECT_LT(s[size_t(k - 1)] - s[size_t(k)], 1e-5f) << "T " << T << ": token " << t << "'s picks moved";
+      ++moved;
+    }
+    std::printf("[moe flash router T=%lld] %lld tokens' picks differ from the exact tier's\n", (long long)T,
+                (long long)moved);
+    EXPECT_LE(moved, 1) << "T " << T;
+    if (moved == 0)
+      compare("router weights flash fast vs exact T=" + std::to_string(T),
+              std::vector<float>(fast_w.begin(), fast_w.begin() + T * k),
+              std::vector<float>(exact_w.begin(), exact_w.begin() + T * k), Tol::F32Chain);
   }
 }
 

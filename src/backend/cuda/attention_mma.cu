@@ -24,6 +24,7 @@
 #include "backend/cuda/check.h"
 #include "backend/cuda/kernel_util.cuh"
 #include "backend/cuda/kv_record.cuh"
+#include "backend/cuda/mma.cuh"
 #include "backend/cuda/ops.h"
 
 namespace dsv4::cuda {
@@ -47,13 +48,6 @@ constexpr size_t kCountBytes = 64;  // per-warp counts of the list compaction
 // All shared memory is dynamic (no static __shared__), so the whole opt-in maximum is available.
 size_t smem_bytes(int max_keys) { return kQBytes + kKBytes + kXBytes + kCountBytes + size_t(max_keys) * 4; }
 
-__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const bf16* p) {
   const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
@@ -171,8 +165,8 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_mma_kernel(Spars
         const int m = lane >> 3;
         uint32_t b[4];
         ldsm_x4(b, kb + (np * 16 + (m >> 1) * 8 + (lane & 7)) * kLd + half * kHalf + kk + (m & 1) * 8);
-        mma_16816(s[2 * np], a, b[0], b[1]);
-        mma_16816(s[2 * np + 1], a, b[2], b[3]);
+        mma_bf16_16816(s[2 * np], a[0], a[1], a[2], a[3], b[0], b[1]);
+        mma_bf16_16816(s[2 * np + 1], a[0], a[1], a[2], a[3], b[2], b[3]);
       }
     }
     // Exchange with the other half: z = (S_0 + S_1) * scale in both warps (fp32 addition commutes).
@@ -237,8 +231,8 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_mma_kernel(Spars
       for (int np = 0; np < kHalf / 16; ++np) {
         uint32_t b[4];
         ldsm_x4_trans(b, vrow + np * 16);
-        mma_16816(o[2 * np], a, b[0], b[1]);
-        mma_16816(o[2 * np + 1], a, b[2], b[3]);
+        mma_bf16_16816(o[2 * np], a[0], a[1], a[2], a[3], b[0], b[1]);
+        mma_bf16_16816(o[2 * np + 1], a[0], a[1], a[2], a[3], b[2], b[3]);
       }
     }
   }

@@ -24,6 +24,7 @@
 #include "backend/cuda/check.h"
 #include "backend/cuda/fp4_gemv.h"
 #include "backend/cuda/kernel_util.cuh"
+#include "backend/cuda/mma.cuh"
 
 namespace dsv4::cuda {
 namespace {
@@ -36,13 +37,6 @@ __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t v, bool hi) {
   return uint32_t(h.x) | (uint32_t(h.y) << 16);
 }
 
-__device__ __forceinline__ void mma_f16(const uint32_t (&a)[4], uint32_t b0, uint32_t b1, float (&d)[4]) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 // Shared-memory plan of one block (offsets in bytes, all 16-byte aligned).
 struct SmemPlan {
@@ -153,8 +147,8 @@ __global__ void __launch_bounds__(kWarps * 32) fp4_gemv_bulk_kernel(Fp4GemvParam
       uint4 xv = make_uint4(0u, 0u, 0u, 0u);
       if (x_live) xv = *reinterpret_cast<const uint4*>(xrow + (4 * q + j) * 64);
       float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      mma_f16(a0, xv.x, xv.y, d);
-      mma_f16(a1, xv.z, xv.w, d);
+      mma_f16_16816(d, a0[0], a0[1], a0[2], a0[3], xv.x, xv.y);
+      mma_f16_16816(d, a1[0], a1[1], a1[2], a1[3], xv.z, xv.w);
       part[0] += d[0] * sa[j];  // row g,     token 2t
       part[1] += d[1] * sa[j];  // row g,     token 2t + 1
       part[2] += d[2] * sb[j];  // row g + 8, token 2t

@@ -8,6 +8,7 @@
 #include "backend/cuda/indexer_kernels.h"
 #include "backend/cuda/kernel_util.cuh"
 #include "backend/cuda/kv_record.cuh"
+#include "backend/cuda/mma.cuh"
 #include "backend/cuda/quant_sim.cuh"
 
 namespace dsv4::cuda {
@@ -60,14 +61,6 @@ constexpr int kMmaEntries = 64;
 constexpr int kMmaGroup = 8;  // tokens of one run per block
 constexpr int kMmaThreads = 128;
 
-__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                               uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
 
 // Block (token group, 64-entry tile): the tile's key records are decoded to bf16 once for the group's
 // tokens of one sequence (a prefill run: G consecutive tokens; decoded again where the slot changes),

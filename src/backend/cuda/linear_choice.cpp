@@ -27,6 +27,8 @@ LinearKernel linear_kernel(LinearSite site, int64_t tokens, KernelTier tier) {
     case LinearSite::Head:
       if (fast) return tokens <= kHeadTmaMaxRows ? LinearKernel::GemmTma : LinearKernel::Lt;
       return exact_range ? LinearKernel::Exact : LinearKernel::Warp;
+    case LinearSite::Router:
+      return fast && tokens >= kRouterLtMinTokens ? LinearKernel::Lt : LinearKernel::Exact;
   }
   fail("linear_kernel: unknown site");
 }

@@ -10,6 +10,14 @@
 //   CompressorF32, WeightsProj| <= 512: Exact; above: Lt        | <= 512: FastGemv; above: Lt
 //   Dense (bf16 experts, shared) | Exact                        | FastGemv
 //   Head (bf16, fp32 logits)  | <= 512: Exact; above: Warp      | <= 64: GemmTma; above: Lt
+//   Router (bf16 gate, fp32)  | Exact (moe_router's kernels)    | < 128: Exact; from 128: Lt (logits), then the selection
+//
+// The router's Exact is moe_router's own scores kernels (the CPU twin's bits at every size); its Lt a
+// cuBLASLt bf16 -> fp32 plan for the logits (bf16 products are exact in fp32, so only the order of the
+// fp32 sums differs), whose selection launch turns them into scores (RouterParams::logits_given). H100,
+// 2026-12-07: the tiled scores kernel took 209 us per 2,048-token prefill chunk of a Flash layer (fp32
+// FMAs on the CUDA cores: 2.1 G of them), about 4% of the chunk; with the logits on cuBLASLt 14 + 11 us.
+// Decode batches: -12 us per layer at 128 tokens, +3 at 64 (4 Flash layers, same call), hence from 128.
 //
 // The fast tier holds an FP8 checkpoint's wo_a as its codes (DevAttentionWeights::wo_a8, half the bytes of
 // the bf16 matrix; io/memory_plan.h wo_a_as_codes): fast_gemv's FP8-weight x bf16 form up to 32 tokens,
@@ -51,6 +59,7 @@ enum class LinearSite : uint8_t {
   WeightsProj,    // the indexer's weights_proj (bf16 operands, fp32 sums, bf16 out)
   Dense,          // dense (bf16) routed experts (expert mode) and a dense shared expert
   Head,           // the logits (bf16 operands, fp32 out)
+  Router,         // the MoE router's logits (bf16 x and gate, fp32 out): Exact = moe_router's own kernels
 };
 
 enum class LinearKernel : uint8_t {
@@ -65,6 +74,8 @@ enum class LinearKernel : uint8_t {
 inline constexpr int64_t kHeadGemvMaxRows = 16;
 // Largest head row count the fast tier gives gemm_tma (above: cuBLASLt).
 inline constexpr int64_t kHeadTmaMaxRows = 64;
+// Fewest tokens whose router logits the fast tier computes with cuBLASLt (below: moe_router's kernels).
+inline constexpr int64_t kRouterLtMinTokens = 128;
 
 LinearKernel linear_kernel(LinearSite site, int64_t tokens, KernelTier tier);
 

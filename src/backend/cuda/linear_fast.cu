@@ -8,6 +8,7 @@
 #include "backend/cuda/kernel_util.cuh"
 #include "backend/cuda/linear_fast.h"
 #include "backend/cuda/linear_stream.h"
+#include "backend/cuda/mma.cuh"
 
 namespace dsv4::cuda {
 namespace {
@@ -56,15 +57,9 @@ template <bool kBf16>
 __device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
                                          uint32_t b1) {
   if constexpr (kBf16)
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    mma_bf16_16816(c, a0, a1, a2, a3, b0, b1);
   else
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    mma_f16_16816(c, a0, a1, a2, a3, b0, b1);
 }
 
 // Sums the warps' C fragments in warp order and stores rows < out, tokens < tokens.

@@ -5,6 +5,7 @@
 #include "backend/cuda/check.h"
 #include "backend/cuda/cpu_math.cuh"
 #include "backend/cuda/kernel_util.cuh"
+#include "backend/cuda/mma.cuh"
 #include "backend/cuda/ops.h"
 
 namespace dsv4::cuda {
@@ -216,6 +217,104 @@ __global__ void __launch_bounds__(kTileThreads) mhc_mix_tile_kernel(MhcPreParams
       for (int i = tt; i < kTileThreads; i += TT) t += ss_s[i];
     }
     out[((t0 + tt) * slices + slice) * (kRows + 1) + r] = t;
+  }
+}
+
+// Pass 1 of the fast tier's larger calls on the tensor cores: block (tile of kMmaTokens tokens, slice of
+// slice_k stream values) writes the same partials (24 mixes, then the sum of squares) as the kernels above,
+// in fp32 sums. fn's fp32 values split exactly into three bf16 parts (hi + mid + lo: 3 x 8 significant
+// bits), staged per chunk as 72 columns of a bf16 B operand; the streams are A as stored (bf16), so every
+// product is exact in fp32 and mma.sync.m16n8k16 sums them in fp32 (the reference's fp32 GEMV, in another
+// order); the parts' three sums add as (lo + mid) + hi. Warp w: tokens 16 w .. 16 w + 15 of the tile;
+// thread (g, t) loads 16 bytes (k 8t .. 8t + 7 of a 32-k step) of its rows g and g + 8, which feed two k16
+// steps (words 2s, 2s + 1: physical k 8t + 4s .. 8t + 4s + 3 on the slots 2t, 2t + 1, 2t + 8, 2t + 9), and B
+// follows the same map. The squares: fp32 FMAs of the loaded values. Needs (n * D) % 32 == 0.
+constexpr int kMmaThreads = 128;
+constexpr int kMmaTokens = 64;
+constexpr int kMmaChunk = 256;          // stream values per staged chunk of the split weights
+constexpr int kMmaCols = 3 * kRows;     // 72 B columns: part * 24 + row
+constexpr int kMmaPitch = kMmaChunk + 8;  // bf16 per staged column (16-byte rows, fewer bank conflicts)
+
+__device__ __forceinline__ uint32_t word_of4(const uint4& v, int q) { return q == 0 ? v.x : q == 1 ? v.y : q == 2 ? v.z : v.w; }
+
+__global__ void __launch_bounds__(kMmaThreads) mhc_mix_mma_kernel(MhcPreParams p, int slices, int slice_k) {
+  __shared__ __align__(16) bf16 bs[kMmaCols * kMmaPitch];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+  const int slice = int(blockIdx.x % unsigned(slices));
+  const int64_t t0 = int64_t(blockIdx.x / unsigned(slices)) * kMmaTokens;
+  const int64_t width = int64_t(kN) * p.D;
+  const int64_t k_beg = int64_t(slice) * slice_k, k_end = min(width, k_beg + slice_k);
+  const int64_t ra = t0 + warp * 16 + g, rb = ra + 8;
+  const bool va = ra < p.tokens, vb = rb < p.tokens;
+  const bf16* xa = p.X + (va ? ra : 0) * width + 8 * t;
+  const bf16* xb = p.X + (vb ? rb : 0) * width + 8 * t;
+  float acc[kMmaCols / 8][4] = {};
+  float ssa = 0.0f, ssb = 0.0f;
+  for (int64_t c0 = k_beg; c0 < k_end; c0 += kMmaChunk) {
+    const int kc = int(min(int64_t(kMmaChunk), k_end - c0));  // a multiple of 32
+    __syncthreads();  // the previous chunk's B reads are done
+    for (int i = tid; i < kRows * (kc / 4); i += kMmaThreads) {
+      const int r = i / (kc / 4), q = 4 * (i % (kc / 4));
+      const float4 f = *reinterpret_cast<const float4*>(p.fn + r * width + c0 + q);
+      const float v[4] = {f.x, f.y, f.z, f.w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const bf16 hi = __float2bfloat16_rn(v[e]);
+        const float r1 = v[e] - __bfloat162float(hi);  // exact
+        const bf16 mid = __float2bfloat16_rn(r1);
+        const bf16 lo = __float2bfloat16_rn(r1 - __bfloat162float(mid));  // exact difference, exact rounding
+        bs[r * kMmaPitch + q + e] = hi;
+        bs[(kRows + r) * kMmaPitch + q + e] = mid;
+        bs[(2 * kRows + r) * kMmaPitch + q + e] = lo;
+      }
+    }
+    __syncthreads();
+#pragma unroll 2
+    for (int k = 0; k < kc; k += 32) {
+      const uint4 za = make_uint4(0, 0, 0, 0);
+      const uint4 wa = va ? *reinterpret_cast<const uint4*>(xa + c0 + k) : za;
+      const uint4 wb = vb ? *reinterpret_cast<const uint4*>(xb + c0 + k) : za;
+      float fa[8], fb[8];
+      bf16x8_values(wa, fa);
+      bf16x8_values(wb, fb);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        ssa = fmaf(fa[i], fa[i], ssa);
+        ssb = fmaf(fb[i], fb[i], ssb);
+      }
+#pragma unroll
+      for (int s = 0; s < 2; ++s) {
+        const uint32_t a0 = word_of4(wa, 2 * s), a1 = word_of4(wb, 2 * s), a2 = word_of4(wa, 2 * s + 1),
+                       a3 = word_of4(wb, 2 * s + 1);
+#pragma unroll
+        for (int j = 0; j < kMmaCols / 8; ++j) {
+          const uint2 b = *reinterpret_cast<const uint2*>(bs + (8 * j + g) * kMmaPitch + k + 8 * t + 4 * s);
+          mma_bf16_16816(acc[j], a0, a1, a2, a3, b.x, b.y);
+        }
+      }
+    }
+  }
+  // Row g's squares are spread over its 4 threads (t), likewise row g + 8's.
+#pragma unroll
+  for (int o = 1; o < 4; o <<= 1) {
+    ssa += __shfl_xor_sync(0xffffffffu, ssa, o);
+    ssb += __shfl_xor_sync(0xffffffffu, ssb, o);
+  }
+  double* out = reinterpret_cast<double*>(p.partial);
+  double* oa = out + (ra * slices + slice) * (kRows + 1);
+  double* ob = out + (rb * slices + slice) * (kRows + 1);
+  // Column 8 j + 2t + e of part q is tile 3 q + j (j < 3): mix row 8 j + 2t + e.
+#pragma unroll
+  for (int j = 0; j < 3; ++j)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int r = 8 * j + 2 * t + e;
+      if (va) oa[r] = double((acc[6 + j][e] + acc[3 + j][e]) + acc[j][e]);
+      if (vb) ob[r] = double((acc[6 + j][2 + e] + acc[3 + j][2 + e]) + acc[j][2 + e]);
+    }
+  if (t == 0) {
+    if (va) oa[kRows] = double(ssa);
+    if (vb) ob[kRows] = double(ssb);
   }
 }
 
@@ -585,6 +684,10 @@ int mix_slices(int n, int D) { return int(ceil_div(int64_t(n) * D, kPartChunk));
 // per-token blocks (H100 2026-12-06, decode batch 32).
 constexpr int64_t kTileMinTokens = 64;
 constexpr int64_t kTileWideBlocks = 256;
+// The tensor-core pass 1 from this many tokens (prefill chunks; (n * D) % 32 == 0 holds: D % 8 == 0). H100
+// 2026-12-07, a 2,048-token chunk of a Flash layer: 148 -> 52 us; at 64 tokens its one token tile leaves
+// most SMs idle (32 blocks), so decode batches keep the tiles.
+constexpr int64_t kMmaMinTokens = 256;
 
 }  // namespace
 
@@ -607,10 +710,18 @@ void mhc_pre(const DeviceContext& ctx, const MhcPreParams& p) {
     DSV4_CUDA_CHECK_LAUNCH();
     return;
   }
-  const int slices = mix_slices(kN, p.D);
+  int slices = mix_slices(kN, p.D);
   const int col_slices = int(ceil_div(p.D, kChunk));
+  const int64_t width = int64_t(kN) * p.D;
   if (ctx.kernels() != KernelTier::Fast || p.tokens < kTileMinTokens) {
     mhc_mix_partial_kernel<<<narrow_int(p.tokens * slices, "mhc_pre grid"), kPartThreads, 0, ctx.stream()>>>(p, slices);
+  } else if (p.tokens >= kMmaMinTokens) {  // the tensor cores: slices as wide as leave about 2 blocks per SM
+    const int64_t tiles = ceil_div(p.tokens, kMmaTokens);
+    int64_t slice_k = 2048;
+    while (slice_k > kPartChunk && tiles * ceil_div(width, slice_k) < 2 * ctx.sm_count()) slice_k /= 2;
+    slices = int(ceil_div(width, slice_k));  // <= mix_slices: slice_k >= kPartChunk
+    mhc_mix_mma_kernel<<<narrow_int(tiles * slices, "mhc_pre grid"), kMmaThreads, 0, ctx.stream()>>>(p, slices,
+                                                                                                   int(slice_k));
   } else if (ceil_div(p.tokens, 32) * slices >= kTileWideBlocks) {  // enough blocks with 32-token tiles
     mhc_mix_tile_kernel<4><<<narrow_int(ceil_div(p.tokens, 32) * slices, "mhc_pre grid"), kTileThreads, 0,
                              ctx.stream()>>>(p, slices);

@@ -41,6 +41,10 @@ struct RouterParams {
   uint8_t* codes = nullptr;
   float* scales = nullptr;
   int64_t sf_row_stride = 0, sf_block_stride = 0;
+  // Optional: `scores` already hold the logits x_t . gate_e (fp32 sums in any order: the fast tier's
+  // tensor-core GEMM, CudaBackend's router plan): no scores launch; the selection turns each logit into
+  // sqrt(softplus(.)) in place, then picks. Neither tickets nor codes.
+  bool logits_given = false;
 };
 void moe_router(const DeviceContext& ctx, const RouterParams& p);
 

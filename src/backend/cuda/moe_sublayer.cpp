@@ -219,8 +219,23 @@ MoeWorkspace::SharedPlans& MoeWorkspace::plans(const DeviceContext& ctx, int64_t
   return *plans_.emplace(T, std::move(p)).first->second;
 }
 
+LtMatmul& MoeWorkspace::router_plan(const DeviceContext& ctx, int64_t T) {
+  auto it = router_plans_.find(T);
+  if (it != router_plans_.end()) return *it->second;
+  auto p = std::make_unique<LtMatmul>(ctx, GemmKind::Bf16F32Out, E, D, T);
+  return *router_plans_.emplace(T, std::move(p)).first->second;
+}
+
+namespace {
+// Whether T tokens' router logits run on cuBLASLt (the table's choice, where its alignment allows).
+bool router_on_lt(const DeviceContext& ctx, const MoeWorkspace& ws, int64_t T) {
+  return linear_kernel(LinearSite::Router, T, ctx.kernels()) == LinearKernel::Lt && ws.D % 16 == 0;
+}
+}  // namespace
+
 void MoeWorkspace::prepare(const DeviceContext& ctx, int64_t T) {
   if (linear_kernel(LinearSite::SharedExpert, T, ctx.kernels()) == LinearKernel::Lt) plans(ctx, T);
+  if (router_on_lt(ctx, *this, T)) router_plan(ctx, T);
 }
 
 // ---- The ops.
@@ -264,6 +279,12 @@ void moe_route(const DeviceContext& ctx, const DevMoeWeights& w, MoeWorkspace& w
                  .T = T, .vocab = w.vocab, .E = int(w.E), .D = int(w.D), .k = int(w.k),
                  .norm_topk_prob = w.norm_topk_prob, .scaling = w.routed_scaling};
   ws.route_codes = {};
+  if (router_on_lt(ctx, ws, T)) {  // the logits' GEMM, then the selection
+    ws.router_plan(ctx, T).run_bf16_f32(ctx, x, w.gate.get(), ws.scores.get());
+    p.logits_given = true;
+    moe_router(ctx, p);
+    return;
+  }
   if (T > kRouterOneLaunchMaxTokens || w.E % 8 != 0) {  // two launches; begin quantizes x
     moe_router(ctx, p);
     return;

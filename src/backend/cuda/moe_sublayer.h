@@ -93,6 +93,8 @@ struct MoeWorkspace {
 
   struct SharedPlans;  // cuBLASLt plans of the shared expert for one token count
   SharedPlans& plans(const DeviceContext& ctx, int64_t T);
+  // The router's logits plan for T tokens (bf16 x [T, D] . gate [E, D]^T -> fp32 [T, E]; LinearSite::Router).
+  LtMatmul& router_plan(const DeviceContext& ctx, int64_t T);
 
   int64_t max_tokens_ = 0, D = 0, I = 0, E = 0, k = 0, P = 0;  // P: rows for cuBLASLt's padding
   DeviceBuffer<float> scores;        // [T, E] router scores
@@ -133,12 +135,15 @@ struct MoeWorkspace {
   // Expert tiles from this many tokens (kMoeExpertTileMinTokens; larger than kExactLinearMaxTokens: never).
   int64_t expert_tiles_from = kMoeExpertTileMinTokens;
   std::map<int64_t, std::unique_ptr<SharedPlans>> plans_;
+  std::map<int64_t, std::unique_ptr<LtMatmul>> router_plans_;
 };
 
 
 // The router of x [T, D] bf16 (ffn-normed) for tokens `token_ids` [T] (device, int32; hash routing reads
 // tid2eid at them): ws.ids / ws.weights [T, k]. T <= ws.max_tokens(). Up to kRouterOneLaunchMaxTokens
-// tokens (E % 8 == 0) one launch, which also writes x's FP8 codes for the experts (ws.route_codes).
+// tokens (E % 8 == 0) one launch, which also writes x's FP8 codes for the experts (ws.route_codes); where
+// the kernel table gives the router cuBLASLt (LinearSite::Router: the fast tier's larger calls) its logits
+// GEMM, then the selection.
 // H100, 4 Flash layers, 2026-12-06: -0.7 / -0.8 µs per layer at batch 1 / 8, +1.2 / +4.4 at 32 / 128,
 // prefill 8K -1.3% with it on at every size; hence the bound.
 inline constexpr int64_t kRouterOneLaunchMaxTokens = 16;

@@ -32,6 +32,12 @@ __device__ __forceinline__ float dot8(const bf16* a, const bf16* b) {
   return s;
 }
 
+// sqrt(softplus(z)): the score of a logit.
+__device__ __forceinline__ float score_of_logit(float z) {
+  const float sp = z > 20.0f ? z : log1p_f32(exp_f32(z));
+  return sqrtf(sp);
+}
+
 // x's codes of token t, 128-block b by one warp (4 values per lane), as act_quant_rows computes them.
 __device__ void router_codes(const RouterParams& p, int64_t t, int b, int lane) {
   const int c = b * 128 + lane * 4;
@@ -56,13 +62,19 @@ __device__ void router_codes(const RouterParams& p, int64_t t, int b, int lane) 
 
 // Token t's picks and their weights from its scores, by a block of kSelectThreads threads. The scores are
 // read past L1 (__ldcg): in the one-launch form other blocks wrote them.
+// kLogits (RouterParams::logits_given): the scores hold the logits, which the block turns into scores first.
+template <bool kLogits>
 __device__ void router_select(const RouterParams& p, int64_t t) {
-  const float* s = p.scores + t * p.E;
+  float* s = p.scores + t * p.E;
   __shared__ float val[kMaxExperts];
   __shared__ int picks[kMaxPicks];
   __shared__ float red_v[kSelectThreads / 32];
   __shared__ int red_i[kSelectThreads / 32];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if constexpr (kLogits) {  // the token's logits -> scores in place (every later read is of this block's writes)
+    for (int e = threadIdx.x; e < p.E; e += blockDim.x) s[e] = score_of_logit(__ldcg(s + e));
+    __syncthreads();
+  }
 
   if (p.tid2eid) {
     if (threadIdx.x == 0) {
@@ -149,10 +161,7 @@ __global__ void __launch_bounds__(kSelectThreads) router_scores_kernel(RouterPar
     float acc = 0.0f;
     for (int c = lane * 8; c < p.D; c += 256) acc += dot8(x + c, g + c);
     acc = warp_sum(acc);
-    if (lane == 0) {
-      const float sp = acc > 20.0f ? acc : log1p_f32(exp_f32(acc));
-      p.scores[t * p.E + e] = sqrtf(sp);
-    }
+    if (lane == 0) p.scores[t * p.E + e] = score_of_logit(acc);
     // With codes, expert e's warp also quantizes x's 128-blocks e, e + E, ... (one round each for Flash).
     if (p.codes)
       for (int b = e; b < p.D / 128; b += p.E) router_codes(p, t, b, lane);
@@ -168,7 +177,7 @@ __global__ void __launch_bounds__(kSelectThreads) router_scores_kernel(RouterPar
   __syncthreads();
   if (!last) return;
   __threadfence();
-  router_select(p, t);
+  router_select<false>(p, t);
   if (threadIdx.x == 0) p.tickets[t] = 0;  // zero again for the next launch
 }
 
@@ -264,11 +273,7 @@ __global__ void __launch_bounds__(WT * WE * 32) router_scores_tile_kernel(Router
     const int pair = (kPairs / 32) * lane + j, tt = pair / EW, ee = pair % EW;
     const int64_t t = t0 + wt * TW + tt;
     const int e = e0 + we * EW + ee;
-    if (t < p.T && e < p.E) {
-      const float acc = v[j];
-      const float sp = acc > 20.0f ? acc : log1p_f32(exp_f32(acc));
-      p.scores[t * p.E + e] = sqrtf(sp);
-    }
+    if (t < p.T && e < p.E) p.scores[t * p.E + e] = score_of_logit(v[j]);
   }
 }
 
@@ -283,7 +288,10 @@ void launch_router_tile(const DeviceContext& ctx, const RouterParams& p) {
   DSV4_CUDA_CHECK_LAUNCH();
 }
 
-__global__ void __launch_bounds__(kSelectThreads) router_select_kernel(RouterParams p) { router_select(p, blockIdx.x); }
+template <bool kLogits>
+__global__ void __launch_bounds__(kSelectThreads) router_select_kernel(RouterParams p) {
+  router_select<kLogits>(p, blockIdx.x);
+}
 
 }  // namespace
 
@@ -298,7 +306,10 @@ void moe_router(const DeviceContext& ctx, const RouterParams& p) {
   if (p.tickets && p.E % 8 != 0) fail("moe_router: the one-launch form needs E % 8 == 0 (E ", p.E, ")");
   if (p.codes && (!p.scales || p.D % 128 != 0))
     fail("moe_router: x's codes need scales and D % 128 == 0 (D ", p.D, ")");
-  if (!p.tickets && !p.codes && p.T >= kTileMinTokens) {  // the tiled scores (the same bits), then select
+  if (p.logits_given && (p.tickets || p.codes)) fail("moe_router: given logits take neither tickets nor codes");
+  if (p.logits_given) {
+    // the selection only (it turns the logits into scores)
+  } else if (!p.tickets && !p.codes && p.T >= kTileMinTokens) {  // the tiled scores (the same bits), then select
     if (p.T >= kTileWideTokens) launch_router_tile<4, 2, 8, 8>(ctx, p);  // 32 tokens x 16 experts a block
     else launch_router_tile<2, 2, 4, 8>(ctx, p);                          // 8 tokens x 16 experts a block
   } else {
@@ -309,7 +320,11 @@ void moe_router(const DeviceContext& ctx, const RouterParams& p) {
     DSV4_CUDA_CHECK_LAUNCH();
   }
   if (p.tickets) return;
-  router_select_kernel<<<unsigned(narrow_int(p.T, "moe_router tokens")), kSelectThreads, 0, ctx.stream()>>>(p);
+  const unsigned blocks = unsigned(narrow_int(p.T, "moe_router tokens"));
+  if (p.logits_given)
+    router_select_kernel<true><<<blocks, kSelectThreads, 0, ctx.stream()>>>(p);
+  else
+    router_select_kernel<false><<<blocks, kSelectThreads, 0, ctx.stream()>>>(p);
   DSV4_CUDA_CHECK_LAUNCH();
 }
 

@@ -2,6 +2,7 @@
 // and the fp32 scales in cuBLASLt's block-major layout.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -30,12 +31,17 @@ std::vector<float> varied_bf16(Rng& rng, int64_t rows, int cols, int block) {
   return x;
 }
 
-void check_act_quant(int64_t rows, int cols, int block, uint64_t seed) {
+// pad: extra elements per input row (x_stride = cols + pad; a stride that is not a multiple of 8 takes the
+// kernel's narrow loads instead of the 16-byte ones).
+void check_act_quant(int64_t rows, int cols, int block, uint64_t seed, int pad = 0) {
   DeviceContext ctx;
   Rng rng(seed);
   std::vector<float> x = varied_bf16(rng, rows, cols, block);
   const int nb = cols / block;
-  auto dx = upload_bf16(x);
+  std::vector<float> xp(size_t(rows * (cols + pad)), 0.0f);
+  for (int64_t r = 0; r < rows; ++r)
+    std::copy(x.begin() + r * cols, x.begin() + (r + 1) * cols, xp.begin() + r * (cols + pad));
+  auto dx = upload_bf16(xp);
   Guarded<uint8_t> codes(size_t(rows * cols));
   Guarded<uint8_t> e8(size_t(rows * nb));
   Guarded<float> sf(size_t(rows * nb));
@@ -48,7 +54,7 @@ void check_act_quant(int64_t rows, int cols, int block, uint64_t seed) {
   p.rows = rows;
   p.cols = cols;
   p.block = block;
-  p.x_stride = cols;
+  p.x_stride = cols + pad;
   p.codes_stride = cols;
   p.e8m0_stride = nb;
   p.sf_row_stride = 1;  // cuBLASLt VEC128 layout: block-major
@@ -89,6 +95,8 @@ TEST(CudaActQuant, LinearInputBlocks128BitExact) {
   check_act_quant(9, 4096, 128, 21);
   check_act_quant(1, 1024, 128, 22);
   check_act_quant(200, 8192, 128, 23);
+  check_act_quant(3, 384, 128, 25);     // 9 blocks: the last warp's upper half past the end
+  check_act_quant(5, 512, 128, 26, 4);  // a row stride of 516: the narrow loads
 }
 TEST(CudaActQuant, KvBlocks64BitExact) {
   DSV4_REQUIRE_HOPPER();

@@ -60,8 +60,8 @@ void check_mhc_pre(int64_t tokens, int D, uint64_t seed, KernelTier tier = Kerne
     cpu::mhc_collapse(Xt, kN, D, &rpre[size_t(t * kN)], &ru[size_t(t * D)]);
   }
   const bool fast = tier == KernelTier::Fast;
-  // The fast tier's mixes from many tokens sum in token tiles (another order of the double sums): the
-  // coefficients within fp32 chain rounding, u within a bf16 ulp.
+  // The fast tier's mixes from many tokens sum in another order (token tiles: double sums; from 256 tokens
+  // fp32 sums on the tensor cores): the coefficients within fp32 chain rounding, u within a bf16 ulp.
   const Tol coeff_tol = fast ? Tol::F32Chain : Tol::Exact, u_tol = fast ? Tol::Bf16 : Tol::Exact;
   const std::string tag = std::string(fast ? " fast" : "") + " tokens=" + std::to_string(tokens) + " D=" + std::to_string(D);
   // Exact tier, bit-exact: the double mixes round to the same floats (the products are exact in double and
@@ -84,8 +84,11 @@ void check_mhc_pre(int64_t tokens, int D, uint64_t seed, KernelTier tier = Kerne
   mhc_pre(ctx, p);
   ctx.synchronize();
   const std::vector<uint16_t> fused = u.download("u, normed in mhc_pre");
+  // The norm's input: the CPU's u (the exact tier's u is its bits); in the fast tier the GPU's own u, which
+  // the comparison above holds within a bf16 ulp of the CPU's (a second rounding after a flipped one could
+  // otherwise put the normed value two ulps away).
   std::vector<float> rn(size_t(tokens * D));
-  cpu::rms_norm(round_bf16(ru).data(), tokens, D, w.data(), norm_eps, rn.data());
+  cpu::rms_norm((fast ? from_bf16(raw) : round_bf16(ru)).data(), tokens, D, w.data(), norm_eps, rn.data());
   compare("mhc_pre.u normed" + tag, from_bf16(fused), round_bf16(rn), u_tol);
   EXPECT_TRUE(fused == two_launches) << "fused norm vs mhc_pre + rms_norm_rows" << tag;
   EXPECT_FALSE(fused == raw) << tag;
@@ -111,17 +114,20 @@ TEST(CudaMhc, PreSmallAndSingleToken) {
 }
 TEST(CudaMhc, PreManyTokens) {
   DSV4_REQUIRE_HOPPER();
-  // The fast tier's pass 1 in token tiles (from 64 tokens): 16-token tiles below 256 blocks of 32-token
-  // ones, 32-token tiles past it; a partial last tile, and slices that end inside a staged chunk.
+  // The fast tier's pass 1 in token tiles (64-255 tokens: 16-token tiles below 256 blocks of 32-token
+  // ones) and on the tensor cores from 256 (64-token tiles, slices of 512-2048 stream values): partial last
+  // tiles, slices that end inside a staged chunk, narrow last slices.
   const KernelTier fast = KernelTier::Fast;
   check_mhc_pre(200, 4096, 45, fast);   // 16-token tiles, 8 tokens in the last
-  check_mhc_pre(300, 4096, 46, fast);   // 32-token tiles, 12 tokens in the last
+  check_mhc_pre(300, 4096, 46, fast);   // tensor cores: 44 tokens in the last tile
   check_mhc_pre(64, 264, 47, fast);     // the last slice 32 inputs wide
   check_mhc_pre(100, 256, 48, fast);
   check_mhc_pre(65, 8200, 49, fast);    // a 32-input last slice, the norm in a second launch
-  check_mhc_pre(2731, 264, 50, fast);   // 32-token tiles with the narrow last slice
+  check_mhc_pre(2731, 264, 50, fast);   // tensor cores: 43 tiles, slices of 512, 512 and 32 values
   check_mhc_pre(70, 10240, 51, fast);   // past the cluster kernel's shared memory (24 * D bytes per rank)
   check_mhc_pre(63, 4096, 53, fast);    // below the tiles: the per-token blocks
+  check_mhc_pre(1000, 4096, 55, fast);  // tensor cores: 2048-wide slices (16 tiles x 8 slices)
+  check_mhc_pre(256, 10240, 56, fast);  // tensor cores: 4 tiles, the norm in a second launch
   // The exact tier keeps the per-token blocks at every token count, bit-exact. These cases were a float ulp
   // apart in a few values while the CPU twin took glibc's expf (H100 2026-12-06: 1 of 800 `post` at 200
   // tokens, 22 of 4,800 `comb` at 300), which misrounds 6e-4 of its inputs; the GPU's exp is correctly

@@ -4,11 +4,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <numeric>
 #include <string>
 #include <vector>
 
 #include "backend/cpu/ops.h"
+#include "backend/cuda/gemm.h"
 #include "backend/cuda/moe_ops.h"
 #include "backend/cuda/ops.h"
 #include "core/dtype.h"
@@ -243,6 +245,98 @@ TEST(CudaMoeOps, RouterManyTokens) {
   check_router_tiled(203, 72, 520, 16);    // 8 x 16 tiles
   check_router_tiled(600, 40, 264, 17);    // 32 x 16 tiles (>= 512 tokens)
   check_router_tiled(530, 256, 1024, 18);  // Flash's expert count
+}
+
+// Given logits (RouterParams::logits_given, the fast tier's router above kRouterLtMinTokens tokens): (1) the
+// CPU's logits uploaded: the selection turns them into the twin's scores, ids and weights; (2) the logits of
+// a cuBLASLt bf16 -> fp32 plan (another fp32 sum order): scores within the fp32-chain bound, and the twin's
+// picks for every token whose k-th and (k+1)-th values of s + bias are apart by more than that bound can move
+// them (a near-tie may flip; the test counts them, and a random case has none or very few).
+void check_router_logits_given(bool hash, int64_t T, int E, int D, uint64_t seed) {
+  DeviceContext ctx;
+  Rng rng(seed);
+  const int64_t V = 97;
+  const int k = 6;
+  const float scaling = 1.5f;
+  std::vector<float> x = rng.bf16_normal(size_t(T * D)), gate = rng.bf16_normal(size_t(int64_t(E) * D), 0.05f);
+  std::vector<float> bias = rng.f32_normal(size_t(E), 0.1f);
+  std::vector<int32_t> tid2eid{0}, tokens{0};
+  if (hash) {
+    tid2eid.clear();
+    tokens.clear();
+    for (int64_t i = 0; i < V * k; ++i) tid2eid.push_back(rng.uniform_int(0, E - 1));
+    for (int64_t t = 0; t < T; ++t) tokens.push_back(rng.uniform_int(0, int(V) - 1));
+  }
+  const RouterRef ref = router_ref(x, gate, bias, hash ? tid2eid : std::vector<int32_t>{},
+                                   hash ? tokens : std::vector<int32_t>{}, T, E, D, k, scaling);
+  std::vector<float> logits(size_t(T * E));
+  cpu::matmul(x.data(), T, D, gate.data(), E, logits.data());
+  DeviceBuffer<uint16_t> dx = upload_bf16(x), dg = upload_bf16(gate);
+  DeviceBuffer<float> db(bias);
+  DeviceBuffer<int32_t> dt(tid2eid), dtok(tokens);
+  const std::string tag = std::string(hash ? " hash" : " top-k") + " T=" + std::to_string(T) + " E=" + std::to_string(E);
+  for (const bool gpu_logits : {false, true}) {
+    Guarded<float> scores(size_t(T * E)), weights(size_t(T * k));
+    Guarded<int32_t> ids(size_t(T * k));
+    if (gpu_logits) {
+      LtMatmul plan(ctx, GemmKind::Bf16F32Out, E, D, T);
+      plan.run_bf16_f32(ctx, as_bf16(dx), as_bf16(dg), scores.get());
+    } else {
+      DSV4_CUDA_CHECK(cudaMemcpy(scores.get(), logits.data(), logits.size() * sizeof(float), cudaMemcpyHostToDevice));
+    }
+    RouterParams p;
+    p.x = as_bf16(dx);
+    p.gate = as_bf16(dg);
+    p.bias = db.get();
+    p.tid2eid = hash ? dt.get() : nullptr;
+    p.token_ids = dtok.get();
+    p.scores = scores.get();
+    p.ids = ids.get();
+    p.weights = weights.get();
+    p.T = T;
+    p.vocab = V;
+    p.E = E;
+    p.D = D;
+    p.k = k;
+    p.scaling = scaling;
+    p.logits_given = true;
+    moe_router(ctx, p);
+    ctx.synchronize();
+    const std::string what = tag + (gpu_logits ? " cuBLASLt logits" : " the CPU's logits");
+    const std::vector<float> got_scores = scores.download("scores");
+    const std::vector<int32_t> got_ids = ids.download("ids");
+    const std::vector<float> got_weights = weights.download("weights");
+    if (!gpu_logits) {  // the same logits: the same scores, picks and weights
+      EXPECT_EQ(got_scores, ref.scores) << what;
+      EXPECT_EQ(got_ids, ref.ids) << what;
+      EXPECT_TRUE(compare("router weights" + what, got_weights, ref.weights, Tol::F32Chain).ok);
+      continue;
+    }
+    EXPECT_TRUE(compare("router scores" + what, got_scores, ref.scores, Tol::F32Chain).ok);
+    int64_t flipped = 0;
+    for (int64_t t = 0; t < T; ++t) {
+      const auto row = [&](const std::vector<int32_t>& v) {
+        return std::vector<int32_t>(v.begin() + t * k, v.begin() + (t + 1) * k);
+      };
+      if (row(got_ids) == row(ref.ids)) continue;
+      ASSERT_FALSE(hash) << what << ": hash picks differ at token " << t;
+      std::vector<float> v(static_cast<size_t>(E));
+      for (int e = 0; e < E; ++e) v[size_t(e)] = ref.scores[size_t(t * E + e)] + bias[size_t(e)];
+      std::sort(v.begin(), v.end(), std::greater<float>());
+      const float margin = v[size_t(k - 1)] - v[size_t(k)];
+      EXPECT_LT(margin, 1e-4f) << what << ": token " << t << " picks differ with a margin of " << margin;
+      ++flipped;
+    }
+    EXPECT_LE(flipped, 1) << what << ": near-tie flips";
+  }
+}
+
+TEST(CudaMoeOps, RouterLogitsGiven) {
+  DSV4_REQUIRE_HOPPER();
+  check_router_logits_given(false, 64, 64, 512, 31);
+  check_router_logits_given(true, 64, 64, 512, 32);
+  check_router_logits_given(false, 300, 256, 1024, 33);  // Flash's expert count
+  check_router_logits_given(false, 530, 40, 272, 34);    // E % 8 != 0, D % 256 != 0
 }
 
 TEST(CudaMoeOps, RouterTopKTiesGoToLowerIds) {
@@ -511,7 +605,8 @@ TEST(CudaMoeOps, CombineInExpertOrder) {
   DeviceContext ctx;
   Rng rng(41);
   const int64_t T = 5;
-  const int k = 6, D = 512;
+  const int k = 6;
+  for (const int D : {512, 514}) {  // 8 columns per thread; 2 (D % 8 != 0)
   std::vector<float> y2 = rng.bf16_normal(size_t(T * k * D)), sh = rng.bf16_normal(size_t(T * D));
   std::vector<int32_t> ids;
   for (int64_t i = 0; i < T * k; ++i) ids.push_back(rng.uniform_int(0, 7));  // duplicates on purpose
@@ -536,7 +631,8 @@ TEST(CudaMoeOps, CombineInExpertOrder) {
           for (int c = 0; c < D; ++c) ref[size_t(t * D + c)] += y2[size_t((t * k + j) * D + c)];
     for (int c = 0; c < D; ++c) ref[size_t(t * D + c)] = dsv4::round_bf16(ref[size_t(t * D + c)] + sh[size_t(t * D + c)]);
   }
-  EXPECT_TRUE(compare("combine", from_bf16(y.download("y")), ref, Tol::Exact).ok);
+  EXPECT_TRUE(compare("combine D=" + std::to_string(D), from_bf16(y.download("y")), ref, Tol::Exact).ok);
+  }
 }
 
 }  // namespace
