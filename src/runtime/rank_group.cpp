@@ -245,10 +245,12 @@ class ThreadRanks final : public RankSet {
 
 // One byte from every rank; rank 0's says what the group does next: kStop, kCall (the main stack), kMtp + k
 // (MTP block k), or kLayers (the main stack's first L layers: L follows as a second all_gather of an int64).
+// The others wait for it without a time limit (a chat's user may think for hours); rank 0's wait is bounded
+// (the others reach it once they finished the previous call).
 constexpr uint8_t kStop = 0, kCall = 1, kMtp = 2, kLayers = 255;
-std::vector<uint8_t> gather_byte(comm::Communicator& c, uint8_t mine) {
+std::vector<uint8_t> gather_byte(comm::HostCommunicator& c, uint8_t mine, comm::Wait wait) {
   std::vector<uint8_t> all(size_t(c.size()));
-  comm::all_gather<uint8_t>(c, std::span<const uint8_t>(&mine, 1), all);
+  comm::all_gather<uint8_t>(c, std::span<const uint8_t>(&mine, 1), all, wait);
   return all;
 }
 
@@ -262,30 +264,30 @@ int64_t gather_layers(comm::Communicator& c, int64_t mine) {
 // Rank 0 of a TCP group: a "call" byte before each call, "stop" when the runner goes.
 class TcpPeers final : public RankPeers {
  public:
-  explicit TcpPeers(std::unique_ptr<comm::Communicator> c) : c_(std::move(c)) {}
+  explicit TcpPeers(std::unique_ptr<comm::HostCommunicator> c) : c_(std::move(c)) {}
   ~TcpPeers() override {
     try {
-      gather_byte(*c_, kStop);
-    } catch (const std::exception&) {  // a broken group: the others time out on their own
+      gather_byte(*c_, kStop, comm::Wait::Bounded);
+    } catch (const std::exception&) {  // a broken group closed its connections: the others learnt it
     }
   }
   void call(const ModelCall& c) override {
     if (c.mtp && (c.block < 0 || c.block >= kLayers - kMtp)) fail("rank group: MTP block ", c.block, " cannot be announced");
     if (!c.mtp && c.layers >= 0) {
-      gather_byte(*c_, kLayers);
+      gather_byte(*c_, kLayers, comm::Wait::Bounded);
       gather_layers(*c_, c.layers);
       return;
     }
-    gather_byte(*c_, c.mtp ? uint8_t(kMtp + c.block) : kCall);
+    gather_byte(*c_, c.mtp ? uint8_t(kMtp + c.block) : kCall, comm::Wait::Bounded);
   }
 
  private:
-  std::unique_ptr<comm::Communicator> c_;
+  std::unique_ptr<comm::HostCommunicator> c_;
 };
 
 std::unique_ptr<Runner> load_tcp(const ModelFactory& make, BackendOptions o, const comm::Rendezvous& rv,
                                  const LoadProgress& progress) {
-  std::unique_ptr<comm::Communicator> c = comm::connect_tcp(rv);
+  std::unique_ptr<comm::HostCommunicator> c = comm::connect_tcp(rv);
   const int rank = c->rank();
   o.comm = c.get();
   std::unique_ptr<Model> m;
@@ -296,18 +298,24 @@ std::unique_ptr<Runner> load_tcp(const ModelFactory& make, BackendOptions o, con
     error = e.what();
   }
   // Every rank learns whether all loaded before the first call (else the others would wait for it).
-  const std::vector<uint8_t> ok = gather_byte(*c, m ? 1 : 0);
+  const std::vector<uint8_t> ok = gather_byte(*c, m ? 1 : 0, comm::Wait::Bounded);
   if (!m) fail(error);
   std::string failed;
   for (size_t p = 0; p < ok.size(); ++p)
     if (!ok[p]) failed += (failed.empty() ? "" : ", ") + std::to_string(p);
   if (!failed.empty()) fail("rank(s) ", failed, " of WORLD_SIZE=", c->size(), " could not load the model (each says why)");
   if (rank == 0) return std::make_unique<Runner>(std::move(m), std::make_unique<TcpPeers>(std::move(c)));
-  for (uint8_t next; (next = gather_byte(*c, kStop)[0]) != kStop;) {
+  for (;;) {
+    uint8_t next = kStop;
+    try {
+      next = gather_byte(*c, kStop, comm::Wait::Unbounded)[0];
+    } catch (const Error& e) {
+      fail("rank group: rank ", rank, " waited for rank 0's next call: ", e.what());
+    }
+    if (next == kStop) return nullptr;
     if (next == kLayers) m->idle({.layers = gather_layers(*c, -1)});
     else m->idle(next == kCall ? ModelCall{} : ModelCall{.mtp = true, .block = next - kMtp});
   }
-  return nullptr;
 }
 
 }  // namespace

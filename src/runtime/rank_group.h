@@ -16,7 +16,10 @@
 //   - TCP: this process is one rank of WORLD_SIZE processes joined by the rendezvous (comm::connect_tcp);
 //     before each call rank 0 sends a one-byte "call" through the communicator (an all_gather), at the end
 //     a "stop". A rank other than 0 gets no Runner: load_ranked follows rank 0 to the end and returns null.
-//     Between two calls the others wait at most the rendezvous' timeout (DSV4_COMM_TIMEOUT, 60 s).
+//     Between two calls the others wait without a time limit (comm::Wait::Unbounded: a chat may sit idle
+//     for hours) while rank 0's connection holds; when rank 0's process exits or its group breaks they end
+//     at once with one line. Every collective inside a call, and rank 0's announcement, waits at most the
+//     rendezvous' timeout (DSV4_COMM_TIMEOUT, 60 s).
 #pragma once
 #include <functional>
 #include <memory>

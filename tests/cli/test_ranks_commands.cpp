@@ -3,9 +3,6 @@
 // `dsv4 logits` processes joined by the rendezvous (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE) give
 // the one-process file from rank 0 and nothing from rank 1; bad values are one-line errors.
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -13,6 +10,7 @@
 #include <random>
 #include <sstream>
 
+#include "support/free_port.h"
 #include "support/run_command.h"
 #include "support/test_paths.h"
 
@@ -20,6 +18,7 @@ namespace dsv4 {
 namespace {
 
 namespace fs = std::filesystem;
+using test::free_port;
 using test::run_command;
 
 std::string bin() { return test::dsv4_binary(); }
@@ -42,23 +41,6 @@ std::string read_bytes(const std::string& path) {
 }
 
 int count_lines(const std::string& s) { return int(std::count(s.begin(), s.end(), '\n')); }
-
-// A TCP port nobody listens on now: the kernel's pick for port 0, released.
-int free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  socklen_t len = sizeof(a);
-  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-    if (fd >= 0) close(fd);
-    return 0;
-  }
-  close(fd);
-  return ntohs(a.sin_port);
-}
 
 // `dsv4 run` greedy on the bundled model over `ranks` ranks, stdout only.
 std::string run_greedy(int ranks) {
@@ -122,6 +104,63 @@ TEST(Ranks, TwoProcessesOverTheRendezvousWriteTheOneProcessFile) {
   EXPECT_EQ(read_bytes(d / "r1.log"), "");  // rank 1 writes nothing
   EXPECT_FALSE(fs::exists(d / "r1.safetensors"));
   EXPECT_TRUE(read_bytes(d / "r0.safetensors") == read_bytes(d / "one.safetensors"));
+}
+
+// `dsv4 chat` over a TCP group with DSV4_COMM_TIMEOUT=2: rank 0's user thinks 5 s between two turns,
+// rank 1 waits for the next call without a limit, and the replies are one process's; then rank 0 dies
+// (SIGKILL) while rank 1 waits for its next call, and rank 1 ends at once with one line. A "/help" after
+// each turn marks its end in rank 0's output (a command flushes it).
+TEST(Ranks, ChatOverTcpWaitsForTheNextTurnAndEndsWhenRank0Dies) {
+  TempDir d;
+  const std::string args = " chat --device cpu --temp 0 -n 8 ";
+  const auto one = run_command("printf 'hello there\\n/help\\nand then?\\n/help\\n' | " + bin() + args + " >" +
+                               d / "one.out");
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const std::string replies = read_bytes(d / "one.out");
+  ASSERT_NE(replies.find("/exit, /quit"), std::string::npos) << replies;
+  const int port = free_port();
+  ASSERT_GT(port, 0);
+  const std::string env = "MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) + " WORLD_SIZE=2 DSV4_COMM_TIMEOUT=2";
+  std::ofstream(d / "chat.sh") << "cd " << d / "" << "\n"
+                               << "mkfifo in && : >r0.out\n"
+                               << "env " << env << " RANK=1 LOCAL_RANK=1 " << bin() << args << " </dev/null >r1.out 2>r1.err & pid1=$!\n"
+                               << "env " << env << " RANK=0 LOCAL_RANK=0 " << bin() << args << " <in >r0.out 2>r0.err & pid0=$!\n"
+                               << R"sh(exec 3>in
+# Sends a message and /help, then waits (30 s at most) until rank 0 printed the help $2 times.
+turn() {
+  printf '%s\n/help\n' "$1" >&3
+  i=0
+  until [ "$(grep -c '^/exit, /quit' r0.out)" -ge "$2" ]; do
+    i=$((i + 1))
+    if [ $i -gt 600 ]; then kill -9 $pid0 $pid1; exit 9; fi
+    sleep 0.05
+  done
+}
+turn 'hello there' 1
+sleep 5
+turn 'and then?' 2
+kill -9 $pid0
+t0=$(date +%s%N)
+wait $pid1
+echo $? > r1.rc
+echo $(( ($(date +%s%N) - t0) / 1000000 )) > r1.ms
+exec 3>&-
+wait $pid0
+exit 0
+)sh";
+  const auto r = run_command("sh " + d / "chat.sh");
+  ASSERT_EQ(r.exit_code, 0) << r.output << read_bytes(d / "r0.err") << read_bytes(d / "r1.err");
+  EXPECT_EQ(read_bytes(d / "r0.out"), replies) << read_bytes(d / "r0.err");
+  EXPECT_EQ(read_bytes(d / "r1.out"), "");
+  EXPECT_EQ(read_bytes(d / "r1.rc"), "1\n");
+  const std::string err = read_bytes(d / "r1.err");
+  EXPECT_EQ(count_lines(err), 1) << err;
+  EXPECT_EQ(err.rfind("dsv4: error: rank group: rank 1 waited for rank 0's next call: tcp comm: lost the connection to "
+                      "rank 0 (all_gather): ",
+                      0),
+            0u)
+      << err;
+  EXPECT_LT(std::stoi(read_bytes(d / "r1.ms")), 5000) << "rank 1 ended " << read_bytes(d / "r1.ms") << " ms after rank 0 died";
 }
 
 // `cmd` (a shell command line) fails with one line of output containing `what`.

@@ -2,14 +2,18 @@
 // in-process ranks gives the logits and the drawn tokens of one rank bit for bit — a prefill split in
 // pieces (Model::step and Model::forward), a decode batch of two sequences, backend and host draws —
 // because the other ranks make each call with 0 tokens; a group whose ranks cannot split the experts
-// fails to load with one line.
+// fails to load with one line; a TCP group's other ranks wait for rank 0's next call beyond the timeout.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <future>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/error.h"
 #include "runtime/rank_group.h"
+#include "support/free_port.h"
 #include "support/rank_drive.h"
 #include "support/test_paths.h"
 
@@ -18,6 +22,7 @@ namespace {
 
 using test::drive;
 using test::Outcome;
+using namespace std::chrono_literals;
 
 BackendOptions options() { return {.capacity = {.max_seqs = 2, .max_ctx = 4096, .max_tokens = 5}}; }
 
@@ -134,6 +139,44 @@ TEST(RankGroup, PrefixCallsKeepTheRanksPaired) {
   const std::vector<float> want = calls(*one);
   const auto group = load_ranked(test::bundled_model_dir(), o, {.ranks = 2});
   EXPECT_EQ(calls(*group), want);
+}
+
+// A TCP group of two ranks (threads of this process on 127.0.0.1, a 2 s timeout): rank 0 sits idle 5 s
+// between two calls, as a chat's user between turns; rank 1 waits for the next call without a limit and
+// makes it, so both calls give one rank's logits bit for bit. When rank 0's runner goes, rank 1 stops
+// (load_ranked returns null) without an error. (Before: rank 1 gave up after 2 s.)
+TEST(RankGroup, TcpRanksWaitForRank0sNextCallBeyondTheTimeout) {
+  const BackendOptions o{.capacity = {.max_seqs = 1, .max_ctx = 4096, .max_tokens = 8}};
+  auto calls = [](Runner& r, std::chrono::milliseconds idle) {
+    const int slot = r.new_sequence();
+    std::vector<float> out = r.model().forward(slot, 0, {3, 17, 29}).data;
+    std::this_thread::sleep_for(idle);
+    const Tensor next = r.model().forward(slot, 3, {41});
+    out.insert(out.end(), next.data.begin(), next.data.end());
+    return out;
+  };
+  const std::vector<float> want = calls(*load_ranked(test::bundled_model_dir(), o, {.ranks = 1}), 0ms);
+  const int port = test::free_port();
+  ASSERT_GT(port, 0);
+  auto spec = [port](int rank) {
+    return RankSpec{.tcp = comm::Rendezvous{
+                        .master_addr = "127.0.0.1", .master_port = port, .rank = rank, .world_size = 2, .timeout = 2s}};
+  };
+  auto rank1 = std::async(std::launch::async, [&] {
+    try {
+      return load_ranked(test::bundled_model_dir(), o, spec(1)) ? std::string("rank 1 got a runner") : std::string();
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+  });
+  std::vector<float> got;
+  try {
+    got = calls(*load_ranked(test::bundled_model_dir(), o, spec(0)), 5s);
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "rank 0: " << e.what();
+  }
+  EXPECT_EQ(rank1.get(), "");
+  EXPECT_EQ(got, want);
 }
 
 TEST(RankGroup, ExpertsThatDoNotSplitFailToLoad) {

@@ -170,8 +170,8 @@ Contribution decode(std::span<const std::byte> bytes) {
   return c;
 }
 
-void HostCommunicator::run(const Contribution& mine, std::span<std::byte> recv) {
-  const std::vector<std::byte> out = exchange(mine);
+void HostCommunicator::run(const Contribution& mine, std::span<std::byte> recv, Wait wait) {
+  const std::vector<std::byte> out = exchange(mine, wait);
   if (out.size() != recv.size())  // the checks before the exchange make this unreachable
     fail(op_name(mine.op), ": rank ", rank(), " got ", out.size(), " bytes for a buffer of ", recv.size());
   if (!out.empty()) std::memcpy(recv.data(), out.data(), out.size());
@@ -193,14 +193,18 @@ void HostCommunicator::all_to_all_v(std::span<const std::byte> send, std::span<c
     c.sizes.insert(c.sizes.end(), recv_bytes.begin(), recv_bytes.end());
     c.data = send;
   }
-  run(c, recv);
+  run(c, recv, Wait::Bounded);
 }
 
 void HostCommunicator::all_gather(std::span<const std::byte> send, std::span<std::byte> recv) {
+  all_gather(send, recv, Wait::Bounded);
+}
+
+void HostCommunicator::all_gather(std::span<const std::byte> send, std::span<std::byte> recv, Wait wait) {
   Contribution c{.op = Op::AllGather, .sizes = {send.size(), recv.size()}, .data = send};
   if (recv.size() != send.size() * size_t(size()))
     c.error = cat("all_gather: the receive buffer holds ", recv.size(), " bytes, expected ", size(), " x ", send.size());
-  run(c, recv);
+  run(c, recv, wait);
 }
 
 void HostCommunicator::reduce_scatter_sum(std::span<const float> send, std::span<float> recv) {
@@ -208,16 +212,16 @@ void HostCommunicator::reduce_scatter_sum(std::span<const float> send, std::span
   if (send.size() != recv.size() * size_t(size()))
     c.error = cat("reduce_scatter_sum: the send buffer holds ", send.size(), " floats, expected ", size(), " x ",
                   recv.size(), " (ranks x the receive buffer)");
-  run(c, std::as_writable_bytes(recv));
+  run(c, std::as_writable_bytes(recv), Wait::Bounded);
 }
 
 void HostCommunicator::all_reduce_sum(std::span<const float> send, std::span<float> recv) {
   Contribution c{.op = Op::AllReduceSum, .sizes = {send.size(), recv.size()}, .data = std::as_bytes(send)};
   if (send.size() != recv.size())
     c.error = cat("all_reduce_sum: the send buffer holds ", send.size(), " floats, the receive buffer ", recv.size());
-  run(c, std::as_writable_bytes(recv));
+  run(c, std::as_writable_bytes(recv), Wait::Bounded);
 }
 
-void HostCommunicator::barrier() { run(Contribution{.op = Op::Barrier}, {}); }
+void HostCommunicator::barrier() { run(Contribution{.op = Op::Barrier}, {}, Wait::Bounded); }
 
 }  // namespace dsv4::comm

@@ -4,6 +4,12 @@
 // a rank's result from them — a pure function of the contributions, so the result is the same on
 // every transport and every run. The transport only moves bytes; HostCommunicator turns the
 // interface's calls into contributions and checks the result's size against the caller's buffer.
+//
+// Waits: every collective of the interface waits at most the group's timeout for the peers (a rank
+// that stops answering gives a one-line error naming the collective and the rank(s) missing). One
+// that waits for another rank's next step rather than for a peer inside a step -- the other ranks of
+// a rank group waiting for rank 0's next Model call, which a chat's user may hold for hours -- is an
+// all_gather with Wait::Unbounded.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -17,6 +23,13 @@ namespace dsv4::comm {
 
 enum class Op : uint8_t { Barrier = 1, AllToAllV, AllGather, ReduceScatterSum, AllReduceSum };
 const char* op_name(Op op);  // "all_to_all_v", ...
+
+// How long this rank waits for its peers at one collective.
+enum class Wait : uint8_t {
+  Bounded,    // at most the group's timeout, then a one-line dsv4::Error; the group is unusable after it
+  Unbounded,  // no time limit while the group holds; a peer that leaves (its connection closes: its
+              // process exited) or a group broken by another rank's timeout still ends it with one line
+};
 
 struct Contribution {
   Op op = Op::Barrier;
@@ -47,14 +60,23 @@ class HostCommunicator : public Communicator {
   void reduce_scatter_sum(std::span<const float> send, std::span<float> recv) override;
   void all_reduce_sum(std::span<const float> send, std::span<float> recv) override;
   void barrier() override;
+  // all_gather waiting for the peers as `wait` says (the interface's all_gather: Wait::Bounded).
+  void all_gather(std::span<const std::byte> send, std::span<std::byte> recv, Wait wait);
 
  protected:
-  // Posts this rank's contribution, waits for all of them, returns collective_output(all, rank()).
-  // Throws on inconsistency (on every rank) and on a peer that did not arrive in time.
-  virtual std::vector<std::byte> exchange(const Contribution& mine) = 0;
+  // Posts this rank's contribution, waits for all of them (as `wait` says), returns
+  // collective_output(all, rank()). Throws on inconsistency (on every rank) and on a peer that did not
+  // arrive in time or left.
+  virtual std::vector<std::byte> exchange(const Contribution& mine, Wait wait) = 0;
 
  private:
-  void run(const Contribution& mine, std::span<std::byte> recv);
+  void run(const Contribution& mine, std::span<std::byte> recv, Wait wait);
 };
+
+// The typed form (communicator.h's all_gather<T>) with a Wait.
+template <typename T>
+void all_gather(HostCommunicator& c, std::span<const T> send, std::span<T> recv, Wait wait) {
+  c.all_gather(std::as_bytes(send), std::as_writable_bytes(recv), wait);
+}
 
 }  // namespace dsv4::comm

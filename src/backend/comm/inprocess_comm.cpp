@@ -18,8 +18,9 @@ struct InProcessGroup::Shared {
   uint64_t generation = 0;                  // barriers completed
   std::string broken;                       // why the group cannot go on ("" while it can)
 
-  // Waits until every rank reached this barrier (or throws on timeout / a broken group).
-  void arrive(int r, Op op, std::unique_lock<std::mutex>& lk) {
+  // Waits until every rank reached this barrier; throws when the group is broken, and with Wait::Bounded
+  // after the timeout (breaking it).
+  void arrive(int r, Op op, Wait wait, std::unique_lock<std::mutex>& lk) {
     if (!broken.empty()) fail(broken);
     const uint64_t g = generation;
     here[size_t(r)] = true;
@@ -30,7 +31,12 @@ struct InProcessGroup::Shared {
       cv.notify_all();
       return;
     }
-    const bool done = cv.wait_for(lk, timeout, [&] { return generation != g || !broken.empty(); });
+    const auto passed = [&] { return generation != g || !broken.empty(); };
+    bool done = true;
+    if (wait == Wait::Unbounded)
+      cv.wait(lk, passed);
+    else
+      done = cv.wait_for(lk, timeout, passed);
     if (generation != g) return;
     if (done) fail(broken);
     std::string missing;
@@ -52,10 +58,10 @@ class InProcessComm final : public HostCommunicator {
   int size() const override { return s_.n; }
 
  protected:
-  std::vector<std::byte> exchange(const Contribution& mine) override {
+  std::vector<std::byte> exchange(const Contribution& mine, Wait wait) override {
     std::unique_lock lk(s_.m);
     s_.posted[size_t(r_)] = &mine;
-    s_.arrive(r_, mine.op, lk);  // every contribution is posted
+    s_.arrive(r_, mine.op, wait, lk);  // every contribution is posted
     std::vector<Contribution> all;
     for (const Contribution* c : s_.posted) all.push_back(*c);  // views: the peers wait in the second barrier
     lk.unlock();
@@ -67,7 +73,7 @@ class InProcessComm final : public HostCommunicator {
       err = std::current_exception();
     }
     lk.lock();
-    s_.arrive(r_, mine.op, lk);  // every rank is done reading the others' buffers
+    s_.arrive(r_, mine.op, Wait::Bounded, lk);  // every rank is done reading the others' buffers
     if (err) std::rethrow_exception(err);
     return out;
   }
@@ -93,12 +99,12 @@ InProcessGroup::~InProcessGroup() = default;
 
 int InProcessGroup::size() const { return shared_->n; }
 
-Communicator& InProcessGroup::rank(int r) {
+HostCommunicator& InProcessGroup::rank(int r) {
   if (r < 0 || r >= size()) fail("in-process comm: rank ", r, " is outside 0..", size() - 1);
   return *ranks_[size_t(r)];
 }
 
-void InProcessGroup::run(const std::function<void(Communicator&)>& fn) {
+void InProcessGroup::run(const std::function<void(HostCommunicator&)>& fn) {
   std::vector<std::exception_ptr> errors(static_cast<size_t>(size()));
   std::vector<std::thread> threads;
   for (int r = 0; r < size(); ++r)

@@ -6,7 +6,9 @@
 // no rank reuses its send buffer while a peer still reads it.
 //
 // A rank that does not arrive within `timeout` breaks the group: the waiting ranks throw a one-line
-// dsv4::Error naming the collective and the missing ranks, and every later call throws too.
+// dsv4::Error naming the collective and the missing ranks, and every later call throws too. A rank in
+// an all_gather with Wait::Unbounded waits for the others without a limit, until they come or the
+// group breaks.
 #pragma once
 #include <chrono>
 #include <functional>
@@ -31,16 +33,16 @@ class InProcessGroup {
 
   int size() const;
   // Rank r's communicator; call its collectives from one thread (that rank's).
-  Communicator& rank(int r);
+  HostCommunicator& rank(int r);
   // Runs fn(rank r's communicator) on size() threads, one per rank, joins them all, then rethrows the
   // exception of the lowest rank that threw (if any).
-  void run(const std::function<void(Communicator&)>& fn);
+  void run(const std::function<void(HostCommunicator&)>& fn);
 
   struct Shared;
 
  private:
   std::unique_ptr<Shared> shared_;
-  std::vector<std::unique_ptr<Communicator>> ranks_;
+  std::vector<std::unique_ptr<HostCommunicator>> ranks_;
 };
 
 }  // namespace dsv4::comm

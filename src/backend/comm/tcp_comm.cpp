@@ -1,13 +1,16 @@
 #include "backend/comm/tcp_comm.h"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
+#include <algorithm>
 #include <boost/asio.hpp>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <thread>
-
-#include "backend/comm/host_collective.h"
 
 namespace dsv4::comm {
 
@@ -33,6 +36,9 @@ int64_t env_int(const std::function<const char*(const char*)>& env, const char* 
 
 // ---- Blocking operations with a deadline over one io_context.
 
+// The deadline of a wait without a time limit (Wait::Unbounded).
+constexpr Clock::time_point kNoDeadline = Clock::time_point::max();
+
 class Io {
  public:
   // Runs the asynchronous operation `start(handler)` until it completes or `deadline` passes; on
@@ -42,7 +48,12 @@ class Io {
     std::optional<boost::system::error_code> result;
     start([&](const boost::system::error_code& ec, auto&&...) { result = ec; });
     io_.restart();
-    while (!result && Clock::now() < deadline) io_.run_one_until(deadline);
+    while (!result && Clock::now() < deadline) {
+      if (deadline == kNoDeadline)
+        io_.run_one();
+      else
+        io_.run_one_until(deadline);
+    }
     if (!result) {
       cancel();
       io_.restart();
@@ -66,6 +77,18 @@ tcp::endpoint resolve(Io& io, const Rendezvous& r) {
   if (ec || it.empty())
     fail("rendezvous: MASTER_ADDR '", r.master_addr, "' does not resolve (", ec ? ec.message() : "no address", ")");
   return *it.begin();
+}
+
+// TCP keepalive on a connection of the group: when a peer's host vanishes (no FIN ever comes), the
+// reads fail after about 4 x `timeout` of silence, so a wait without a time limit still ends. Best
+// effort: a socket that refuses an option keeps the kernel's defaults.
+void keep_alive(tcp::socket& s, std::chrono::milliseconds timeout) {
+  const int on = 1, probes = 3, secs = int(std::clamp<int64_t>(timeout.count() / 1000, 1, 32767));  // Linux's limit
+  const int fd = s.native_handle();
+  ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &secs, sizeof secs);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &secs, sizeof secs);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof probes);
 }
 
 constexpr uint32_t kMagic = 0x34565344;  // "DSV4"
@@ -100,6 +123,13 @@ class Peer {
   }
 
   void rename(std::string who) { who_ = std::move(who); }
+
+  // Ends the connection: the peer's pending and later reads fail at once (it learns that this rank left).
+  void close() {
+    boost::system::error_code ec;
+    s_.shutdown(tcp::socket::shutdown_both, ec);
+    s_.close(ec);
+  }
 
   template <typename T>
   void send_pod(const T& v, Clock::time_point deadline, const std::string& what) {
@@ -147,8 +177,8 @@ class TcpComm final : public HostCommunicator {
   int size() const override { return r_.world_size; }
 
  protected:
-  std::vector<std::byte> exchange(const Contribution& mine) override {
-    const auto deadline = Clock::now() + r_.timeout;
+  std::vector<std::byte> exchange(const Contribution& mine, Wait wait) override {
+    const auto deadline = wait == Wait::Unbounded ? kNoDeadline : Clock::now() + r_.timeout;
     const std::string what = op_name(mine.op);
     if (!broken_.empty()) fail(broken_);
     try {
@@ -182,8 +212,13 @@ class TcpComm final : public HostCommunicator {
       for (int q = 1; q < r_.world_size; ++q) peers_[size_t(q)]->send(reply(false, text_bytes(error)), deadline, what);
       fail(error);
     } catch (const Error& e) {
-      // A transport failure leaves the streams out of step: no later collective can be trusted.
-      if (std::string(e.what()).rfind("tcp comm:", 0) == 0) broken_ = cat(e.what(), "; the group is unusable");
+      // A transport failure leaves the streams out of step: no later collective can be trusted. Closing
+      // every connection tells the peers at once (one may wait without a limit for this rank's next call).
+      if (std::string(e.what()).rfind("tcp comm:", 0) == 0) {
+        broken_ = cat(e.what(), "; the group is unusable");
+        for (const std::unique_ptr<Peer>& p : peers_)
+          if (p) p->close();
+      }
       throw;
     }
   }
@@ -212,6 +247,7 @@ class TcpComm final : public HostCommunicator {
              endpoint_str(r_), " for rank(s) ", missing, " of WORLD_SIZE=", r_.world_size);
       }
       if (*got) fail("rendezvous: rank 0 could not accept a connection on ", endpoint_str(r_), ": ", got->message());
+      keep_alive(s, r_.timeout);
       auto peer = std::make_unique<Peer>(io_, std::move(s), "a connecting peer");
       const Hello h = peer->receive_pod<Hello>(deadline, "rendezvous");
       std::string refuse;
@@ -245,6 +281,7 @@ class TcpComm final : public HostCommunicator {
       tcp::socket s(io_.context());
       const auto got = io_.wait([&](auto h) { s.async_connect(ep, h); }, [&] { s.close(); }, deadline);
       if (got && !*got) {
+        keep_alive(s, r_.timeout);
         peers_.push_back(std::make_unique<Peer>(io_, std::move(s), "rank 0"));
         break;
       }
@@ -288,7 +325,7 @@ Rendezvous rendezvous_from_env() {
   return rendezvous_from_env([](const char* name) -> const char* { return std::getenv(name); });
 }
 
-std::unique_ptr<Communicator> connect_tcp(const Rendezvous& r) {
+std::unique_ptr<HostCommunicator> connect_tcp(const Rendezvous& r) {
   if (r.world_size < 1) fail("rendezvous: WORLD_SIZE must be at least 1, got ", r.world_size);
   if (r.rank < 0 || r.rank >= r.world_size) fail("rendezvous: RANK=", r.rank, " is outside 0..", r.world_size - 1);
   if (r.timeout.count() <= 0) fail("rendezvous: the timeout must be positive");

@@ -5,16 +5,20 @@
 // (host_collective.h: the same function, the same bits as the in-process group) and sends it back.
 // A star is enough for the CPU (CI, tests, small models); the GPUs use NCCL.
 //
-// Bounded waits: the rendezvous and every collective wait at most `timeout`, then throw a one-line
-// dsv4::Error naming the variable / address / rank they waited for. Messages use this host's byte
-// order (every rank runs the same build on the same kind of machine).
+// Waits: the rendezvous and every collective wait at most `timeout`, then throw a one-line dsv4::Error
+// naming the variable / address / rank they waited for; an all_gather with Wait::Unbounded
+// (host_collective.h) waits without a limit while the connections hold. A connection that closes (the
+// peer's process exited) fails the wait at once; the connections keep TCP keepalive on, so a peer
+// whose host vanished fails it after about 4 x `timeout` of silence. A rank whose collective failed
+// in the transport closes its connections: the group is unusable, and the peers learn it at once.
+// Messages use this host's byte order (every rank runs the same build on the same kind of machine).
 #pragma once
 #include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
 
-#include "backend/comm/communicator.h"
+#include "backend/comm/host_collective.h"
 
 namespace dsv4::comm {
 
@@ -35,6 +39,6 @@ Rendezvous rendezvous_from_env();  // the process environment
 // Joins the group: rank 0 listens and accepts world_size - 1 peers, the others connect. Throws a
 // one-line dsv4::Error when the rendezvous fails (cannot listen, cannot reach rank 0, a peer of
 // another world size or a duplicate rank, nobody came within the timeout).
-std::unique_ptr<Communicator> connect_tcp(const Rendezvous& r);
+std::unique_ptr<HostCommunicator> connect_tcp(const Rendezvous& r);
 
 }  // namespace dsv4::comm

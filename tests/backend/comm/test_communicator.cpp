@@ -2,9 +2,7 @@
 // hand-computed results, bit-identical sums over repeated runs, one-line errors on every rank for
 // inconsistent calls, bounded waits, and a two-process group over the TCP rendezvous on 127.0.0.1.
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,6 +11,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <future>
 #include <map>
 #include <numeric>
 #include <random>
@@ -20,11 +19,13 @@
 
 #include "backend/comm/inprocess_comm.h"
 #include "backend/comm/tcp_comm.h"
+#include "support/free_port.h"
 
 namespace dsv4::comm {
 namespace {
 
 using namespace std::chrono_literals;
+using test::free_port;
 
 // Elements rank `from` sends to rank `to` in the uneven all_to_all_v: 0, 1 or 2 (zeros included).
 size_t count(int from, int to) { return size_t((from + 2 * to) % 3); }
@@ -220,9 +221,9 @@ TEST(InProcessComm, TheOrderOfTheSumMatters) {  // so the test above can tell ra
 }
 
 // Runs fn on N ranks and returns each rank's error message ("" when it did not throw).
-std::vector<std::string> errors_of(InProcessGroup& g, const std::function<void(Communicator&)>& fn) {
+std::vector<std::string> errors_of(InProcessGroup& g, const std::function<void(HostCommunicator&)>& fn) {
   std::vector<std::string> out(size_t(g.size()));
-  g.run([&](Communicator& c) {
+  g.run([&](HostCommunicator& c) {
     try {
       fn(c);
     } catch (const Error& e) {
@@ -309,6 +310,37 @@ TEST(InProcessComm, AMissingRankGivesAnErrorNotAHang) {
   EXPECT_THROW(g.rank(0).barrier(), Error);  // the group is broken from then on
 }
 
+// Wait::Unbounded: rank 1 waits for rank 0's next step (as the other ranks of a rank group wait for rank
+// 0's next Model call) five times the timeout, and the all_gather completes; a rank that never comes
+// still breaks the group, and that ends the unbounded wait too, with the same line.
+TEST(InProcessComm, AnUnboundedWaitOutlastsTheTimeoutUntilTheGroupBreaks) {
+  InProcessGroup g({.ranks = 2, .timeout = 100ms});
+  std::atomic<bool> waiting{false};
+  std::vector<std::vector<uint8_t>> got(2, std::vector<uint8_t>(2));
+  g.run([&](HostCommunicator& c) {
+    const uint8_t mine = uint8_t(10 + c.rank());
+    if (c.rank() == 1) {
+      waiting = true;
+      all_gather<uint8_t>(c, std::span(&mine, 1), got[1], Wait::Unbounded);
+      return;
+    }
+    while (!waiting) std::this_thread::yield();
+    std::this_thread::sleep_for(500ms);
+    all_gather<uint8_t>(c, std::span(&mine, 1), got[0], Wait::Bounded);
+  });
+  EXPECT_EQ(got, (std::vector<std::vector<uint8_t>>(2, {10, 11})));
+
+  InProcessGroup three({.ranks = 3, .timeout = 200ms});
+  const auto errs = errors_of(three, [](HostCommunicator& c) {
+    if (c.rank() == 2) return;  // never arrives
+    const uint8_t mine = 1;
+    std::vector<uint8_t> all(3);
+    all_gather<uint8_t>(c, std::span(&mine, 1), all, c.rank() == 1 ? Wait::Unbounded : Wait::Bounded);
+  });
+  EXPECT_EQ(errs[0], "in-process comm: rank 0 waited 200 ms in all_gather for rank(s) 2; the group is unusable");
+  EXPECT_EQ(errs[1], errs[0]);
+}
+
 TEST(InProcessComm, BadGroups) {
   EXPECT_THROW(InProcessGroup({.ranks = 0}), Error);
   EXPECT_THROW(InProcessGroup({.ranks = 2, .timeout = 0ms}), Error);
@@ -393,21 +425,6 @@ TEST(Rendezvous, BadOrMissingVariablesGiveOneLineErrors) {
   EXPECT_EQ(with("RANK", "-1"), "RANK: expected this process's rank, below WORLD_SIZE (0 to 1), got '-1'");
   EXPECT_EQ(with("LOCAL_RANK", nullptr), "LOCAL_RANK is not set (expected this process's index on its host)");
   EXPECT_EQ(with("DSV4_COMM_TIMEOUT", "0"), "DSV4_COMM_TIMEOUT: expected seconds to wait for peers (1 to 86400), got '0'");
-}
-
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  socklen_t len = sizeof a;
-  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0)
-    fail("free_port: no socket");
-  const int port = ntohs(a.sin_port);
-  ::close(fd);
-  return port;
 }
 
 // What each of the two processes checks: uneven all_to_all_v, all_reduce_sum (rank-order bits),
@@ -542,6 +559,118 @@ TEST(TcpComm, APeerOfAnotherWorldSizeIsRefused) {
     EXPECT_EQ(std::string(e.what()), "rendezvous: rank 1 has WORLD_SIZE=3, rank 0 has WORLD_SIZE=2");
   }
   EXPECT_EQ(wait_child(child, 60s), 0);
+}
+
+// A TCP group of n ranks on 127.0.0.1 as communicators of this process (each rank joins on its own
+// thread; a rank that could not join is null).
+std::vector<std::unique_ptr<HostCommunicator>> tcp_group(int n, std::chrono::milliseconds timeout) {
+  const int port = free_port();
+  std::vector<std::unique_ptr<HostCommunicator>> ranks(static_cast<size_t>(n));
+  std::vector<std::thread> joining;
+  for (int r = 0; r < n; ++r)
+    joining.emplace_back([&, r] {
+      try {
+        ranks[size_t(r)] = connect_tcp(
+            {.master_addr = "127.0.0.1", .master_port = port, .rank = r, .world_size = n, .timeout = timeout});
+      } catch (const Error&) {
+      }
+    });
+  for (std::thread& t : joining) t.join();
+  return ranks;
+}
+
+// Rank 1 of a TCP group with a 0.5 s timeout waits for rank 0's all_gather three times as long with
+// Wait::Unbounded, and it completes; a collective inside a step keeps the bound: its barrier, which
+// rank 0 never joins, fails after the timeout with one line naming the collective and the rank.
+TEST(TcpComm, AnUnboundedWaitOutlastsTheTimeoutABoundedOneDoesNot) {
+  auto g = tcp_group(2, 500ms);
+  ASSERT_TRUE(g[0] && g[1]);
+  std::atomic<bool> waiting{false};
+  std::vector<uint8_t> got0(2), got1(2);
+  auto rank1 = std::async(std::launch::async, [&] {
+    const uint8_t mine = 11;
+    try {
+      waiting = true;
+      all_gather<uint8_t>(*g[1], std::span(&mine, 1), got1, Wait::Unbounded);
+      g[1]->barrier();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  });
+  while (!waiting) std::this_thread::yield();
+  std::this_thread::sleep_for(1500ms);
+  const uint8_t mine = 10;
+  EXPECT_NO_THROW(all_gather<uint8_t>(*g[0], std::span(&mine, 1), got0, Wait::Bounded));
+  EXPECT_EQ(rank1.get(), "tcp comm: timed out waiting for rank 0 (barrier)");
+  EXPECT_EQ(got0, (std::vector<uint8_t>{10, 11}));
+  EXPECT_EQ(got1, got0);
+}
+
+// Rank 0's process exits (no stop, no close: the kernel closes its socket, as for a crash) while rank 1
+// waits for it without a limit: rank 1's all_gather fails at once with one line, not after the 30 s
+// timeout and not never.
+TEST(TcpComm, AnUnboundedWaitEndsAtOnceWhenRank0Exits) {
+  const int port = free_port();
+  ASSERT_GT(port, 0);
+  const Rendezvous rv{.master_addr = "127.0.0.1", .master_port = port, .world_size = 2, .timeout = 30s};
+  const pid_t child = fork_child([rv] {
+    Rendezvous mine = rv;
+    mine.rank = 0;
+    auto c = connect_tcp(mine);
+    c->barrier();
+    // Rank 1 is on its way into the all_gather (had it not begun waiting yet, it must fail all the same).
+    std::this_thread::sleep_for(200ms);
+    ::_exit(0);
+    return 0;
+  });
+  ASSERT_GT(child, 0);
+  Rendezvous mine = rv;
+  mine.rank = 1;
+  auto c = connect_tcp(mine);
+  c->barrier();
+  const auto start = std::chrono::steady_clock::now();
+  std::string error;
+  try {
+    const uint8_t byte = 1;
+    std::vector<uint8_t> all(2);
+    all_gather<uint8_t>(*c, std::span(&byte, 1), all, Wait::Unbounded);
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+  EXPECT_EQ(error.rfind("tcp comm: lost the connection to rank 0 (all_gather): ", 0), 0u) << error;
+  EXPECT_EQ(error.find('\n'), std::string::npos) << error;
+  EXPECT_EQ(wait_child(child, 10s), 0);
+}
+
+// A rank whose collective failed in the transport closes its connections: rank 0 loses rank 2 in an
+// all_gather, and rank 1, which waits for that all_gather without a limit, learns it at once.
+TEST(TcpComm, ABrokenGroupEndsTheUnboundedWaitsOfTheOthers) {
+  auto g = tcp_group(3, 30s);
+  ASSERT_TRUE(g[0] && g[1] && g[2]);
+  g[2].reset();  // rank 2 leaves
+  auto waited = std::async(std::launch::async, [&] {
+    const uint8_t mine = 1;
+    std::vector<uint8_t> all(3);
+    try {
+      all_gather<uint8_t>(*g[1], std::span(&mine, 1), all, Wait::Unbounded);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  });
+  try {
+    const uint8_t mine = 0;
+    std::vector<uint8_t> all(3);
+    all_gather<uint8_t>(*g[0], std::span(&mine, 1), all, Wait::Bounded);
+    ADD_FAILURE() << "rank 0 gathered from a rank that left";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("tcp comm: lost the connection to rank 2 (all_gather): ", 0), 0u) << e.what();
+  }
+  EXPECT_EQ(waited.wait_for(5s), std::future_status::ready) << "rank 1 still waits for a broken group";
+  g[0].reset();  // (ends rank 1's wait in any case)
+  EXPECT_EQ(waited.get().rfind("tcp comm: lost the connection to rank 0 (all_gather): ", 0), 0u);
 }
 
 TEST(TcpComm, AGroupOfOneNeedsNoNetwork) {
