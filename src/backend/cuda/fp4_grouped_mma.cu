@@ -192,7 +192,7 @@ __global__ void __launch_bounds__(Shape<WG>::kThreads, 1) grouped_mma_kernel(con
           tma_load_2d(smem_u32(st), &a.xmap, c * kChunk, row0, &full[s]);
           tma_load_2d(smem_u32(st + kBoxBytes), &a.xmap, c * kChunk + 64, row0, &full[s]);
         }
-#pragma unroll 1
+#pragma unroll 1  // unrolled, the producer spills at its 40 registers
         for (int r = lane; r < S::kOut; r += 32)
           cp_async4(smem_u32(st + kActBytes + S::kWeightBytes + r * 4), ssrc + int64_t(r) * (K / 32) + c * 4);
         cp_async_mbar_arrive(&full[s]);

@@ -35,7 +35,7 @@ namespace dsv4::cuda {
 using bf16 = __nv_bfloat16;
 
 constexpr int kFp4GroupedTileRows = 64;   // plan rows (tokens) per tile
-constexpr int kFp4GroupedTileOut = 128;   // output features per CTA
+constexpr int kFp4GroupedTileOut = 128;   // output features per work item of the 2-warpgroup shape (out must be a multiple)
 
 // Upper bound on the tiles of n plan rows over E experts: each expert adds at most one partial tile, and
 // every tile holds a row (the launches size their grids by it: blocks past the list exit at once).
