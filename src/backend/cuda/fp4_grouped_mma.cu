@@ -23,11 +23,14 @@ constexpr int kChunk = 128;               // k per pipeline stage
 // the first warp of warpgroup WG the producer. Work item i = (tile i / OB, output block i % OB) with OB = out / (64 WG),
 // so the CTAs running at one time share a tile's activations (L2). Shared memory, 1,024-byte aligned:
 //   kStages stages, one 128-k chunk each: [ the tile's activations: two TMA boxes of 64 k x kBN rows, bf16 in
-//   the 128-byte swizzle (16 KiB) | per consumer warp its 16 rows' tiled 1 KiB weight piece (fp4_tiled.h) |
-//   per output feature the chunk's 4 E8M0 words (4 bytes) ]
+//   the 128-byte swizzle (16 KiB) | per consumer warp its 16 rows' tiled 1 KiB weight piece (fp4_tiled.h; one
+//   TMA box of all the pieces) | per output feature a 16-byte slot whose first word holds the chunk's 4 E8M0
+//   bytes (one TMA box of 4 words per row: the chunk's and the next three, unused; or, where the scale rows
+//   are not 16-byte multiples, one 4-byte cp.async per row) ]
 //   per consumer warpgroup an output staging tile [kBN tokens][kOutPitch] bf16
-//   the barriers: full[kStages] (the producer's expect-tx arrival + its 32 lanes' cp.async arrivals + the
-//   bulk bytes), empty[kStages] (one arrival per consumer warp once the MMAs that read the stage retired).
+//   the barriers: full[kStages] (the producer's expect-tx arrival + the TMA bytes; on the cp.async path also
+//   its 32 lanes' arrivals), empty[kStages] (one arrival per consumer warp once the MMAs that read the stage
+//   retired).
 constexpr int kActBytes = kBN * kChunk * 2;
 constexpr int kBoxBytes = kActBytes / 2;  // one 64-k TMA box
 template <int WG>
@@ -37,7 +40,8 @@ struct Shape {
   static constexpr int kOut = 64 * WG;   // output features per work item
   static constexpr int kStages = 5;
   static constexpr int kWeightBytes = kWarps * 1024;
-  static constexpr int kScaleBytes = kOut * 4;
+  static constexpr int kScalePitch = 16;  // bytes per output feature's scale slot
+  static constexpr int kScaleBytes = kOut * kScalePitch;
   static constexpr int kStageBytes = (kActBytes + kWeightBytes + kScaleBytes + 1023) / 1024 * 1024;
   static constexpr int kOutPitch = 64 + 8;  // bf16 per staged output row (16-byte multiple, fewer conflicts)
   static constexpr int kStagingBytes = kBN * kOutPitch * 2;
@@ -138,13 +142,18 @@ __device__ __forceinline__ void warpgroup_barrier(int id) { asm volatile("bar.sy
 
 struct MmaArgs {
   CUtensorMap xmap;  // xb: {K, n} bf16, box {64, kBN}, 128-byte swizzle
+  CUtensorMap wmap;  // w: {K 8-byte words, E out / 16 piece rows}, box {128, 4 WG}: a chunk's 1 KiB pieces
+  CUtensorMap smap;  // w_scales: {K / 128 words, E out}, box {4, 64 WG} (valid where scales_tma)
   Fp4GroupedMmaParams p;
+  int scales_tma = 0;  // the scales by TMA (their rows K / 32 bytes a multiple of 16), else by cp.async
 };
 
 // The producer warp fills stage after stage: for each work item and 128-k chunk it waits until the
-// stage is free (empty), announces the bulk bytes, and issues the weight pieces (one 1 KiB bulk copy per
-// consumer warp), the two activation boxes (TMA; rows past n zero-filled) and the scales (4-byte cp.async,
-// each lane's arrival once they landed). A consumer warpgroup waits for a stage (full), decodes each 32-k
+// stage is free (empty), announces the bytes, and issues the two activation boxes (TMA; rows past n
+// zero-filled), the weight pieces' box and the scales (a TMA box, or one 4-byte cp.async per row with each
+// lane's arrival once they landed). One lane issues everything on the TMA path (16 bulk copies and 8 rounds
+// of cp.async per chunk made the producer the bound: ncu, 2026-12-07, the consumers waited on `full` while
+// the producer never waited on `empty`). A consumer warpgroup waits for a stage (full), decodes each 32-k
 // step's weights into bf16 registers (scale applied) while the step before runs its two MMAs, one step in
 // flight, and releases the stage of chunk c - 1 once the first step of chunk c retired it. No block
 // barrier: the warpgroups and the producer meet only at the stages' barriers.
@@ -165,7 +174,7 @@ __global__ void __launch_bounds__(Shape<WG>::kThreads, 1) grouped_mma_kernel(con
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
-      mbar_init(&full[s], 1 + 32);
+      mbar_init(&full[s], a.scales_tma ? 1 : 1 + 32);
       mbar_init(&empty[s], S::kWarps);
     }
     mbar_fence_init();
@@ -174,28 +183,32 @@ __global__ void __launch_bounds__(Shape<WG>::kThreads, 1) grouped_mma_kernel(con
 
   if (int(threadIdx.x) >= 128 * WG) {  // the producer warpgroup: its first warp
     if constexpr (WG == 4) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");  // for the consumers' 104
-    if (int(threadIdx.x) >= 128 * WG + 32) return;
+    if (int(threadIdx.x) >= 128 * WG + (a.scales_tma ? 1 : 32)) return;
     int s = 0;
     uint32_t ph = 0;
     for (int item = int(blockIdx.x); item < items; item += int(gridDim.x)) {
       const int tile = item / blocks, out0 = (item % blocks) * S::kOut;
       const int e = p.tiles[1 + 2 * tile], row0 = p.tiles[2 + 2 * tile];
-      const uint8_t* wsrc = p.w + int64_t(e) * p.out * K / 2 + int64_t(out0 / 16 + lane) * nC * 1024;
+      const int wrow0 = int((int64_t(e) * p.out + out0) / 16), srow0 = int(int64_t(e) * p.out + out0);
       const uint8_t* ssrc = p.w_scales + (int64_t(e) * p.out + out0) * (K / 32);
       for (int c = 0; c < nC; ++c) {
         mbar_wait(&empty[s], ph ^ 1u);
         uint8_t* st = smem + s * kStageBytes;
-        if (lane == 0) mbar_arrive_expect(&full[s], kActBytes + S::kWeightBytes);
-        __syncwarp();
-        if (lane < S::kWarps) bulk_load(st + kActBytes + lane * 1024, wsrc + int64_t(c) * 1024, 1024, &full[s]);
-        if (lane == 31) {
+        if (lane == 0) {
+          mbar_arrive_expect(&full[s], kActBytes + S::kWeightBytes + (a.scales_tma ? S::kScaleBytes : 0));
           tma_load_2d(smem_u32(st), &a.xmap, c * kChunk, row0, &full[s]);
           tma_load_2d(smem_u32(st + kBoxBytes), &a.xmap, c * kChunk + 64, row0, &full[s]);
+          tma_load_2d(smem_u32(st + kActBytes), &a.wmap, c * 128, wrow0, &full[s]);
+          if (a.scales_tma) tma_load_2d(smem_u32(st + kActBytes + S::kWeightBytes), &a.smap, c, srow0, &full[s]);
         }
+        if (!a.scales_tma) {
+          __syncwarp();
 #pragma unroll 1  // unrolled, the producer spills at its 40 registers
-        for (int r = lane; r < S::kOut; r += 32)
-          cp_async4(smem_u32(st + kActBytes + S::kWeightBytes + r * 4), ssrc + int64_t(r) * (K / 32) + c * 4);
-        cp_async_mbar_arrive(&full[s]);
+          for (int r = lane; r < S::kOut; r += 32)
+            cp_async4(smem_u32(st + kActBytes + S::kWeightBytes + r * S::kScalePitch),
+                      ssrc + int64_t(r) * (K / 32) + c * 4);
+          cp_async_mbar_arrive(&full[s]);
+        }
         if (++s == kStages) {
           s = 0;
           ph ^= 1u;
@@ -237,9 +250,9 @@ __global__ void __launch_bounds__(Shape<WG>::kThreads, 1) grouped_mma_kernel(con
       const uint8_t* piece = st + kActBytes + cw * 1024;
       const uint4 wq0 = *reinterpret_cast<const uint4*>(piece + lane * 16);        // row g, 4 blocks
       const uint4 wq1 = *reinterpret_cast<const uint4*>(piece + 512 + lane * 16);  // row g + 8
-      const uint8_t* scales = st + kActBytes + S::kWeightBytes + (cw * 16) * 4;
-      const uint32_t ws0 = *reinterpret_cast<const uint32_t*>(scales + g * 4);
-      const uint32_t ws1 = *reinterpret_cast<const uint32_t*>(scales + (g + 8) * 4);
+      const uint8_t* scales = st + kActBytes + S::kWeightBytes + (cw * 16) * S::kScalePitch;
+      const uint32_t ws0 = *reinterpret_cast<const uint32_t*>(scales + g * S::kScalePitch);
+      const uint32_t ws1 = *reinterpret_cast<const uint32_t*>(scales + (g + 8) * S::kScalePitch);
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
         uint32_t(&f0)[4] = frag[kk & 1][0];
@@ -341,6 +354,13 @@ void fp4_grouped_mma(const DeviceContext& ctx, const Fp4GroupedMmaParams& p) {
   if (p.n == 0) return;
   MmaArgs a{};
   a.xmap = bf16_tensor_map_sw128(ctx, p.xb, p.K, p.n, p.K, 64, kBN, "fp4_grouped_mma", "the bf16 activations");
+  const int warps = wide ? Shape<4>::kWarps : Shape<2>::kWarps;
+  a.wmap = tensor_map_2d(ctx, p.w, CU_TENSOR_MAP_DATA_TYPE_UINT64, 8, p.K, p.E * p.out / 16, p.K * 8, 128, warps,
+                         CU_TENSOR_MAP_SWIZZLE_NONE, "fp4_grouped_mma", "the tiled FP4 weights");
+  a.scales_tma = (p.K / 32) % 16 == 0 && reinterpret_cast<uintptr_t>(p.w_scales) % 16 == 0;
+  if (a.scales_tma)
+    a.smap = tensor_map_2d(ctx, p.w_scales, CU_TENSOR_MAP_DATA_TYPE_UINT32, 4, p.K / 128, p.E * p.out, p.K / 32, 4,
+                           warps * 16, CU_TENSOR_MAP_SWIZZLE_NONE, "fp4_grouped_mma", "the E8M0 weight scales");
   a.p = p;
   act_bf16_kernel<<<unsigned(ceil_div(p.n * (p.K / 32), 256)), 256, 0, ctx.stream()>>>(p);
   DSV4_CUDA_CHECK_LAUNCH();
