@@ -24,9 +24,10 @@ constexpr int kChunk = 128;               // k per pipeline stage
 // so the CTAs running at one time share a tile's activations (L2). Shared memory, 1,024-byte aligned:
 //   kStages stages, one 128-k chunk each: [ the tile's activations: two TMA boxes of 64 k x kBN rows, bf16 in
 //   the 128-byte swizzle (16 KiB) | per consumer warp its 16 rows' tiled 1 KiB weight piece (fp4_tiled.h; one
-//   TMA box of all the pieces) | per output feature a 16-byte slot whose first word holds the chunk's 4 E8M0
-//   bytes (one TMA box of 4 words per row: the chunk's and the next three, unused; or, where the scale rows
-//   are not 16-byte multiples, one 4-byte cp.async per row) ]
+//   TMA box of all the pieces) | per output feature a 16-byte slot whose word c % 4 holds chunk c's 4 E8M0
+//   bytes (one TMA box of the 4 words c & ~3 .. per row -- a TMA source must start 16-byte aligned, the
+//   other three words go unused; or, where the scale rows are not 16-byte multiples, one 4-byte cp.async
+//   per row into word c % 4) ]
 //   per consumer warpgroup an output staging tile [kBN tokens][kOutPitch] bf16
 //   the barriers: full[kStages] (the producer's expect-tx arrival + the TMA bytes; on the cp.async path also
 //   its 32 lanes' arrivals), empty[kStages] (one arrival per consumer warp once the MMAs that read the stage
@@ -143,7 +144,7 @@ __device__ __forceinline__ void warpgroup_barrier(int id) { asm volatile("bar.sy
 struct MmaArgs {
   CUtensorMap xmap;  // xb: {K, n} bf16, box {64, kBN}, 128-byte swizzle
   CUtensorMap wmap;  // w: {K 8-byte words, E out / 16 piece rows}, box {128, 4 WG}: a chunk's 1 KiB pieces
-  CUtensorMap smap;  // w_scales: {K / 128 words, E out}, box {4, 64 WG} (valid where scales_tma)
+  CUtensorMap smap;  // w_scales: {K / 128 words, E out}, box {4, 64 WG} at 16-byte-aligned words (where scales_tma)
   Fp4GroupedMmaParams p;
   int scales_tma = 0;  // the scales by TMA (their rows K / 32 bytes a multiple of 16), else by cp.async
 };
@@ -199,13 +200,14 @@ __global__ void __launch_bounds__(Shape<WG>::kThreads, 1) grouped_mma_kernel(con
           tma_load_2d(smem_u32(st), &a.xmap, c * kChunk, row0, &full[s]);
           tma_load_2d(smem_u32(st + kBoxBytes), &a.xmap, c * kChunk + 64, row0, &full[s]);
           tma_load_2d(smem_u32(st + kActBytes), &a.wmap, c * 128, wrow0, &full[s]);
-          if (a.scales_tma) tma_load_2d(smem_u32(st + kActBytes + S::kWeightBytes), &a.smap, c, srow0, &full[s]);
+          if (a.scales_tma)
+            tma_load_2d(smem_u32(st + kActBytes + S::kWeightBytes), &a.smap, c & ~3, srow0, &full[s]);
         }
         if (!a.scales_tma) {
           __syncwarp();
 #pragma unroll 1  // unrolled, the producer spills at its 40 registers
           for (int r = lane; r < S::kOut; r += 32)
-            cp_async4(smem_u32(st + kActBytes + S::kWeightBytes + r * S::kScalePitch),
+            cp_async4(smem_u32(st + kActBytes + S::kWeightBytes + r * S::kScalePitch + (c % 4) * 4),
                       ssrc + int64_t(r) * (K / 32) + c * 4);
           cp_async_mbar_arrive(&full[s]);
         }
@@ -244,13 +246,13 @@ __global__ void __launch_bounds__(Shape<WG>::kThreads, 1) grouped_mma_kernel(con
     // step two back (retired by the last wait), two MMAs into the one accumulator, wait until one step is
     // in flight (after the first step that retires the chunk before: its stage is released). `last` ends
     // with a wait for everything: see the note below.
-    auto run_chunk = [&](auto last) {
+    auto run_chunk = [&](int c, auto last) {
       mbar_wait(&full[s], ph);
       const uint8_t* st = smem + s * kStageBytes;
       const uint8_t* piece = st + kActBytes + cw * 1024;
       const uint4 wq0 = *reinterpret_cast<const uint4*>(piece + lane * 16);        // row g, 4 blocks
       const uint4 wq1 = *reinterpret_cast<const uint4*>(piece + 512 + lane * 16);  // row g + 8
-      const uint8_t* scales = st + kActBytes + S::kWeightBytes + (cw * 16) * S::kScalePitch;
+      const uint8_t* scales = st + kActBytes + S::kWeightBytes + (cw * 16) * S::kScalePitch + (c % 4) * 4;
       const uint32_t ws0 = *reinterpret_cast<const uint32_t*>(scales + g * S::kScalePitch);
       const uint32_t ws1 = *reinterpret_cast<const uint32_t*>(scales + (g + 8) * S::kScalePitch);
 #pragma unroll
@@ -292,8 +294,8 @@ __global__ void __launch_bounds__(Shape<WG>::kThreads, 1) grouped_mma_kernel(con
     // accumulator conversions above that final wait, reading the accumulator while the last step's MMAs
     // still wrote it (SASS, 2026-12-06: F2FP of R24-R55 above `WARPGROUP.DEPBAR.LE gsb0, 0x0`; the outputs
     // missed the last 32-k step in a non-repeatable mix). tools/sass-check looks for that pattern.
-    for (int c = 0; c + 1 < nC; ++c) run_chunk(std::false_type{});
-    run_chunk(std::true_type{});
+    for (int c = 0; c + 1 < nC; ++c) run_chunk(c, std::false_type{});
+    run_chunk(nC - 1, std::true_type{});
     release(prev);
 
     // Stage this warpgroup's [kBN tokens x 64 features] as bf16 and write whole row pieces (the item's
