@@ -183,7 +183,7 @@ __global__ void __launch_bounds__(Shape<WG>::kThreads, 1) grouped_mma_kernel(con
   __syncthreads();
 
   if (int(threadIdx.x) >= 128 * WG) {  // the producer warpgroup: its first warp
-    if constexpr (WG == 4) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");  // for the consumers' 104
+    if constexpr (WG == 4) asm volatile("setmaxnreg.dec.sync.aligned.u32 24;");  // for the consumers' 112
     if (int(threadIdx.x) >= 128 * WG + (a.scales_tma ? 1 : 32)) return;
     int s = 0;
     uint32_t ph = 0;
@@ -205,7 +205,7 @@ __global__ void __launch_bounds__(Shape<WG>::kThreads, 1) grouped_mma_kernel(con
         }
         if (!a.scales_tma) {
           __syncwarp();
-#pragma unroll 1  // unrolled, the producer spills at its 40 registers
+#pragma unroll 1  // unrolled, the producer spills at its 24 registers
           for (int r = lane; r < S::kOut; r += 32)
             cp_async4(smem_u32(st + kActBytes + S::kWeightBytes + r * S::kScalePitch + (c % 4) * 4),
                       ssrc + int64_t(r) * (K / 32) + c * 4);
@@ -221,10 +221,11 @@ __global__ void __launch_bounds__(Shape<WG>::kThreads, 1) grouped_mma_kernel(con
   }
 
   // Four consumer warpgroups and the producer's: 96 registers per thread at launch (a scheduler's 16K
-  // registers over 5 warps); the producer gives back to 40, the consumers take 104 (no spills). An
-  // increase waits until the CTA's released registers cover it: (96 - 40) x 128 = 7,168 >= (104 - 96) x
-  // 512 = 4,096. (112 asked for 8,192 and hung every launch: the H100 run of 2026-12-07, session 19.)
-  if constexpr (WG == 4) asm volatile("setmaxnreg.inc.sync.aligned.u32 104;");
+  // registers over 5 warps); the producer gives back to 24 (one lane issues the TMA boxes), the consumers
+  // take 112 (no spills). An increase waits until the CTA's released registers cover it: (96 - 24) x 128 =
+  // 9,216 >= (112 - 96) x 512 = 8,192. (112 against a producer at 40, 7,168 released, hung every launch: the
+  // H100 run of 2026-12-07, session 19.)
+  if constexpr (WG == 4) asm volatile("setmaxnreg.inc.sync.aligned.u32 112;");
   const int cw = int(threadIdx.x) / 32;  // consumer warp: output rows 16 cw .. of the work item
   const int cg = cw / 4, ctid = int(threadIdx.x) % 128;
   const int g = lane / 4, t = lane % 4;
@@ -249,6 +250,7 @@ __global__ void __launch_bounds__(Shape<WG>::kThreads, 1) grouped_mma_kernel(con
     auto run_chunk = [&](int c, auto last) {
       mbar_wait(&full[s], ph);
       const uint8_t* st = smem + s * kStageBytes;
+      const uint64_t desc = smem_desc_sw128(st);  // the stage's activations; the steps' boxes by offset
       const uint8_t* piece = st + kActBytes + cw * 1024;
       const uint4 wq0 = *reinterpret_cast<const uint4*>(piece + lane * 16);        // row g, 4 blocks
       const uint4 wq1 = *reinterpret_cast<const uint4*>(piece + 512 + lane * 16);  // row g + 8
@@ -269,10 +271,10 @@ __global__ void __launch_bounds__(Shape<WG>::kThreads, 1) grouped_mma_kernel(con
           f1[r] = bf16x2_mul(f1[r], r % 2 ? m1 : m0);
         }
         // Physical 16-k steps 2 kk and 2 kk + 1 of the chunk: box (2 kk) / 4, 32 bytes per step in its rows.
-        const uint8_t* box = st + (kk / 2) * kBoxBytes + (kk % 2) * 64;
+        const uint32_t box = (kk / 2) * kBoxBytes + (kk % 2) * 64;
         wgmma_fence();
-        wgmma_rs_bf16_n64(acc, f0, smem_desc_sw128(box), true);
-        wgmma_rs_bf16_n64(acc, f1, smem_desc_sw128(box + 32), true);
+        wgmma_rs_bf16_n64(acc, f0, smem_desc_add(desc, box), true);
+        wgmma_rs_bf16_n64(acc, f1, smem_desc_add(desc, box + 32), true);
         wgmma_commit();
         if (decltype(last)::value && kk == 3)
           wgmma_wait<0>();

@@ -117,6 +117,11 @@ __device__ __forceinline__ uint64_t smem_desc_sw128(const void* p) {
   d |= uint64_t(1) << 62;                 // SWIZZLE_128B
   return d;
 }
+// The descriptor of the operand `bytes` past the one of d (bytes a multiple of 16, the sum inside shared
+// memory): one add to the low word (the start address field, 14 bits, cannot carry out of it).
+__device__ __forceinline__ uint64_t smem_desc_add(uint64_t d, uint32_t bytes) {
+  return (d & 0xFFFFFFFF00000000ull) | uint32_t(uint32_t(d) + (bytes >> 4));
+}
 
 // d[64 x N] (+)= A[64 x 16] (shared, bf16, K-major) * B[16 x N] (shared, bf16, K-major), fp32 accumulation:
 // both operands through descriptors (smem_desc_sw128). `accumulate` false writes the product alone. d as
