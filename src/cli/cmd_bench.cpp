@@ -9,7 +9,8 @@
 // each of B sequences in one call, runs of k + 1; no CUDA graph, as the engine runs it) against the
 // decode step at the same batch, with its floor (a decode of B (k + 1) tokens' bytes and FLOPs).
 // `--prefix-reuse 32768`: the time to the first token of a repeated prompt, cold vs from the prefix
-// cache's snapshot (restore + the tokens after the last 128-token boundary).
+// cache's snapshot (restore + the tokens after the last 128-token boundary). `--peer CMD`: a peer
+// benchmark of the same shape (tools/hf-eager-bench) run after, with dsv4's speedups (cli/bench_peer.h).
 // --device cuda (default; a build without CUDA, or no Hopper GPU, is refused with one line) or cpu (the
 // bundled model or a small checkpoint; the floors are the H200's ceilings, the verify rows leave them out).
 // `--ranks N` / `--gpus N` (and a TCP group of WORLD_SIZE processes, docs/multi-gpu.md): the model over N
@@ -26,6 +27,7 @@
 #include <vector>
 
 #include "cli/bench_cost.h"
+#include "cli/bench_peer.h"
 #include "cli/bench_plot.h"
 #include "cli/commands.h"
 #include "cli/device.h"
@@ -52,6 +54,7 @@ struct BenchArgs {
   uint64_t seed = 1234;
   RankFlags ranks;     // --ranks / --gpus: expert-parallel ranks
   BenchPlotArgs plot;  // --plot, --from-json (cli/bench_plot.h)
+  BenchPeerArgs peer;  // --peer, --peer-layers (cli/bench_peer.h)
 };
 
 void write_json(const std::string& path, const nlohmann::ordered_json& j) {
@@ -163,8 +166,9 @@ void verify_rows(const BenchArgs& a, Model& m, int64_t layers, const std::vector
 void run_bench(const BenchArgs& a) {
   // A null result: this process is another rank of a TCP group (rank 0 prints and writes).
   if (a.kernels != "both") {
-    const auto j = run_tier(a, parse_kernel_tier(a.kernels));
+    auto j = run_tier(a, parse_kernel_tier(a.kernels));
     if (j.is_null()) return;
+    run_bench_peer(a.peer, {a.batches, a.prefills, a.context}, j);
     if (!a.json.empty()) write_json(a.json, j);
     plot_bench_results(a.plot, j);
     return;
@@ -181,6 +185,7 @@ void run_bench(const BenchArgs& a) {
     std::printf("%6lld %9.2fx %9.2fx\n", (long long)f[i]["batch"].get<int64_t>(), step, layer);
     j["speedup"].push_back({{"batch", f[i]["batch"]}, {"step", step}, {"layer", layer}});
   }
+  run_bench_peer(a.peer, {a.batches, a.prefills, a.context}, j);
   if (!a.json.empty()) write_json(a.json, j);
   plot_bench_results(a.plot, j);
 }
@@ -375,6 +380,7 @@ void register_bench(CLI::App& app) {
   c->add_option("--json", a->json, "Also write the results as JSON to FILE");
   add_ranks_option(*c, a->ranks);
   add_bench_plot_options(*c, a->plot);
+  add_bench_peer_options(*c, a->peer);
   c->callback([a] {
     if (replot_bench_json(a->plot)) return;  // --from-json: no run, no GPU
     if (a->device == "cuda") require_cuda("bench");

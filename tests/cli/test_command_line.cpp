@@ -152,6 +152,111 @@ TEST(CommandLine, BenchOverRanksTimesTheExpertParallelGroup) {
   EXPECT_EQ(gpus.first_line, "dsv4: error: --gpus 2: needs --device cuda (on the CPU, --ranks N runs the same split)");
 }
 
+// bench --peer (cli/bench_peer.h) on the CPU (the bundled model, 6 layers) against a stand-in peer that
+// records its arguments and answers in tools/hf-eager-bench's format: it is asked for the bench's batches
+// and prefill lengths at min(6, --peer-layers) layers; dsv4's side is its own step (or, at fewer layers,
+// embedding + head + Lp per-layer times, prefill scaled by Lp / 6) and the speedups are the ratios; a peer
+// row with an error is carried, not compared; a failing peer, a peer at the wrong layer count and JSON of
+// another format are one line each.
+class BenchPeer : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() / ("dsv4-peer-test-" + std::to_string(std::random_device{}()));
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  // A peer script that writes `json` (with LAYERS replaced by the --layers it got) and exits with `status`.
+  std::string peer(const std::string& name, const std::string& json, int status = 0) {
+    const std::string path = (dir_ / name).string();
+    std::ofstream f(path);
+    f << "#!/bin/sh\necho \"$@\" > '" << (dir_ / (name + ".args")).string() << "'\nout=\"\"; layers=\"\"\n"
+      << "while [ $# -gt 0 ]; do case \"$1\" in --json) out=\"$2\";; --layers) layers=\"$2\";; esac; shift; done\n"
+      << "cat > \"$out\" <<JSON\n" << json << "\nJSON\nsed -i \"s/LAYERS/$layers/\" \"$out\"\necho noise\nexit " << status
+      << "\n";
+    f.close();
+    std::filesystem::permissions(path, std::filesystem::perms::owner_all);
+    return path;
+  }
+  std::string args_of(const std::string& name) {
+    std::ifstream f(dir_ / (name + ".args"));
+    std::string line;
+    std::getline(f, line);
+    return line;
+  }
+  // The run's error line (after the load's progress lines) and its exit code.
+  static ErrorLine bench_error(const std::string& args) {
+    std::string cmd = "(";  // a subshell: stderr only
+    cmd += bin();
+    cmd += args;
+    cmd += " 2>&1 >/dev/null </dev/null)";
+    const auto r = run_command(cmd);
+    const size_t at = r.output.find("dsv4: error: ");
+    return {r.exit_code, at == std::string::npos ? r.output : r.output.substr(at, r.output.find('\n', at) - at)};
+  }
+  std::filesystem::path dir_;
+};
+
+// The stand-in's answer, claiming `layers` layers (LAYERS: the ones it was asked for).
+std::string peer_json(const std::string& layers = "LAYERS") {
+  std::string j = R"J({"what": "stand-in", "layers": )J";
+  j += layers;
+  j += R"J(, "device": "cpu", "transformers": "0.0",
+ "decode": [{"batch": 1, "context": 1, "step_ms": 500.0}, {"batch": 2, "error": "OutOfMemoryError()"}],
+ "prefill": [{"tokens": 16, "ms": 2000.0, "tok_s": 8.0}]})J";
+  return j;
+}
+
+TEST_F(BenchPeer, ComparesAtThePeersLayerCount) {
+  const std::string p = peer("peer", peer_json());
+  const auto [r, j] = bench_json("--device cpu --batch 1,2 --prefill 16 --iters 1 --warmup 0 --peer " + p);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(args_of("peer").rfind("--layers 4 --batch 1,2 --prefill 16 --context 1 --json ", 0), 0u) << args_of("peer");
+  ASSERT_TRUE(j.is_object() && j.contains("peer")) << r.output;
+  const auto& c = j["peer"];
+  EXPECT_EQ(c["layers"], 4);
+  EXPECT_EQ(c["scaled_from_layers"], 6);
+  ASSERT_EQ(c["decode"].size(), 2u);
+  const auto& d1 = j["decode"][0];
+  const double dsv4_ms = (d1["embed_head_us"].get<double>() + 4 * d1["layer_us"].get<double>()) * 1e-3;
+  EXPECT_NEAR(c["decode"][0]["dsv4_ms"].get<double>(), dsv4_ms, 1e-9);
+  EXPECT_NEAR(c["decode"][0]["dsv4_speedup"].get<double>(), 500.0 / dsv4_ms, 1e-6 * 500.0 / dsv4_ms);
+  EXPECT_EQ(c["decode"][1]["peer_error"], "OutOfMemoryError()");
+  EXPECT_FALSE(c["decode"][1].contains("dsv4_speedup"));
+  const double tok_s = 16 / (j["prefill"][0]["ms"].get<double>() * 4 / 6 * 1e-3);
+  EXPECT_NEAR(c["prefill"][0]["dsv4_tok_s"].get<double>(), tok_s, 1e-6 * tok_s);
+  EXPECT_NEAR(c["prefill"][0]["dsv4_speedup"].get<double>(), tok_s / 8.0, 1e-6 * tok_s);
+  EXPECT_EQ(c["result"]["what"], "stand-in");
+  EXPECT_NE(r.output.find("peer error: OutOfMemoryError()"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("noise"), std::string::npos) << "the peer's stdout is discarded";
+}
+
+TEST_F(BenchPeer, SameLayerCountComparesTheSteps) {
+  const std::string p = peer("peer", peer_json());
+  const auto [r, j] =
+      bench_json("--device cpu --batch 1 --prefill 16 --iters 1 --warmup 0 --peer-layers 10 --peer " + p);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_TRUE(j.is_object() && j.contains("peer")) << r.output;
+  EXPECT_EQ(j["peer"]["layers"], 6);
+  const double step = j["decode"][0]["step_ms"].get<double>();
+  EXPECT_NEAR(j["peer"]["decode"][0]["dsv4_speedup"].get<double>(), 500.0 / step, 1e-6 * 500.0 / step);
+  EXPECT_EQ(r.output.find("dsv4 at the peer's"), std::string::npos) << r.output;
+}
+
+TEST_F(BenchPeer, BadPeersAreOneLine) {
+  const std::string base = " bench --device cpu --batch 1 --prefill '' --iters 1 --warmup 0 --peer ";
+  const ErrorLine failed = bench_error(base + peer("failing", peer_json(), 3));
+  EXPECT_EQ(failed.exit_code, 1);
+  EXPECT_EQ(failed.first_line.rfind("dsv4: error: dsv4 bench --peer: '", 0), 0u) << failed.first_line;
+  EXPECT_NE(failed.first_line.find("failed (status"), std::string::npos) << failed.first_line;
+  const ErrorLine layers = bench_error(base + peer("layers", peer_json("3")));
+  EXPECT_EQ(layers.exit_code, 1);
+  EXPECT_EQ(layers.first_line, "dsv4: error: dsv4 bench --peer: the peer ran 3 layers, asked for 4");
+  const ErrorLine format = bench_error(base + peer("format", R"({"decode": {}})"));
+  EXPECT_EQ(format.first_line,
+            "dsv4: error: dsv4 bench --peer: the peer's JSON needs \"decode\" and \"prefill\" arrays "
+            "(tools/hf-eager-bench's format)");
+}
+
 // Item 4: nonsense is refused where it is parsed.
 TEST(CommandLine, FlagsThatDoNotApplyAreRefused) {
   expect_errors({
