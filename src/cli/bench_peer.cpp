@@ -2,6 +2,7 @@
 #include "cli/bench_peer.h"
 
 #include <CLI/CLI.hpp>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,9 +20,11 @@ namespace {
 
 using json = nlohmann::ordered_json;
 
+// The positive values of v, comma-separated (the bench's `--prefill ''` parses as {0}).
 std::string join(const std::vector<int64_t>& v) {
   std::string s;
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
+  for (int64_t x : v)
+    if (x > 0) s += (s.empty() ? "" : ",") + std::to_string(x);
   return s;
 }
 
@@ -103,7 +106,7 @@ void run_bench_peer(const BenchPeerArgs& a, const BenchPeerShape& shape, json& r
                            ("dsv4-peer-" + std::to_string(::getpid()) + "-" + std::to_string(rng()) + ".json"))
                               .string();
   std::ostringstream cmd;
-  cmd << a.command << " --layers " << Lp << " --batch " << join(shape.batches) << " --prefill "
+  cmd << a.command << " --layers " << Lp << " --batch " << shell_quote(join(shape.batches)) << " --prefill "
       << shell_quote(join(shape.prefills)) << " --context " << std::max<int64_t>(shape.context, 1) << " --json "
       << shell_quote(out) << " > /dev/null";
   std::printf("\npeer: %s --layers %lld ...\n", a.command.c_str(), (long long)Lp);
@@ -111,7 +114,10 @@ void run_bench_peer(const BenchPeerArgs& a, const BenchPeerShape& shape, json& r
   const int rc = std::system(cmd.str().c_str());
   json peer;
   try {
-    if (rc != 0) fail("dsv4 bench --peer: '", a.command, "' failed (status ", rc, ")");
+    if (rc != 0) {
+      if (rc > 0 && WIFEXITED(rc)) fail("dsv4 bench --peer: '", a.command, "' failed (exit code ", WEXITSTATUS(rc), ")");
+      fail("dsv4 bench --peer: '", a.command, "' failed (status ", rc, ")");
+    }
     peer = read_peer_json(out, a.command);
   } catch (...) {
     std::filesystem::remove(out);
@@ -171,12 +177,13 @@ void run_bench_peer(const BenchPeerArgs& a, const BenchPeerShape& shape, json& r
     cmp["decode"].push_back(row);
   }
 
-  if (!shape.prefills.empty()) {
+  if (!join(shape.prefills).empty()) {
     std::printf("%6s %10s", "tokens", "peer tok/s");
     for (const Tier& t : tiers) std::printf(" %10s %9s", (t.name + " tok/s").c_str(), "speedup");
     std::printf("\n");
   }
   for (int64_t P : shape.prefills) {
+    if (P <= 0) continue;
     const json* p = row_with(peer, "prefill", "tokens", P);
     json row{{"tokens", P}};
     std::printf("%6lld ", (long long)P);

@@ -257,7 +257,7 @@ nlohmann::ordered_json run_tier(const BenchArgs& a, KernelTier tier) {
   }
 
   // Prefill.
-  if (!a.prefills.empty())
+  if (std::any_of(a.prefills.begin(), a.prefills.end(), [](int64_t P) { return P > 0; }))  // `--prefill ''`: {0}
     std::printf("\nprefill (chunks of %lld)\n%8s %10s %10s %9s %8s %10s %6s\n", (long long)chunk, "tokens",
                 "ms", "tok/s", "TFLOP/s", "of peak", "floor ms", "x");
   for (int64_t P : a.prefills) {

@@ -211,6 +211,12 @@ TEST_F(BenchPeer, ComparesAtThePeersLayerCount) {
   const auto [r, j] = bench_json("--device cpu --batch 1,2 --prefill 16 --iters 1 --warmup 0 --peer " + p);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(args_of("peer").rfind("--layers 4 --batch 1,2 --prefill 16 --context 1 --json ", 0), 0u) << args_of("peer");
+  const std::string no_prefill = peer("no_prefill", peer_json());
+  const auto [r2, j2] = bench_json("--device cpu --batch 1 --prefill '' --iters 1 --warmup 0 --peer " + no_prefill);
+  ASSERT_EQ(r2.exit_code, 0) << r2.output;
+  EXPECT_EQ(args_of("no_prefill").rfind("--layers 4 --batch 1 --prefill  --context 1 --json ", 0), 0u)
+      << args_of("no_prefill");  // an empty word: no prefill asked of the peer
+  EXPECT_EQ(j2["peer"]["decode"].size(), 1u);
   ASSERT_TRUE(j.is_object() && j.contains("peer")) << r.output;
   const auto& c = j["peer"];
   EXPECT_EQ(c["layers"], 4);
@@ -247,7 +253,7 @@ TEST_F(BenchPeer, BadPeersAreOneLine) {
   const ErrorLine failed = bench_error(base + peer("failing", peer_json(), 3));
   EXPECT_EQ(failed.exit_code, 1);
   EXPECT_EQ(failed.first_line.rfind("dsv4: error: dsv4 bench --peer: '", 0), 0u) << failed.first_line;
-  EXPECT_NE(failed.first_line.find("failed (status"), std::string::npos) << failed.first_line;
+  EXPECT_NE(failed.first_line.find("failed (exit code 3)"), std::string::npos) << failed.first_line;
   const ErrorLine layers = bench_error(base + peer("layers", peer_json("3")));
   EXPECT_EQ(layers.exit_code, 1);
   EXPECT_EQ(layers.first_line, "dsv4: error: dsv4 bench --peer: the peer ran 3 layers, asked for 4");
