@@ -52,6 +52,12 @@ std::vector<Tier> tiers_of(const json& results) {
   return {{"dsv4", &results}};
 }
 
+// The peer's description field `key` as text (a string as is, anything else as JSON; absent: `absent`).
+std::string text(const json& j, const char* key, const std::string& absent) {
+  if (!j.contains(key)) return absent;
+  return j[key].is_string() ? j[key].get<std::string>() : j[key].dump();
+}
+
 double number(const json& row, const char* key, const char* what) {
   if (!row.contains(key) || !row[key].is_number()) fail("dsv4 bench --peer: the peer's ", what, " row lacks a number '", key, "'");
   return row[key].get<double>();
@@ -128,9 +134,10 @@ void run_bench_peer(const BenchPeerArgs& a, const BenchPeerShape& shape, json& r
     fail("dsv4 bench --peer: the peer ran ", peer["layers"].dump(), " layers, asked for ", Lp);
 
   const bool scaled = Lp < L;
-  std::printf("peer: %s%s, %lld layers, %s\n", peer.value("what", std::string("(no description)")).c_str(),
-              peer.contains("transformers") ? (", transformers " + peer["transformers"].get<std::string>()).c_str() : "",
-              (long long)Lp, peer.value("device", std::string("?")).c_str());
+  const std::string version = text(peer, "transformers", "");
+  std::printf("peer: %s%s, %lld layers, %s\n", text(peer, "what", "(no description)").c_str(),
+              version.empty() ? "" : (", transformers " + version).c_str(), (long long)Lp,
+              text(peer, "device", "?").c_str());
   if (scaled)
     std::printf("dsv4 at the peer's %lld layers: decode = embedding + head + %lld x its per-layer time, prefill = "
                 "its %lld-layer time x %lld / %lld\n",

@@ -257,6 +257,11 @@ TEST_F(BenchPeer, BadPeersAreOneLine) {
   const ErrorLine layers = bench_error(base + peer("layers", peer_json("3")));
   EXPECT_EQ(layers.exit_code, 1);
   EXPECT_EQ(layers.first_line, "dsv4: error: dsv4 bench --peer: the peer ran 3 layers, asked for 4");
+  // Descriptions of other types are printed as JSON, not refused.
+  const std::string odd = peer("odd", R"({"what": null, "transformers": 5, "device": [1], "decode": [], "prefill": []})");
+  const auto [r, j] = bench_json("--device cpu --batch 1 --prefill '' --iters 1 --warmup 0 --peer " + odd);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("peer: null, transformers 5, 4 layers, [1]"), std::string::npos) << r.output;
   const ErrorLine format = bench_error(base + peer("format", R"({"decode": {}})"));
   EXPECT_EQ(format.first_line,
             "dsv4: error: dsv4 bench --peer: the peer's JSON needs \"decode\" and \"prefill\" arrays "
