@@ -73,6 +73,21 @@ const json* row_with(const json& holder, const char* section, const char* key, i
   return nullptr;
 }
 
+// Whether the peer's row p can be compared; else prints why (no row, or its error, which `row` keeps
+// in `section`) and ends the printed line.
+bool comparable(const json* p, json& row, json& section) {
+  if (!p) {
+    std::printf("(no peer row)\n");
+    return false;
+  }
+  if (!p->contains("error")) return true;
+  const std::string err = text(*p, "error", "");
+  std::printf("peer error: %s\n", err.substr(0, 160).c_str());
+  row["peer_error"] = err;
+  section.push_back(row);
+  return false;
+}
+
 json read_peer_json(const std::string& path, const std::string& command) {
   std::ifstream f(path);
   if (!f) fail("dsv4 bench --peer: '", command, "' wrote no JSON (", path, ")");
@@ -154,17 +169,7 @@ void run_bench_peer(const BenchPeerArgs& a, const BenchPeerShape& shape, json& r
     const json* p = row_with(peer, "decode", "batch", B);
     json row{{"batch", B}};
     std::printf("%6lld ", (long long)B);
-    if (!p) {
-      std::printf("(no peer row)\n");
-      continue;
-    }
-    if (p->contains("error")) {
-      const std::string err = (*p)["error"].is_string() ? (*p)["error"].get<std::string>() : (*p)["error"].dump();
-      std::printf("peer error: %s\n", err.substr(0, 160).c_str());
-      row["peer_error"] = err;
-      cmp["decode"].push_back(row);
-      continue;
-    }
+    if (!comparable(p, row, cmp["decode"])) continue;
     const double peer_ms = number(*p, "step_ms", "decode");
     row["peer_ms"] = peer_ms;
     std::printf("%10.3f", peer_ms);
@@ -194,17 +199,7 @@ void run_bench_peer(const BenchPeerArgs& a, const BenchPeerShape& shape, json& r
     const json* p = row_with(peer, "prefill", "tokens", P);
     json row{{"tokens", P}};
     std::printf("%6lld ", (long long)P);
-    if (!p) {
-      std::printf("(no peer row)\n");
-      continue;
-    }
-    if (p->contains("error")) {
-      const std::string err = (*p)["error"].is_string() ? (*p)["error"].get<std::string>() : (*p)["error"].dump();
-      std::printf("peer error: %s\n", err.substr(0, 160).c_str());
-      row["peer_error"] = err;
-      cmp["prefill"].push_back(row);
-      continue;
-    }
+    if (!comparable(p, row, cmp["prefill"])) continue;
     const double peer_ms = number(*p, "ms", "prefill");
     const double peer_tok_s = double(P) / (peer_ms * 1e-3);
     row["peer_tok_s"] = peer_tok_s;
